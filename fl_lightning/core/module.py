@@ -173,8 +173,10 @@ class FederatedModule(pl.LightningModule):
         self.layer_slices = layer_slices(self.model, self.layout, layer_grouping)
         self.layer_names = layer_names(self.layout, layer_grouping)
         self.automatic_optimization = False
-        self._layer_conflict_sums = torch.zeros(len(self.layer_slices))
-        self._conflict_rounds = 0
+        # per-layer conflict counts summed between evaluations (buffers: a resumed run
+        # reports the same per-layer means as an uninterrupted one)
+        self.register_buffer("layer_conflict_sums", torch.zeros(len(self.layer_slices)))
+        self.register_buffer("conflict_rounds", torch.zeros((), dtype=torch.long))
         self.last_client_metrics: dict[str, list[float]] = {}
         self._attached_data: Any = None
         self.engine_used: str | None = None
@@ -226,12 +228,25 @@ class FederatedModule(pl.LightningModule):
         self.register_buffer("history", torch.zeros(k, d, device=self.device, dtype=self.dtype))
         self.register_buffer("last_seen", torch.full((k,), -1, dtype=torch.long, device=self.device))
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Also keep the global generators: the per-round streams are pure functions of
+        (seed, round), but stochastic layers (dropout, drop-path) draw from the global one."""
+        checkpoint["fl_rng"] = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            checkpoint["fl_rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Per-client state is registered in ``setup`` (it needs K), but ``load_from_checkpoint``
-        restores before any setup: register every such buffer with the checkpoint's shape."""
+        restores before any setup: register every such buffer with the checkpoint's shape.
+        Restores the global generators saved by ``on_save_checkpoint``."""
         for name, value in checkpoint.get("state_dict", {}).items():
             if "." not in name and not hasattr(self, name):
                 self.register_buffer(name, torch.empty_like(value, device=self.device))
+        rng = checkpoint.get("fl_rng")
+        if rng is not None:
+            torch.set_rng_state(rng["cpu"])
+            if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def global_vector(self) -> torch.Tensor:
         """The global model w as a flat vector (d,)."""
@@ -426,8 +441,9 @@ class FederatedModule(pl.LightningModule):
     def _conflict_metrics(self, updates: torch.Tensor, server_step: torch.Tensor) -> dict[str, float]:
         """FedLF Table 4: clients whose update conflicts with the step, model and layers."""
         model_level, per_layer = conflict_counts(updates, server_step, self.layer_slices)
-        self._layer_conflict_sums += torch.tensor(per_layer, dtype=torch.float32)
-        self._conflict_rounds += 1
+        self.layer_conflict_sums += torch.tensor(per_layer, dtype=self.layer_conflict_sums.dtype,
+                                                 device=self.layer_conflict_sums.device)
+        self.conflict_rounds += 1
         return {
             "conflicts_model": float(model_level),
             "conflicts_layer_mean": sum(per_layer) / max(1, len(per_layer)),
@@ -512,11 +528,11 @@ class FederatedModule(pl.LightningModule):
                 torch.tensor([n], device=everything.device),
             )
             metrics |= {"global_test_acc": float(acc[0]), "global_test_loss": float(loss[0])}
-        if self._conflict_rounds:
-            means = self._layer_conflict_sums / self._conflict_rounds
+        if int(self.conflict_rounds):
+            means = (self.layer_conflict_sums / self.conflict_rounds).tolist()
             metrics |= {f"conflicts_layer/{name}": float(v) for name, v in zip(self.layer_names, means)}
-            self._layer_conflict_sums.zero_()
-            self._conflict_rounds = 0
+            self.layer_conflict_sums.zero_()
+            self.conflict_rounds.zero_()
         return metrics
 
     def _shared_eval_model(self, flat: torch.Tensor | None) -> torch.nn.Module:

@@ -83,8 +83,7 @@ class FedFV(FederatedModule):
     # ------------------------------------------------------------------------ Alg. 1
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         t, updates = payload.round, payload.updates
-        self.history[payload.clients] = updates.to(self.history.dtype)  # line 4: GH
-        self.last_seen[payload.clients] = t
+        self.store_history(payload.clients, updates, t)  # line 4: GH
         G = gram(updates)  # G_ij = g_i · g_j
         order = self.projection_order(payload.losses, t)  # line 5: PO_t
         keep = self.keeps_original(payload.losses)
@@ -146,7 +145,7 @@ class FedFV(FederatedModule):
         in_window = (self.last_seen >= window.start) & (self.last_seen < window.stop)
         rows = torch.nonzero(in_window).flatten()
         rows = rows[torch.argsort(self.last_seen[rows], stable=True)]  # grouped by round, oldest first
-        recent = self.history[rows].to(gt.dtype)  # GH[k] of the clients last seen in the window
+        recent = self.history_rows(rows, gt)  # GH[k] of the clients last seen in the window
         per_round = torch.bincount(self.last_seen[rows] - window.start, minlength=len(window)).tolist()
         for sent in recent.split(per_round):  # line 1: rounds t - i, i = τ, ..., 1; line 4: t_k = t - i
             g_con = (sent @ gt < 0).to(gt.dtype) @ sent  # lines 5-6: Σ GH[k] with g^t · GH[k] < 0

@@ -157,7 +157,7 @@ class FedLF(FederatedModule):
         g = self.client_gradients(payload)  # step 1
         q = fair_coefficients(payload.losses)  # step 2
         absent, tau = self.absent_clients(payload)  # step 3
-        X = torch.cat([g, self.history[absent].to(g.dtype)])  # raw vectors [g_i; H_k]
+        X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
         coefficients, groups, fallbacks = self.layerwise_min_norm(layer_grams(X, self.layer_slices), m, q)
         u = layer_combination(coefficients, X, self.layer_slices)  # Σ_j λ_j V_j per layer = −d
         self.last_round_stats = {
@@ -175,8 +175,7 @@ class FedLF(FederatedModule):
         return self.server_lr(t) * g.mean(dim=0).norm() * u / u.norm()
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
-        self.history[payload.clients] = self.client_gradients(payload).to(self.history.dtype)
-        self.last_seen[payload.clients] = payload.round
+        self.store_history(payload.clients, self.client_gradients(payload), payload.round)
         self.log_round(self.last_round_stats)
 
     # ------------------------------------------------------------------ steps 4 and 5

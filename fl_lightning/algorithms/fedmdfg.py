@@ -147,7 +147,7 @@ class FedMDFG(FederatedModule):
         if not live.any():
             return torch.zeros_like(payload.updates[0])
         payload = payload.select(live)
-        d, guided = self.descent_direction(g_hat, payload.losses, self.history[absent].to(g_hat.dtype))
+        d, guided = self.descent_direction(g_hat, payload.losses, self.history_rows(absent, g_hat))
         eta, evaluations = self.line_search(payload, g_hat, d, guided, same_clients=len(absent) == 0)
         self.last_round_stats |= {
             "fedmdfg_guided": float(guided),
@@ -209,6 +209,5 @@ class FedMDFG(FederatedModule):
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         live, g_hat = self.equalised_gradients(payload)
         clients = payload.clients[live]
-        self.history[clients] = g_hat.to(self.history.dtype)
-        self.last_seen[clients] = payload.round
+        self.store_history(clients, g_hat, payload.round)
         self.log_round(self.last_round_stats)

@@ -20,8 +20,10 @@ size B (the last batch of an epoch may be smaller; ``batch_size=None`` is full b
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +82,13 @@ class ClientShards:
     @property
     def num_clients(self) -> int:
         return len(self.sizes_cpu)
+
+    def rows(self, block: slice) -> ClientShards:
+        """The shards of a contiguous block of the clients."""
+        return ClientShards(
+            self.x, self.y, self.index[block], self.sizes[block], self.sizes_cpu[block],
+            None if self.clients is None else self.clients[block],
+        )
 
     def select(self, keep: torch.Tensor) -> ClientShards:
         """The shards of a subset of the clients (boolean mask over the rows)."""
@@ -157,22 +166,75 @@ def resolve_start(
     return is_stacked, {n: anchor[n].detach() for n in layout.names}
 
 
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_context(device: torch.device, autocast: str | None) -> contextlib.AbstractContextManager:
+    """Mixed precision for the forward pass and the loss (``None``: full precision).
+
+    Parameters, gradients and the SGD update stay in the parameters' dtype; only the
+    matmuls/convolutions run in bf16 (or fp16 on a GPU)."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    if autocast not in AUTOCAST_DTYPES:
+        raise ValueError(f"unknown local_autocast {autocast!r}; valid: None, {', '.join(map(repr, AUTOCAST_DTYPES))}")
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[autocast])
+
+
+def auto_chunk_size(num_clients: int, num_parameters: int, device: torch.device) -> int:
+    """How many clients to stack at once when ``clients_per_chunk="auto"``.
+
+    Each stacked client costs about 16 bytes per parameter (parameters, gradients,
+    momentum, the copy into the result). On a GPU the chunk takes half the free memory
+    (the rest is left to activations; an out-of-memory error halves it again, see
+    ``VectorisedEngine``). On a CPU, stacks that stay within ~64 MB (the size of a large
+    last-level cache) are faster than one huge stack: every step reads and writes every
+    client's parameters.
+    """
+    per_client = 16 * num_parameters
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = free // 2
+    else:
+        budget = 64 * 2**20
+    return max(1, min(num_clients, budget // per_client))
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A CUDA/CPU allocation failure (``torch.OutOfMemoryError`` or the allocator's RuntimeError)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
 class VectorisedEngine:
     """All clients of a round in lockstep with torch.func (see module docstring).
 
     Args:
         clients_per_chunk: how many clients train together; ``None`` = all of the round's
-            clients at once. On a CPU, chunks whose stacked parameters fit in the cache
-            are faster than one huge stack (each step reads and writes every client's
-            parameters); on a GPU, larger is better until memory runs out.
+            clients at once, ``"auto"`` = ``auto_chunk_size``. On a CPU, chunks whose
+            stacked parameters fit in the cache are faster than one huge stack (each
+            step reads and writes every client's parameters); on a GPU, larger is better
+            until memory runs out. When a chunk runs out of memory it is retried in
+            halves (``oom_retries`` counts them), down to one client at a time.
+        autocast: ``None``, ``"bf16"`` or ``"fp16"``: mixed precision for the forward pass.
+
+    After ``train``, ``chunk_size`` is the chunk size that was used (the last one that
+    fitted in memory).
     """
 
     name = "vectorised"
 
-    def __init__(self, clients_per_chunk: int | None = None) -> None:
-        if clients_per_chunk is not None and clients_per_chunk < 1:
-            raise ValueError(f"clients_per_chunk must be >= 1 or None, got {clients_per_chunk}")
+    def __init__(self, clients_per_chunk: int | str | None = None, autocast: str | None = None) -> None:
+        if clients_per_chunk is not None and clients_per_chunk != "auto" and (
+            not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
+        ):
+            raise ValueError(f"clients_per_chunk must be >= 1, 'auto' or None (all at once), got {clients_per_chunk!r}")
+        autocast_context(torch.device("cpu"), autocast)  # validates the name
         self.clients_per_chunk = clients_per_chunk
+        self.autocast = autocast
+        self.chunk_size: int | None = None
+        self.oom_retries = 0
 
     def train(
         self,
@@ -198,24 +260,42 @@ class VectorisedEngine:
         # Most steps first: chunks hold clients with similar step counts, and inside a
         # chunk the clients that still have a batch at step s are a prefix of the stack.
         by_steps = sorted(range(m), key=lambda k: -steps[k])
-        chunk = self.clients_per_chunk or m
+        if self.clients_per_chunk == "auto":
+            chunk = auto_chunk_size(m, layout.num_parameters, shards.x.device)
+        else:
+            chunk = min(m, int(self.clients_per_chunk or m))
         is_stacked, anchor = resolve_start(start, anchor, m, layout)
         trained = {n: torch.empty(m, *p.shape, dtype=p.dtype, device=p.device) for n, p in anchor.items()}
-        for first in range(0, m, chunk):
+        first = 0
+        while first < m:
             members = by_steps[first : first + chunk]
             rows = torch.tensor(members, device=shards.index.device)
-            if is_stacked:  # indexing copies: the chunk owns its parameters
-                chunk_start = {n: start[n].detach()[rows.to(start[n].device)] for n in layout.names}
-            else:
-                chunk_start = stack_for_clients({n: start[n] for n in layout.names}, len(members))
-            chunk_params = self._train_lockstep(
-                model, chunk_start, anchor,
-                shards.x, shards.y, shards.index[rows], shards.sizes[rows],
-                [shards.sizes_cpu[k] for k in members], [steps[k] for k in members],
-                order[:, members], sgd, objective,
-            )
+            try:
+                if is_stacked:  # indexing copies: the chunk owns its parameters
+                    chunk_start = {n: start[n].detach()[rows.to(start[n].device)] for n in layout.names}
+                else:
+                    chunk_start = stack_for_clients({n: start[n] for n in layout.names}, len(members))
+                chunk_params = self._train_lockstep(
+                    model, chunk_start, anchor,
+                    shards.x, shards.y, shards.index[rows], shards.sizes[rows],
+                    [shards.sizes_cpu[k] for k in members], [steps[k] for k in members],
+                    order[:, members], sgd, objective, self.autocast,
+                )
+            except (torch.OutOfMemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error) or chunk == 1:
+                    raise
+                chunk_start = {}  # free the failed chunk before retrying
+                if shards.x.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                chunk = max(1, chunk // 2)
+                self.oom_retries += 1
+                warnings.warn(f"out of memory training {len(members)} clients at once; retrying in chunks of {chunk}",
+                              stacklevel=2)
+                continue  # the same clients again, in smaller chunks (nothing of theirs was kept)
             for n, p in chunk_params.items():
                 trained[n][rows.to(p.device)] = p
+            first += len(members)
+        self.chunk_size = chunk
         return trained
 
     @staticmethod
@@ -232,6 +312,7 @@ class VectorisedEngine:
         order: torch.Tensor,
         sgd: LocalSGD,
         objective: ClientObjective,
+        autocast: str | None = None,
     ) -> dict[str, torch.Tensor]:
         """Local SGD of clients sorted by descending ``steps``, all stacked together;
         ``params`` (stacked, owned by this call) are updated in place and returned."""
@@ -268,7 +349,8 @@ class VectorisedEngine:
                     # non-finite sample can only ever affect its own client
                     xb = torch.where(mask.view(*mask.shape, *[1] * (xb.dim() - 2)) > 0, xb, 0.0)
                 live = {n: p[:a].detach().requires_grad_() for n, p in params.items()}
-                total = objective(forward(live, xb), yb, mask, live, anchor).sum()
+                with autocast_context(device, autocast):
+                    total = objective(forward(live, xb), yb, mask, live, anchor).sum()
                 grads = torch.autograd.grad(total, list(live.values()))
                 with torch.no_grad():
                     for (name, p), g in zip(params.items(), grads):
@@ -287,6 +369,12 @@ class SequentialEngine:
     """One client after another with an ordinary module and torch.optim.SGD."""
 
     name = "sequential"
+    chunk_size = 1
+    oom_retries = 0
+
+    def __init__(self, autocast: str | None = None) -> None:
+        autocast_context(torch.device("cpu"), autocast)  # validates the name
+        self.autocast = autocast
 
     def train(
         self,
@@ -323,10 +411,11 @@ class SequentialEngine:
                     samples = shards.index[k, client_order[first : first + width]]
                     xb, yb = shards.x[samples], shards.y[samples]
                     optimizer.zero_grad(set_to_none=True)
-                    logits = local_model(xb).unsqueeze(0)
                     mask = torch.ones(1, len(samples), device=xb.device, dtype=xb.dtype)
                     stacked = {n: p.unsqueeze(0) for n, p in local_params.items()}
-                    loss = objective(logits, yb.unsqueeze(0), mask, stacked, anchor)[0]
+                    with autocast_context(xb.device, self.autocast):
+                        logits = local_model(xb).unsqueeze(0)
+                        loss = objective(logits, yb.unsqueeze(0), mask, stacked, anchor)[0]
                     loss.backward()
                     optimizer.step()
             trained.append(layout.flatten({n: local_params[n].detach() for n in layout.names}).clone())
@@ -338,16 +427,18 @@ def choose_engine(
     num_clients: int,
     num_parameters: int,
     memory_budget_bytes: int,
-    clients_per_chunk: int | None = None,
+    clients_per_chunk: int | str | None = None,
+    autocast: str | None = None,
 ) -> VectorisedEngine | SequentialEngine:
     """``auto`` picks the vectorised engine unless the stacked parameters, gradients and
-    momenta of one chunk of clients would not fit in the memory budget."""
+    momenta of one chunk of clients would not fit in the memory budget (an ``"auto"``
+    chunk always fits: it is sized from the free memory)."""
     if name == "auto":
-        stacked = min(num_clients, clients_per_chunk or num_clients)
+        stacked = 1 if isinstance(clients_per_chunk, str) else min(num_clients, clients_per_chunk or num_clients)
         needed = 4 * stacked * num_parameters * 4  # params, grads, momentum, copies (fp32)
         name = "vectorised" if needed <= memory_budget_bytes else "sequential"
     if name == "vectorised":
-        return VectorisedEngine(clients_per_chunk)
+        return VectorisedEngine(clients_per_chunk, autocast)
     if name == "sequential":
-        return SequentialEngine()
+        return SequentialEngine(autocast)
     raise ValueError(f"unknown engine {name!r}; valid: 'auto', 'vectorised', 'sequential'")

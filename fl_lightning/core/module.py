@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +41,7 @@ from fl_lightning.core.flat import (
 )
 from fl_lightning.core.gram import conflict_counts
 from fl_lightning.core.local import (
+    AUTOCAST_DTYPES,
     ClientShards,
     LocalSGD,
     batch_order,
@@ -49,6 +52,7 @@ from fl_lightning.metrics import fairness_summary
 from fl_lightning.models import create_fl_model
 
 _STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3}
+_HISTORY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def round_generator(seed: int, round_index: int, stream: str) -> torch.Generator:
@@ -117,7 +121,17 @@ class FederatedModule(pl.LightningModule):
         eval_every: evaluate every client every this many rounds (and after the last).
         seed: seeds the model's initialisation and every per-round random stream.
         engine_memory_budget_gb: what ``engine="auto"`` may spend on stacked clients.
-        clients_per_chunk: clients trained together by the vectorised engine (None = all).
+        clients_per_chunk: clients trained together by the vectorised engine (None = all,
+            ``"auto"`` = sized from the free memory, see ``core.local.auto_chunk_size``);
+            the size used is logged as ``chunk_size``, and a chunk that runs out of
+            memory is retried in halves (later rounds keep the smaller size).
+        local_autocast: ``None``, ``"bf16"`` (or ``"fp16"`` on a GPU): mixed precision for
+            local training's forward passes; parameters and updates stay float32.
+        history_dtype: storage dtype of per-client histories (FedFV, FedLF, FedMDFG keep
+            every client's last update, K x d): ``None`` (the parameters' dtype),
+            ``"float32"``, ``"bfloat16"``, ``"float16"``.
+        history_device: ``"model"`` (with the model) or ``"cpu"`` (offloaded to host
+            memory, pinned when a GPU is present): 100 clients of NF-ResNet-18 or CCT fit.
         lr_decay: the local learning rate of round t is ``lr * lr_decay**t`` (FedLF uses
             0.999, CGSV 0.977).
         layer_grouping: ``"tensor"`` or ``"module"``: what a "layer" is for per-layer
@@ -145,10 +159,13 @@ class FederatedModule(pl.LightningModule):
         eval_every: int = 1,
         seed: int = 0,
         engine_memory_budget_gb: float = 4.0,
-        clients_per_chunk: int | None = None,
+        clients_per_chunk: int | str | None = None,
         lr_decay: float = 1.0,
         layer_grouping: str = "tensor",
         track_improvement: bool = False,
+        local_autocast: str | None = None,
+        history_dtype: str | None = None,
+        history_device: str = "model",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -162,8 +179,21 @@ class FederatedModule(pl.LightningModule):
             raise ValueError(f"eval_every must be >= 1, got {eval_every}")
         if engine not in ("auto", "vectorised", "sequential"):
             raise ValueError(f"unknown engine {engine!r}; valid: 'auto', 'vectorised', 'sequential'")
-        if clients_per_chunk is not None and clients_per_chunk < 1:
-            raise ValueError(f"clients_per_chunk must be >= 1 or null (all at once), got {clients_per_chunk}")
+        if clients_per_chunk is not None and clients_per_chunk != "auto" and (
+            not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
+        ):
+            raise ValueError(
+                f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
+            )
+        if local_autocast not in (None, *AUTOCAST_DTYPES):
+            raise ValueError(
+                f"unknown local_autocast {local_autocast!r}; valid: null (full precision), "
+                + ", ".join(repr(k) for k in AUTOCAST_DTYPES)
+            )
+        if history_dtype is not None and history_dtype not in _HISTORY_DTYPES:
+            raise ValueError(f"unknown history_dtype {history_dtype!r}; valid: {', '.join(_HISTORY_DTYPES)}")
+        if history_device not in ("model", "cpu"):
+            raise ValueError(f"unknown history_device {history_device!r}; valid: 'model', 'cpu' (offloaded)")
         if not 0 < lr_decay <= 1:
             raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
         self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size)
@@ -180,6 +210,9 @@ class FederatedModule(pl.LightningModule):
         self.last_client_metrics: dict[str, list[float]] = {}
         self._attached_data: Any = None
         self.engine_used: str | None = None
+        self.last_chunk_size: int | None = None
+        self._chunk_cap: int | None = None  # a chunk size that ran out of memory, halved
+        self.oom_retries = 0
 
     # ----------------------------------------------------------------- hooks to override
     def client_objective(
@@ -220,13 +253,42 @@ class FederatedModule(pl.LightningModule):
     def register_client_history(self, num_clients: int | None = None, num_parameters: int | None = None) -> None:
         """Every client's last upload and the round it came in (−1 = never): the buffers
         ``history`` (K, d) and ``last_seen`` (K,) that FedFV, FedLF and FedMDFG keep.
-        Registered once (``setup`` runs again for every fit/validate/test)."""
+        Registered once (``setup`` runs again for every fit/validate/test). ``history``
+        is stored in ``history_dtype`` and, with ``history_device="cpu"``, stays in host
+        memory when the module moves to a GPU; read and write it with ``history_rows``
+        and ``store_history``."""
         if hasattr(self, "history"):
             return
         k = self.num_clients_total if num_clients is None else num_clients
         d = num_parameters or self.layout.num_parameters
-        self.register_buffer("history", torch.zeros(k, d, device=self.device, dtype=self.dtype))
+        dtype = _HISTORY_DTYPES.get(self.hparams.history_dtype or "", self.dtype)
+        offload = self.hparams.history_device == "cpu"
+        history = torch.zeros(k, d, dtype=dtype, device="cpu" if offload else self.device)
+        if offload and torch.cuda.is_available():
+            history = history.pin_memory()  # asynchronous copies to and from the GPU
+        self.register_buffer("history", history)
         self.register_buffer("last_seen", torch.full((k,), -1, dtype=torch.long, device=self.device))
+
+    def history_rows(self, clients: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Rows of ``history`` for ``clients``, on ``like``'s device and in its dtype."""
+        rows = self.history[clients.to(self.history.device)]
+        return rows.to(device=like.device, dtype=like.dtype, non_blocking=True)
+
+    def store_history(self, clients: torch.Tensor, updates: torch.Tensor, round_index: int) -> None:
+        """history[clients] <- updates (in the storage dtype/device); last_seen[clients] <- round."""
+        self.history[clients.to(self.history.device)] = updates.to(self.history.device, self.history.dtype)
+        self.last_seen[clients] = round_index
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> FederatedModule:
+        # ``.to(device)``/``.cuda()`` move every buffer; an offloaded history stays on the host
+        offloaded = self.hparams.get("history_device") == "cpu" and "history" in self._buffers
+        history = self._buffers.pop("history") if offloaded else None
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            if offloaded:
+                self._buffers["history"] = history
+        return self
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Also keep the global generators: the per-round streams are pure functions of
@@ -268,6 +330,9 @@ class FederatedModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
         self._check_data()
+        if self.world_size > 1:
+            # every rank logs the same all-gathered values: nothing to reduce across ranks
+            warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(", category=UserWarning)
 
     def on_validation_start(self) -> None:
         self._check_data()
@@ -351,25 +416,111 @@ class FederatedModule(pl.LightningModule):
         to start every client from its own model (``anchor``, default the global model,
         is what proximal terms pull towards). ``sgd`` overrides the local SGD settings
         (its lr is used as given; by default the module's, with this round's lr).
+        Under DDP every rank trains its own block of the clients and the results are
+        all-gathered (``across_ranks``), so every rank returns all m clients.
         """
-        engine = choose_engine(
-            self.hparams.engine,
-            shards.num_clients,
-            self.layout.num_parameters,
-            int(self.hparams.engine_memory_budget_gb * 2**30),
-            self.hparams.clients_per_chunk,
-        )
-        self.engine_used = engine.name
         sgd = sgd or replace(self.local_sgd, lr=self.round_lr(round_index))
         order = batch_order(
             shards.sizes, shards.index.shape[1], sgd.epochs,
             round_generator(self.hparams.seed, round_index, "shuffle"),
         )
         global_params = {n: p for n, p in self.model.named_parameters() if n in self.layout.names}
-        return engine.train(
-            self.model, self.layout, global_params if start is None else start, shards, order, sgd,
-            self.client_objective, anchor=global_params if anchor is None else anchor,
+        start = global_params if start is None else start
+        anchor = global_params if anchor is None else anchor
+        first = self.layout.names[0]
+        start_is_stacked = start[first].dim() == len(self.layout.shapes[0]) + 1
+
+        def train_block(rows: slice) -> tuple[torch.Tensor]:
+            block_start = {n: v[rows] for n, v in start.items()} if start_is_stacked else start
+            trained = self._train_engine(shards.rows(rows), order[:, rows], block_start, anchor, sgd)
+            return (self.layout.flatten_stacked(trained),)
+
+        if self.world_size == 1:
+            return self._train_engine(shards, order, start, anchor, sgd)
+        (flat,) = self.across_ranks(shards.num_clients, train_block)
+        return self.layout.unflatten_stacked(flat)
+
+    def _train_engine(
+        self,
+        shards: ClientShards,
+        order: torch.Tensor,
+        start: dict[str, torch.Tensor],
+        anchor: dict[str, torch.Tensor],
+        sgd: LocalSGD,
+    ) -> dict[str, torch.Tensor]:
+        """Runs the chosen engine on these shards (this process's share of the round)."""
+        chunk = self.hparams.clients_per_chunk
+        if self._chunk_cap is not None:
+            chunk = self._chunk_cap if chunk in (None, "auto") else min(chunk, self._chunk_cap)
+        engine = choose_engine(
+            self.hparams.engine,
+            shards.num_clients,
+            self.layout.num_parameters,
+            int(self.hparams.engine_memory_budget_gb * 2**30),
+            chunk,
+            self.hparams.local_autocast,
         )
+        self.engine_used = engine.name
+        trained = engine.train(self.model, self.layout, start, shards, order, sgd, self.client_objective, anchor=anchor)
+        self.last_chunk_size = engine.chunk_size
+        if engine.oom_retries:
+            self.oom_retries += engine.oom_retries
+            self._chunk_cap = engine.chunk_size
+        return trained
+
+    # ---------------------------------------------------------------- clients across ranks
+    @property
+    def world_size(self) -> int:
+        """Processes sharing the clients of a round (Lightning's DDP world size)."""
+        return int(self.trainer.world_size) if self._trainer is not None else 1
+
+    @property
+    def _ddp_params_and_buffers_to_ignore(self) -> list[str]:
+        # Read by DistributedDataParallel when it wraps the module: every rank computes
+        # the same buffers (the aggregation is deterministic), so DDP must not broadcast
+        # them each step (K x d histories, possibly offloaded to host memory).
+        return [name for name, _ in self.named_buffers()]
+
+    def across_ranks(
+        self, num_rows: int, work: Callable[[slice], tuple[torch.Tensor, ...]]
+    ) -> tuple[torch.Tensor, ...]:
+        """Runs ``work(rows)`` on this rank's contiguous block of ``num_rows`` clients and
+        all-gathers the results (each with one leading row per client) in client order.
+
+        Block r is rows [r*b, (r+1)*b) with b = ceil(num_rows / world_size), so ranks
+        agree on the split without talking; a rank whose block is empty computes one row
+        and drops it, so that every rank joins every all-gather with the same shape.
+        """
+        world = self.world_size
+        if world == 1:
+            return work(slice(0, num_rows))
+        block = -(-num_rows // world)
+        first = min(num_rows, self.trainer.global_rank * block)
+        last = min(num_rows, first + block)
+        results = work(slice(first, last)) if last > first else tuple(r[:0] for r in work(slice(0, 1)))
+        gathered = []
+        for rows in results:
+            padded = rows.new_zeros((block, *rows.shape[1:]))
+            padded[: rows.shape[0]] = rows
+            stacked = self.trainer.strategy.all_gather(padded)  # (world, block, ...)
+            gathered.append(stacked.reshape(world * block, *rows.shape[1:])[:num_rows])
+        return tuple(gathered)
+
+    def evaluate_shards(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                        index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``evaluate_clients`` of a shared model, with the clients split across ranks."""
+        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+            return evaluate_clients(model, x, y, index[rows], sizes[rows])
+        losses, accuracies = self.across_ranks(int(sizes.shape[0]), block)
+        return losses, accuracies
+
+    def evaluate_stacked_shards(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                                index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``evaluate_clients_stacked`` (client k under its own model ``params[k]``), split across ranks."""
+        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+            return evaluate_clients_stacked(self.model, self.layout, params[rows], x, y, index[rows], sizes[rows])
+        losses, accuracies = self.across_ranks(int(sizes.shape[0]), block)
+        return losses, accuracies
 
     def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
         """Local training from the global model; returns J (m, d) with g_i = w - w_i."""
@@ -397,7 +548,7 @@ class FederatedModule(pl.LightningModule):
         self._sync()
         started = time.perf_counter()
         shards = self.client_shards(answered)
-        losses, accuracies = evaluate_clients(self.model, shards.x, shards.y, shards.index, shards.sizes)
+        losses, accuracies = self.evaluate_shards(self.model, shards.x, shards.y, shards.index, shards.sizes)
         updates = self.train_clients(t, shards)
         self._sync()
         client_time = time.perf_counter() - started
@@ -416,6 +567,8 @@ class FederatedModule(pl.LightningModule):
             "train_acc": float(accuracies.mean()),
             "client_time_s": client_time,
             "engine_vectorised": float(self.engine_used == "vectorised"),
+            "chunk_size": float(self.last_chunk_size or 0),
+            "oom_retries": float(self.oom_retries),
         }
         if payload.num_clients == 0:
             self.log_round(metrics)
@@ -453,7 +606,7 @@ class FederatedModule(pl.LightningModule):
     def _improved_fraction(self, payload: RoundPayload) -> float:
         """FedMGDA+ footnote 6: share of participants whose training loss did not increase."""
         shards = payload.shards
-        losses_after, _ = evaluate_clients(self.model, shards.x, shards.y, shards.index, shards.sizes)
+        losses_after, _ = self.evaluate_shards(self.model, shards.x, shards.y, shards.index, shards.sizes)
         return float((losses_after <= payload.losses).float().mean())
 
     def apply_server_step(self, server_step: torch.Tensor) -> None:
@@ -507,9 +660,9 @@ class FederatedModule(pl.LightningModule):
                            torch.full((params.shape[0],), n, device=everything.device))
         if client_sets is not None:
             if per_client:
-                losses, accuracies = evaluate_clients_stacked(self.model, self.layout, params, *client_sets)
+                losses, accuracies = self.evaluate_stacked_shards(params, *client_sets)
             else:
-                losses, accuracies = evaluate_clients(shared, *client_sets)
+                losses, accuracies = self.evaluate_shards(shared, *client_sets)
             has_test = client_sets[3] > 0
             metrics |= fairness_summary(accuracies[has_test], prefix="test_acc_")
             metrics["test_loss_mean"] = float(losses[has_test].mean())

@@ -5,19 +5,30 @@ The algorithm is chosen by class path (``--model FedProx`` or
 backbone by registered model name; anything can be overridden on the command line.
 Without ``--config`` the embedded default runs (``configs/default.yaml``: FedAvg on the
 offline mnist5k digits) and logs to the local MLflow store ``sqlite:///mlruns.db``.
+
+A checkpoint is saved after every round (``last.ckpt`` beside the per-round one, under
+``checkpoints/<experiment id>/<run id>/checkpoints/``); ``--ckpt_path`` resumes from it, exactly,
+and the resumed fit keeps logging into the interrupted fit's MLflow run.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import MLflowRunInfo, RoundProgressBar
+from fl_lightning.callbacks.mlflow_run import saved_runs
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
 
@@ -50,8 +61,83 @@ def unknown_algorithm(args: list[str]) -> str | None:
     return None
 
 
+def _is_mlflow_logger(class_path: Any) -> bool:
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, MLFlowLogger)
+
+
+def _run_exists(tracking_uri: str, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def continue_mlflow_runs(config: Any, ckpt_path: str) -> None:
+    """Point every MLflow logger of ``config`` (no ``run_id`` of its own) at the run the
+    checkpoint's fit logged to, when that run is in the logger's store."""
+    runs = saved_runs(torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True))
+    if not runs:
+        return
+    loggers = config.trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if not hasattr(logger, "class_path") or not _is_mlflow_logger(logger.class_path):
+            continue
+        init_args = logger.init_args
+        if init_args.get("run_id"):
+            continue
+        uri = (init_args.get("tracking_uri") or os.getenv("MLFLOW_TRACKING_URI")
+               or f"file:{init_args.get('save_dir') or './mlruns'}")
+        candidates = sorted(runs, key=lambda run: run["tracking_uri"] != uri)  # the same store first
+        found = next((run for run in candidates if _run_exists(uri, run["run_id"])), None)
+        if found is None:
+            where = ", ".join(f"{run['run_id']} in {run['tracking_uri']}" for run in runs)
+            print(f"Resuming from {ckpt_path}: its MLflow run ({where}) is not in {uri}, so the resumed fit "
+                  "logs to a new run (pass --trainer.logger.init_args.tracking_uri to continue that run)")
+            continue
+        init_args.run_id = found["run_id"]
+        print(f"Resuming from {ckpt_path}: continuing MLflow run {found['run_id']} in {uri}")
+
+
+def resume_command(args: list[str], checkpoint: str) -> str:
+    """The command line that resumes this fit from ``checkpoint``."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return shlex.join(["fl-lightning", *kept, "--ckpt_path", checkpoint])
+
+
+class ResumeHint(Callback):
+    """Says, when the fit starts, which checkpoint a stopped or killed fit resumes from, and how."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        checkpoint = trainer.checkpoint_callback
+        if not trainer.is_global_zero or not isinstance(checkpoint, ModelCheckpoint) or not checkpoint.dirpath:
+            return
+        last = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
+        print(f"Checkpoint after every round: {last}\nIf the fit stops, resume it with:  "
+              f"{resume_command(self.args, str(last))}", flush=True)
+
+
 class FederatedCLI(LightningCLI):
     def parse_arguments(self, parser: Any, args: Any) -> None:
+        self.command_args = [str(a) for a in (sys.argv[1:] if args is None else args)]
         name = unknown_algorithm(list(sys.argv[1:] if args is None else args))
         if name is not None:
             parser.error(
@@ -64,10 +150,24 @@ class FederatedCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
 
+    def before_instantiate_classes(self) -> None:
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        ckpt_path = config.get("ckpt_path") if self.subcommand == "fit" else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            continue_mlflow_runs(config, ckpt_path)
+
+    def before_fit(self) -> None:
+        checkpoints = [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+        if len(checkpoints) == 1 and checkpoints[0].save_last is None and checkpoints[0].monitor is None:
+            checkpoints[0].save_last = True  # Lightning's default: also keep last.ckpt, every round
+        if checkpoints:
+            self.trainer.callbacks.append(ResumeHint(getattr(self, "command_args", [])))
+
     def after_fit(self) -> None:
-        checkpoint = getattr(self.trainer.checkpoint_callback, "best_model_path", "")
+        checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(
+            self.trainer.checkpoint_callback, "best_model_path", "")
         if checkpoint:
-            print(f"\nCheckpoint (resume with --ckpt_path): {checkpoint}")
+            print(f"\nCheckpoint: {checkpoint}")
         for logger in self.trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 uri = logger._tracking_uri

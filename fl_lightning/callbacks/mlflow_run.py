@@ -4,6 +4,11 @@ Tags: algorithm, dataset, partition (+ parameters), num_clients, participation, 
 seed, suite, git sha. Artifacts: the partition statistics (table and figure) at the
 start, every client's final metrics (JSON) and a figure of the sorted client accuracies
 at the end (the JSON also when the fit fails).
+
+Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
+``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (the CLI passes its
+``run_id`` to the logger). The continued run is marked RUNNING again, and metric steps the
+interrupted process had already logged past its checkpoint are not logged twice.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from lightning.pytorch.loggers import MLFlowLogger
 from matplotlib.figure import Figure
 
 from fl_lightning.machine import cpu_description
+
+CHECKPOINT_KEY = "mlflow_runs"  # {"rounds_completed": k, "runs": [{tracking_uri, experiment_id, run_id}]}
 
 
 def git_sha() -> str:
@@ -88,13 +95,80 @@ def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, st
     return tags
 
 
+def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
+    """The MLflow runs a checkpoint's fit logged to (``[]`` for checkpoints from elsewhere)."""
+    return list((checkpoint.get(CHECKPOINT_KEY) or {}).get("runs", []))
+
+
+def skip_logged_steps(logger: MLFlowLogger, after_step: int) -> int:
+    """Make ``logger`` drop the (metric, step) pairs its run already holds past ``after_step``:
+    what a killed process logged after its last checkpoint (e.g. the evaluation of the round it
+    died in) is logged again, identically, by the resumed fit. Returns how many are skipped."""
+    client, run_id = logger.experiment, logger.run_id
+    logged = {
+        (metric.key, metric.step)
+        for key in client.get_run(run_id).data.metrics
+        for metric in client.get_metric_history(run_id, key)
+        if metric.step > after_step
+    }
+    if logged:
+        log_metrics = logger.log_metrics
+
+        def log_new_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+            log_metrics({k: v for k, v in metrics.items() if (k, step or 0) not in logged}, step)
+
+        logger.log_metrics = log_new_metrics  # type: ignore[method-assign]
+    return len(logged)
+
+
 class MLflowRunInfo(Callback):
-    """Sets the run's tags and logs the partition and per-client artifacts."""
+    """Sets the run's tags and logs the partition and per-client artifacts; records the run in
+    every checkpoint so that a resumed fit continues it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            # rounds done: `processed` already counts the round whose end saves the checkpoint
+            "rounds_completed": int(trainer.fit_loop.epoch_progress.current.processed),
+            "runs": [
+                {"tracking_uri": lg._tracking_uri, "experiment_id": lg.experiment_id, "run_id": lg.run_id}
+                for lg in mlflow_loggers(trainer)
+                if lg.run_id is not None
+            ],
+        }
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.resumed_from = checkpoint.get(CHECKPOINT_KEY)
+
+    def _continue_runs(self, trainer: pl.Trainer, loggers: list[MLFlowLogger]) -> None:
+        """A resumed fit: mark a continued run RUNNING again (it may have been marked FAILED)
+        and skip the steps it already holds; a new run notes where it was resumed from."""
+        resumed_from, self.resumed_from = self.resumed_from, None
+        if resumed_from is None:
+            return
+        rounds = int(resumed_from.get("rounds_completed", 0))
+        previous = {run["run_id"] for run in resumed_from.get("runs", [])}
+        for logger in loggers:
+            client, run_id = logger.experiment, logger.run_id
+            client.set_tag(run_id, "resumed_at_round", str(rounds))
+            if run_id not in previous:
+                client.set_tag(run_id, "resumed_from_runs", ",".join(sorted(previous)) or "unknown")
+                continue
+            run = client.get_run(run_id)
+            if run.info.status != "RUNNING":
+                client.update_run(run_id, status="RUNNING")
+            if "error" in run.data.tags:  # a failure recorded by the benchmark runner
+                client.delete_tag(run_id, "error")
+            skip_logged_steps(logger, rounds)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loggers = mlflow_loggers(trainer)
         if not loggers or not trainer.is_global_zero:
             return
+        self._continue_runs(trainer, loggers)
         tags = run_tags(trainer, pl_module)
         data = trainer.datamodule
         for logger in loggers:

@@ -1,0 +1,117 @@
+"""`fl-lightning fit --ckpt_path last.ckpt` continues the interrupted fit's MLflow run: the same
+run id, no step logged twice, FINISHED at the end, the same numbers as an uninterrupted fit."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fl_lightning.algorithms import FedAvg
+from fl_lightning.cli import main, resume_command
+
+pytestmark = pytest.mark.integration
+
+ROUNDS = 4
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # checkpoints land in the temporary folder
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def fit_args(uri, *extra):
+    return [
+        "fit", f"--trainer.logger.init_args.tracking_uri={uri}", f"--model.num_rounds={ROUNDS}",
+        "--model.eval_every=1", "--model.fraction=0.5", "--model.dropout_prob=0.2", "--model.momentum=0.5",
+        "--model.backbone=fl_logreg", "--model.batch_size=16", "--data.source=digits",
+        "--data.num_clients=6", "--data.partition=iid", "--data.partition_params={}", *extra,
+    ]
+
+
+def crash_at_round(round_number):
+    """FedAvg whose process dies when round ``round_number`` starts (after the previous
+    round's checkpoint and metrics)."""
+
+    def on_train_epoch_start(self):
+        if self.current_epoch + 1 == round_number:
+            raise RuntimeError("simulated crash")
+
+    return on_train_epoch_start
+
+
+def interrupted_fit(uri, capsys, monkeypatch, *extra):
+    """A fit that dies at the start of round 3; returns its run and the printed resume command."""
+    with monkeypatch.context() as patch:
+        patch.setattr(FedAvg, "on_train_epoch_start", crash_at_round(3), raising=False)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            main(fit_args(uri, *extra))
+    out = capsys.readouterr().out
+    hint = [line for line in out.splitlines() if "resume it with:" in line]
+    assert hint, out
+    command = shlex.split(hint[-1].split("resume it with:", 1)[1])
+    runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("fl-lightning").experiment_id])
+    assert len(runs) == 1
+    return runs[0], command
+
+
+def history(client, run_id):
+    return {key: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+            for key in client.get_run(run_id).data.metrics}
+
+
+def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
+    client = MlflowClient(store)
+    run, command = interrupted_fit(store, capsys, monkeypatch)
+    assert run.info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2]
+    assert command[:2] == ["fl-lightning", "fit"] and command[-2] == "--ckpt_path"
+    checkpoint = Path(command[-1])
+    assert checkpoint.name == "last.ckpt" and checkpoint.is_file() and run.info.run_id in str(checkpoint)
+    # as if the killed process had also evaluated round 3 before dying (after the checkpoint of round 2)
+    client.log_metric(run.info.run_id, "test_acc_mean", 0.125, step=3)
+
+    main(command[1:])  # the printed command, as a user would paste it
+    out = capsys.readouterr().out
+    assert f"continuing MLflow run {run.info.run_id}" in out
+
+    runs = client.search_runs([run.info.experiment_id])
+    assert [r.info.run_id for r in runs] == [run.info.run_id]
+    resumed = runs[0]
+    assert resumed.info.status == "FINISHED"
+    assert resumed.data.tags["resumed_at_round"] == "2"
+    logged = history(client, run.info.run_id)
+    for key, entries in logged.items():
+        steps = [step for step, _ in entries]
+        assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
+    assert [step for step, _ in logged["train_loss"]] == list(range(1, ROUNDS + 1))
+    assert logged["test_acc_mean"][2] == (3, 0.125)  # the step already in the store is not logged again
+
+    # the same numbers as a fit that was never interrupted
+    main(fit_args(store, "--trainer.logger.init_args.experiment_name=uninterrupted"))
+    reference = client.search_runs([client.get_experiment_by_name("uninterrupted").experiment_id])[0]
+    expected = history(client, reference.info.run_id)
+    assert logged.keys() == expected.keys()
+    for key in expected.keys() - {"client_time_s", "server_time_s", "test_acc_mean"}:
+        assert logged[key] == expected[key], key
+    assert logged["test_acc_mean"][3] == expected["test_acc_mean"][3]
+
+
+def test_resuming_into_another_store_starts_a_new_run(store, tmp_path, capsys, monkeypatch):
+    run, command = interrupted_fit(store, capsys, monkeypatch)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    main(fit_args(other, "--ckpt_path", command[-1]))
+    assert "logs to a new run" in capsys.readouterr().out
+    client = MlflowClient(other)
+    (new,) = client.search_runs([client.get_experiment_by_name("fl-lightning").experiment_id])
+    assert new.info.run_id != run.info.run_id and new.info.status == "FINISHED"
+    assert new.data.tags["resumed_from_runs"] == run.info.run_id
+    assert [m.step for m in client.get_metric_history(new.info.run_id, "train_loss")] == [3, 4]
+
+
+def test_resume_command_replaces_an_earlier_checkpoint():
+    command = resume_command(["fit", "--ckpt_path", "old.ckpt", "--ckpt_path=older.ckpt", "--model=FedAvg"], "a b.ckpt")
+    assert command == "fl-lightning fit --model=FedAvg --ckpt_path 'a b.ckpt'"

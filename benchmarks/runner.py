@@ -102,6 +102,64 @@ def algorithm_label(class_path: str, params: dict) -> str:
     return f"{name}({inner})"
 
 
+def _suite_error(where: str, problem: str) -> SystemExit:
+    return SystemExit(f"suite {where}: {problem}; see the format at the top of benchmarks/runner.py")
+
+
+def _check_algorithms(where: str, entries) -> None:
+    """Each algorithm entry is a mapping with a class_path; grids map names to lists."""
+    if not isinstance(entries, list) or not entries:
+        raise _suite_error(where, f"'algorithms' must be a non-empty list of entries with a class_path, got {entries!r}")
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str):
+            raise _suite_error(where, f"algorithm entry {number} must be a mapping with a 'class_path' "
+                                      f"(e.g. class_path: fl_lightning.algorithms.FedAvg), got {entry!r}")
+        for key in ("init_args", "grid"):
+            if not isinstance(entry.get(key) or {}, dict):
+                raise _suite_error(where, f"{entry['class_path']}: {key!r} must be a mapping, got {entry[key]!r}")
+        for name, values in (entry.get("grid") or {}).items():
+            if not isinstance(values, list) or not values:
+                raise _suite_error(where, f"{entry['class_path']}: grid {name!r} must be a non-empty list of "
+                                          f"values (e.g. {name}: [{values!r}]), got {values!r}")
+        known = {**(entry.get("init_args") or {}), **(entry.get("grid") or {})}
+        missing = [k for k in entry.get("label_args") or [] if k not in known]
+        if missing:
+            raise _suite_error(where, f"{entry['class_path']}: label_args {missing} name no init_args or grid "
+                                      f"entry; it has {sorted(known)}")
+
+
+def _check_suite(where: str, spec) -> None:
+    """The structure ``load_suite`` relies on, with a message naming what to fix."""
+    if not isinstance(spec, dict):
+        raise _suite_error(where, f"the file must hold a mapping (suite:, paper:, scale:, base:, benchmarks:), "
+                                  f"got {type(spec).__name__}")
+    for key in ("suite", "paper", "scale", "base", "benchmarks"):
+        if key not in spec:
+            raise _suite_error(where, f"it has no {key!r} entry")
+    for key in ("suite", "paper", "scale"):
+        if not isinstance(spec[key], str) or not spec[key]:
+            raise _suite_error(where, f"{key!r} must be a non-empty string, got {spec[key]!r}")
+    if not isinstance(spec["base"], dict):
+        raise _suite_error(where, f"'base' must be a mapping (a LightningCLI config), got {spec['base']!r}")
+    seeds = spec.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise _suite_error(where, f"'seeds' must be a non-empty list of integers (e.g. seeds: [0, 1, 2]), got {seeds!r}")
+    if not isinstance(spec["benchmarks"], list) or not spec["benchmarks"]:
+        raise _suite_error(where, f"'benchmarks' must be a non-empty list of entries with a name, got {spec['benchmarks']!r}")
+    if spec.get("algorithms") is not None:
+        _check_algorithms(where, spec["algorithms"])
+    for number, benchmark in enumerate(spec["benchmarks"]):
+        if not isinstance(benchmark, dict) or not isinstance(benchmark.get("name"), str):
+            raise _suite_error(where, f"benchmark entry {number} must be a mapping with a 'name' "
+                                      f"(e.g. name: mnist5k/iid/p0.1/fl_mlp), got {benchmark!r}")
+        if not isinstance(benchmark.get("config") or {}, dict):
+            raise _suite_error(where, f"benchmark {benchmark['name']!r}: 'config' must be a mapping, got {benchmark['config']!r}")
+        if benchmark.get("algorithms") is not None:
+            _check_algorithms(f"{where}, benchmark {benchmark['name']!r}", benchmark["algorithms"])
+        elif spec.get("algorithms") is None:
+            raise _suite_error(where, f"benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
+
+
 def expand_algorithms(entries: list[dict]) -> list[tuple[str, dict]]:
     """[(label, model config)] with every grid expanded (cartesian product)."""
     configs = []
@@ -118,16 +176,18 @@ def expand_algorithms(entries: list[dict]) -> list[tuple[str, dict]]:
 
 
 def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
-    spec = yaml.safe_load(suite_path(name).read_text())
-    for key in ("suite", "paper", "scale", "base", "benchmarks"):
-        if key not in spec:
-            raise SystemExit(f"suite {name!r} has no {key!r} entry; see benchmarks/runner.py for the format")
+    path = suite_path(name)
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise SystemExit(f"suite {name!r} ({path}) is not valid YAML: {error}") from error
+    _check_suite(repr(name), spec)
+    if seeds is not None and (not seeds or not all(type(s) is int for s in seeds)):
+        raise SystemExit(f"seeds must be a non-empty list of integers, got {seeds!r}")
     cells = []
     for benchmark in spec["benchmarks"]:
-        bench_config = deep_merge(spec["base"], benchmark.get("config", {}))
-        algorithms = benchmark.get("algorithms", spec.get("algorithms"))
-        if not algorithms:
-            raise SystemExit(f"suite {name!r}: benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
+        bench_config = deep_merge(spec["base"], benchmark.get("config") or {})
+        algorithms = benchmark.get("algorithms") or spec.get("algorithms")
         for label, model in expand_algorithms(algorithms):
             for seed in seeds if seeds is not None else spec.get("seeds", [0]):
                 config = deep_merge(bench_config, {"model": model})

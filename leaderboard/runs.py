@@ -151,7 +151,18 @@ def display_uri(uri: str) -> str:
 
 
 def check_store_exists(uri: str) -> None:
-    """A sqlite URI naming a file that does not exist is a typo, not an empty store."""
+    """A sqlite URI naming a file (or a file store naming a folder) that does not exist is a
+    typo, not an empty store."""
+    scheme = urlsplit(uri).scheme
+    if scheme == "file" or (scheme == "" and uri):
+        folder = Path(unquote(urlsplit(uri).path if scheme == "file" else uri))
+        if not folder.exists():
+            raise LeaderboardError(
+                f"no MLflow store at {uri}: the folder {folder.resolve()} does not exist. "
+                "Pass the store the runs were logged to with --tracking-uri "
+                "(e.g. --tracking-uri sqlite:////abs/path/mlruns.db or http://host:5000)."
+            )
+        return
     if not uri.startswith("sqlite:///"):
         return
     path = Path(unquote(uri[len("sqlite:///"):].split("?", 1)[0]))

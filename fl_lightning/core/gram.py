@@ -11,27 +11,72 @@ from __future__ import annotations
 import torch
 
 
+def _check_updates(updates: torch.Tensor, what: str = "updates") -> None:
+    """J must be a floating (m, d) tensor: one flat update per client."""
+    if not isinstance(updates, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor (m x d), got {type(updates).__name__}")
+    if updates.ndim != 2:
+        raise ValueError(
+            f"{what} must be 2-D (m clients x d parameters), got shape {tuple(updates.shape)}; "
+            "stack the flat client updates as rows (a single update: updates[None])"
+        )
+    if not updates.is_floating_point():
+        raise TypeError(
+            f"{what} must be floating point (client updates w - w_i), got dtype {updates.dtype}; "
+            "convert with updates.float() (integer products overflow silently)"
+        )
+
+
+def _check_slices(slices: list[slice], num_parameters: int) -> None:
+    """Every layer slice lies inside the d columns of J."""
+    for k, piece in enumerate(slices):
+        start, stop = piece.start or 0, piece.stop
+        if piece.step not in (None, 1) or stop is None or not 0 <= start <= stop <= num_parameters:
+            raise ValueError(
+                f"layer slice {k} = {piece} does not lie inside the {num_parameters} columns of "
+                "updates: the slices must come from core.flat.layer_slices of the model the "
+                "updates belong to"
+            )
+
+
 def gram(updates: torch.Tensor) -> torch.Tensor:
     """G = J Jᵀ (m x m), returned in float64 for the m x m work that follows.
 
     The product itself runs in J's dtype (one GEMM, the O(m² d) part): converting J to
     float64 first would copy it and halve the GEMM's speed, for no accuracy J has.
     """
+    _check_updates(updates)
     return (updates @ updates.T).double()
 
 
 def layer_grams(updates: torch.Tensor, slices: list[slice]) -> torch.Tensor:
     """G_l = J_l J_lᵀ for every layer slice: (L, m, m), float64 (products in J's dtype)."""
+    _check_updates(updates)
+    _check_slices(slices, updates.shape[1])
     return torch.stack([updates[:, s] @ updates[:, s].T for s in slices]).double()
 
 
 def combine(coefficients: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
     """Σ_i c_i g_i = c @ J, in the dtype of J."""
+    _check_updates(updates)
+    if coefficients.shape != updates.shape[:1]:
+        raise ValueError(
+            f"coefficients must have one entry per row of updates ({updates.shape[0]},), got "
+            f"shape {tuple(coefficients.shape)}"
+        )
     return coefficients.to(updates.dtype) @ updates
 
 
 def layer_combination(coefficients: torch.Tensor, updates: torch.Tensor, slices: list[slice]) -> torch.Tensor:
     """Per layer l: Σ_i c_{l,i} g_{i,l}; coefficients (L, m) -> a flat vector (d,)."""
+    _check_updates(updates)
+    _check_slices(slices, updates.shape[1])
+    if coefficients.shape != (len(slices), updates.shape[0]):
+        raise ValueError(
+            f"coefficients must be (layers, clients) = ({len(slices)}, {updates.shape[0]}): one "
+            f"row per layer slice and one column per row of updates, got shape "
+            f"{tuple(coefficients.shape)}"
+        )
     coefficients = coefficients.to(updates.dtype)
     return torch.cat([coefficients[k] @ updates[:, s] for k, s in enumerate(slices)])
 
@@ -43,6 +88,12 @@ def conflict_counts(updates: torch.Tensor, step: torch.Tensor, slices: list[slic
     when g_i · s < 0 (FedLF Table 4's MC). Per layer l: g_{i,l} · s_l < 0 (LC_l).
     Returns (model-level count, per-layer counts).
     """
+    _check_updates(updates)
+    if step.shape != updates.shape[1:]:
+        raise ValueError(
+            f"step must be a flat vector with one entry per column of updates "
+            f"({updates.shape[1]},), got shape {tuple(step.shape)}"
+        )
     step = step.to(updates.dtype)
     counts = [(updates @ step < 0).sum()] + [(updates[:, s] @ step[s] < 0).sum() for s in (slices or [])]
     model_level, *per_layer = torch.stack(counts).tolist()  # one device sync for all counts

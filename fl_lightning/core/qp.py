@@ -170,15 +170,61 @@ def box_around(
 # --------------------------------------------------------------------------- input checks
 
 
+# How far a Gram matrix may be from symmetric, or below zero on its diagonal, relative to
+# max|G| before it is refused as "not a Gram matrix". Loose on purpose: callers build G
+# from float32 products and rescale rows (FedLF's fair vector), which amplifies rounding;
+# real mistakes (a transposed or one-sided matrix, negative "norms") are off by O(1).
+_SYMMETRY_TOL = 1e-2
+_DIAGONAL_TOL = 1e-2
+
+
+def _as_gram_tensor(grams, what: str) -> torch.Tensor:
+    """``grams`` as a real tensor (array-likes are converted); complex or bool is a TypeError."""
+    if not isinstance(grams, torch.Tensor):
+        try:
+            grams = torch.as_tensor(np.asarray(grams))
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(
+                f"{what} must be a real tensor (n x n), got {type(grams).__name__}: {error}"
+            ) from error
+    if grams.is_complex() or grams.dtype == torch.bool:
+        raise TypeError(
+            f"{what} must hold real numbers (a Gram matrix of real vectors), got dtype {grams.dtype}"
+        )
+    return grams
+
+
 def _check_grams(grams: torch.Tensor, what: str) -> None:
+    """Square, non-empty, finite, symmetric with a non-negative diagonal (up to rounding)."""
     if grams.ndim < 2 or grams.shape[-1] != grams.shape[-2]:
-        raise ValueError(f"{what} must be square (n x n), got shape {tuple(grams.shape)}")
+        raise ValueError(
+            f"{what} must be square (n x n), got shape {tuple(grams.shape)}: pass the Gram "
+            "matrix G = J Jᵀ of the vectors (core.gram.gram), not the vectors themselves"
+        )
     if grams.shape[-1] == 0:
         raise ValueError(f"{what} is empty (n = 0): there must be at least one vector to weight")
     if not bool(torch.isfinite(grams).all()):
         raise ValueError(
             f"{what} has NaN or inf entries: drop the clients whose updates are not finite "
             "before building the Gram matrix"
+        )
+    if grams.numel() == 0:
+        return
+    g = grams.detach().to(_work_dtype(grams.device))
+    scale = g.abs().amax(dim=(-2, -1), keepdim=True)
+    g = g / torch.where(scale > 0, scale, torch.ones_like(scale))  # max|G| = 1: no overflow
+    asymmetry = float((g - g.transpose(-1, -2)).abs().max())
+    if asymmetry > _SYMMETRY_TOL:
+        raise ValueError(
+            f"{what} is not symmetric (max |G - Gᵀ| = {asymmetry:.3g} of max|G|): a Gram matrix "
+            "has G_ij = v_i · v_j = G_ji; build it with core.gram.gram(J) = J @ J.T"
+        )
+    lowest = float(torch.diagonal(g, dim1=-2, dim2=-1).min())
+    if lowest < -_DIAGONAL_TOL:
+        raise ValueError(
+            f"{what} has a negative diagonal entry ({lowest:.3g} of max|G|): a Gram matrix holds "
+            "the squared norms ||v_i||² >= 0 on its diagonal; pass inner products of vectors "
+            "(core.gram.gram), not scores or distances"
         )
 
 
@@ -478,6 +524,7 @@ def batched_min_norm_simplex(
     All-zero grams give uniform weights; n = 1 gives [1.0]. Same dtype (floating) and
     device as ``grams``; no gradient flows through the solve.
     """
+    grams = _as_gram_tensor(grams, "grams")
     if grams.ndim != 3:
         raise ValueError(f"grams must have shape (B, n, n), got {tuple(grams.shape)}")
     _check_grams(grams, "every gram in grams")
@@ -590,9 +637,11 @@ def min_norm_simplex(
 
     Degenerate inputs: n = 1 gives [1.0]; an all-zero G makes every feasible point optimal and
     gives the "centre" point above (status "optimal"); a box that pins λ returns that point.
-    Raises ValueError for a non-square G, NaN/inf entries, a malformed or infeasible box,
-    or an unknown solver.
+    Raises ValueError for a G that is not square, not symmetric or has a negative diagonal
+    (beyond rounding: not a Gram matrix), NaN/inf entries, a malformed or infeasible box,
+    or an unknown solver; TypeError for complex or boolean G.
     """
+    gram = _as_gram_tensor(gram, "gram")
     if gram.ndim != 2:
         raise ValueError(f"gram must be a square matrix (n x n), got shape {tuple(gram.shape)}")
     _check_grams(gram, "gram")

@@ -15,6 +15,7 @@ tensors directly, so each dataloader yields a single placeholder item per epoch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -119,7 +120,7 @@ class FederatedDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.partition_params = dict(partition_params or {})
+        self.partition_params = _as_params("partition_params", partition_params, "{alpha: 0.5}")
         self.source_params = self._checked_source_params(source, num_clients, source_params)
         info = source_info(source, **self.source_params)
         self._check_arguments(
@@ -139,7 +140,7 @@ class FederatedDataModule(LightningDataModule):
     def _checked_source_params(source: str, num_clients: int, source_params: dict | None) -> dict:
         if source not in list_sources():
             raise ValueError(f"unknown data source {source!r}; valid names: {list_sources()}.")
-        params = dict(source_params or {})
+        params = _as_params("source_params", source_params, "{split: letters}")
         if source_info(source, **params).natural_clients:
             given = params.setdefault("num_clients", num_clients)
             if given != num_clients:
@@ -187,11 +188,16 @@ class FederatedDataModule(LightningDataModule):
             download_source(self.hparams.source, self.hparams.data_dir, **self.source_params)
 
     def setup(self, stage: str | None = None) -> None:
-        """Load the source and build the clients (only once)."""
+        """Load the source and build the clients (only once).
+
+        All-or-nothing: everything is built in local variables and assigned at the end, so
+        a setup that fails (missing files, an infeasible partition) leaves the module as it
+        was and a later ``setup()`` starts again from scratch."""
         if self.train_x is not None:
             return
         hp = self.hparams
         data = load_source(hp.source, hp.data_dir, hp.download, hp.seed, **self.source_params)
+        _check_loaded(data, self.source_info)
         pool = self._make_pool(data)
         clients = self._partition(pool)
         if hp.test_mode == "local":
@@ -200,14 +206,15 @@ class FederatedDataModule(LightningDataModule):
             )
         else:
             train_lists, test_lists = clients, [np.empty(0, np.int64)] * len(clients)
-        self.train_x, self.train_y, self.train_index, self.train_sizes = _pack_clients(
-            pool.x, pool.y, train_lists
-        )
-        self.test_x, self.test_y, self.test_index, self.test_sizes = _pack_clients(
-            pool.x, pool.y, test_lists
-        )
-        self.global_test_x, self.global_test_y = pool.global_x, pool.global_y
-        self._class_counts = client_class_counts(pool.y.numpy(), train_lists, self.num_classes)
+        built = dict(zip(_TENSOR_NAMES[:4], _pack_clients(pool.x, pool.y, train_lists)))
+        built |= dict(zip(_TENSOR_NAMES[4:8], _pack_clients(pool.x, pool.y, test_lists)))
+        built |= {"global_test_x": pool.global_x, "global_test_y": pool.global_y}
+        class_counts = client_class_counts(pool.y.numpy(), train_lists, self.num_classes)
+        self._class_counts = class_counts
+        for name in _TENSOR_NAMES:  # train_x last: it marks the setup as done
+            if name != "train_x":
+                setattr(self, name, built[name])
+        self.train_x = built["train_x"]
 
     def _make_pool(self, data: SourceData) -> _Pool:
         """What the partitioner splits, and what is held out as the shared test set."""
@@ -242,6 +249,14 @@ class FederatedDataModule(LightningDataModule):
                     f"source {hp.source!r} gave no natural client ids for partition 'natural'."
                 )
             params["client_ids"] = pool.client_ids.numpy()
+            present = len(np.unique(params["client_ids"]))
+            if hp.test_mode == "global" and present < hp.num_clients:
+                raise ValueError(
+                    f"the shared test set held out {hp.global_test_fraction:g} of {hp.source!r} "
+                    f"and took every sample of {hp.num_clients - present} of its "
+                    f"{hp.num_clients} natural clients, leaving them no training data; lower "
+                    "global_test_fraction or use test_mode='local'."
+                )
         try:
             return make_partition(hp.partition, pool.y.numpy(), hp.num_clients, hp.seed, **params)
         except ValueError as error:
@@ -317,6 +332,42 @@ class FederatedDataModule(LightningDataModule):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _as_params(name: str, params, example: str) -> dict:
+    """A copy of a ``*_params`` argument, which must be a mapping (or None for none)."""
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise ValueError(
+            f"{name} must be a mapping of parameter names to values, e.g. {example}, got "
+            f"{type(params).__name__} {params!r} (on the command line, quote a YAML/JSON "
+            f"mapping: --data.{name} '{example}')."
+        )
+    return dict(params)
+
+
+def _check_loaded(data: SourceData, info) -> None:
+    """The loaded tensors agree with what the source promised (shape, dtypes, classes)."""
+    for split, x, y in (("train", data.x_train, data.y_train), ("test", data.x_test, data.y_test)):
+        if x is None:
+            continue
+        problem = None
+        if tuple(x.shape[1:]) != tuple(info.input_shape):
+            problem = f"inputs of shape {tuple(x.shape[1:])}, expected {tuple(info.input_shape)}"
+        elif not x.is_floating_point():
+            problem = f"inputs of dtype {x.dtype}, expected floating point"
+        elif y.dtype != torch.int64 or y.shape != x.shape[:1]:
+            problem = f"labels of dtype {y.dtype} and shape {tuple(y.shape)}, expected int64 ({len(x)},)"
+        elif len(y) and not 0 <= int(y.min()) <= int(y.max()) < info.num_classes:
+            problem = (
+                f"labels from {int(y.min())} to {int(y.max())}, expected 0..{info.num_classes - 1}"
+            )
+        if problem is not None:
+            raise ValueError(
+                f"source {info.name!r} loaded {split} {problem}; its files may be corrupted or of "
+                "another dataset: delete them and download again (download=True)."
+            )
 
 
 def _derived_seed(seed: int, purpose: str) -> int:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +42,7 @@ def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
     def decorate(fn: Partitioner) -> Partitioner:
         @functools.wraps(fn)
         def checked(labels, num_clients: int, seed: int = 0, **params) -> list[np.ndarray]:
+            check_partition_values(name, params)
             labels = _as_labels(labels)
             _check_num_clients(num_clients, len(labels))
             return fn(labels, num_clients, seed, **params)
@@ -67,8 +69,15 @@ def partition_param_names(name: str) -> dict[str, bool]:
 
 
 def check_partition_params(name: str, params: dict) -> None:
-    """Raise ``ValueError`` if ``params`` has a key partitioner ``name`` does not take,
-    or lacks one it requires."""
+    """Raise ``ValueError`` if ``params`` has a key partitioner ``name`` does not take, lacks
+    one it requires, or holds a value of the wrong type or range (``check_partition_values``).
+
+    Needs no labels, so a data module can run it before any data is loaded."""
+    if not isinstance(params, Mapping):
+        raise ValueError(
+            f"partition_params must be a mapping of parameter names to values, e.g. "
+            f"{{'alpha': 0.5}}, got {type(params).__name__} {params!r}."
+        )
     accepted = partition_param_names(name)
     described = ", ".join(f"{p} (required)" if req else p for p, req in accepted.items())
     unknown = sorted(set(params) - set(accepted))
@@ -83,6 +92,79 @@ def check_partition_params(name: str, params: dict) -> None:
             f"partitioner {name!r} needs parameter(s) {missing}; it takes: {described}. "
             f"Pass them in partition_params, e.g. {{{missing[0]!r}: ...}}."
         )
+    check_partition_values(name, params)
+
+
+# Parameters shared by several partitioners, checked by name before any data is seen:
+# (requirement, whether None is allowed, an example value for the message).
+_PARAMETER_RULES: dict[str, tuple[str, bool, str]] = {
+    "alpha": ("> 0 (a finite number)", False, "0.5"),
+    "min_size": ("an integer >= 1", False, "10"),
+    "max_tries": ("an integer >= 1", False, "100"),
+    "classes_per_client": ("an integer >= 1", False, "2"),
+    "shards_per_client": ("an integer >= 1", False, "2"),
+    "num_shards": ("an integer >= 1", True, "200"),
+    "total_size": ("an integer >= 1", True, "6000"),
+    "samples_per_client": ("an integer >= 1", True, "600"),
+    "random_classes": ("true or false", False, "true"),
+}
+
+
+def check_partition_values(name: str, params: Mapping) -> None:
+    """Raise ``ValueError`` naming the parameter when a value of ``params`` has the wrong
+    type or range for partitioner ``name`` (e.g. ``alpha <= 0`` or ``classes_per_client=2.5``).
+    Checks what needs no labels; the partitioner checks the rest (e.g. k <= classes)."""
+    for param, value in params.items():
+        rule = _PARAMETER_RULES.get(param)
+        if rule is None or (value is None and rule[1]):
+            continue
+        requirement, optional, example = rule
+        if requirement.startswith("> 0"):
+            ok = _is_real_number(value) and math.isfinite(value) and value > 0
+        elif requirement == "an integer >= 1":
+            ok = _is_integer(value) and value >= 1
+        else:
+            ok = isinstance(value, (bool, np.bool_))
+        if not ok:
+            none_note = " (or null)" if optional else ""
+            raise ValueError(
+                f"{name}: {param} must be {requirement}{none_note}, got {value!r}; "
+                f"fix it in partition_params, e.g. {{{param!r}: {example}}}."
+            )
+    if name == "class_assignment" and "assignment" in params:
+        _check_assignment(params["assignment"])
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def _is_sequence(value) -> bool:
+    return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
+
+
+def _check_assignment(assignment) -> None:
+    example = "[[6], [2], [0]] (one list of class ids per client)"
+    if not _is_sequence(assignment):
+        raise ValueError(
+            f"class_assignment assignment must be a list of class-id lists, e.g. {example}, "
+            f"got {assignment!r}."
+        )
+    for client, client_classes in enumerate(assignment):
+        if (
+            not _is_sequence(client_classes)
+            or not all(_is_integer(c) and c >= 0 for c in client_classes)
+        ):
+            raise ValueError(
+                f"class_assignment[{client}] = {client_classes!r} must be a list of "
+                f"non-negative integer class ids; assignment looks like {example}."
+            )
 
 
 def _lookup(name: str) -> Partitioner:
@@ -99,14 +181,17 @@ def _as_labels(labels) -> np.ndarray:
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}.")
     if not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}.")
+        raise ValueError(
+            f"labels must be integer class ids, got dtype {labels.dtype}; pass integer "
+            "labels (e.g. labels.astype(np.int64), or tensor.long())."
+        )
     if labels.min() < 0:
         raise ValueError(f"labels must be non-negative class ids, found {labels.min()}.")
     return labels.astype(np.int64, copy=False)
 
 
 def _check_num_clients(num_clients: int, num_samples: int) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    if not _is_integer(num_clients) or num_clients < 1:
         raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}.")
     if num_clients > num_samples:
         raise ValueError(
@@ -382,6 +467,13 @@ def linspace_classes(
     if samples_per_client is None:
         samples_per_client = feasible
     fewest = int(class_numbers.max())  # every owned class needs at least one sample
+    if feasible < fewest:
+        raise ValueError(
+            f"linspace_classes cannot serve {num_clients} clients from {len(labels)} samples: "
+            f"client {num_clients - 1} owns {fewest} classes and needs at least one sample of "
+            f"each, but the pool can give every client at most {feasible} samples without "
+            "sharing any. Use fewer clients or a larger source."
+        )
     if not fewest <= samples_per_client <= feasible:
         raise ValueError(
             f"linspace_classes needs samples_per_client between {fewest} (one sample per "
@@ -474,6 +566,11 @@ def natural(labels, num_clients, seed=0, *, client_ids: np.ndarray):
     ``seed`` is unused. Covers every sample exactly once.
     """
     client_ids = np.asarray(client_ids)
+    if not np.issubdtype(client_ids.dtype, np.integer):
+        raise ValueError(
+            f"client_ids must be integer client ids (one per sample), got dtype "
+            f"{client_ids.dtype}; convert them with client_ids.astype(np.int64)."
+        )
     if client_ids.shape != labels.shape:
         raise ValueError(
             f"client_ids must have one id per sample: shape {client_ids.shape} vs labels "

@@ -162,14 +162,15 @@ def _open_torchvision(class_name: str, data_dir: str, download: bool, train: boo
     dataset_class = _torchvision_class(class_name)
     try:
         return dataset_class(data_dir, train=train, download=download, **kwargs)
-    except RuntimeError as error:
+    except Exception as error:  # torchvision's readers fail with many types on a bad file
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         expected = _expected_files(class_name, data_dir, kwargs.get("split"))
         missing = [os.path.basename(path) for path in expected if not os.path.isfile(path)]
         folder = os.path.dirname(expected[0])
         names = [os.path.basename(path) for path in expected]
         if missing and download:
             raise RuntimeError(
-                f"downloading {class_name} into {folder!r} failed ({error}). Without a "
+                f"downloading {class_name} into {folder!r} failed ({reason}). Without a "
                 f"network, copy the files {names} there from a machine that has one."
             ) from error
         if missing:
@@ -181,8 +182,9 @@ def _open_torchvision(class_name: str, data_dir: str, download: bool, train: boo
             ) from error
         raise RuntimeError(
             f"{class_name} files under data_dir={data_dir!r} are present but torchvision "
-            f"rejected them ({error}); they may be corrupted (torchvision checks their md5). "
-            "Delete them and load again with download=True."
+            f"rejected them ({reason}); they may be corrupted or truncated (torchvision checks "
+            f"the md5 of CIFAR files). Delete the files {names} in {folder!r} and "
+            "load again with download=True (CLI: --data.download true), or copy intact ones there."
         ) from error
 
 

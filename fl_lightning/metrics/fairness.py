@@ -58,7 +58,15 @@ SUMMARY_KEYS = (
 
 def _client_values(values: Any, name: str = "values") -> torch.Tensor:
     """``values`` as a non-empty, finite, floating 1-D tensor (one entry per client)."""
-    tensor = torch.as_tensor(values)
+    try:
+        tensor = torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(
+            f"{name} must be numbers, one per client (a 1-D tensor, array or list of floats), "
+            f"got {type(values).__name__} that torch cannot convert: {error}"
+        ) from error
+    if tensor.is_complex():
+        raise TypeError(f"{name} must be real numbers, one per client, got dtype {tensor.dtype}")
     if tensor.ndim != 1:
         raise ValueError(
             f"{name} must be a 1-D tensor with one value per client, got shape {tuple(tensor.shape)}"

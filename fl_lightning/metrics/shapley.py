@@ -13,7 +13,8 @@ authors' code gets from ``F.cosine_similarity`` with its small epsilon.
 
 Each value ν(S) needs only inner products, so everything works on the Gram matrix
 G = U Uᵀ (N x N, float64): one O(N² d) product, then O(N²) per coalition. Pure tensor
-functions, no Lightning; results come back in the dtype of ``updates``.
+functions, no Lightning; results come back in the dtype of ``updates`` (the default
+float dtype for integer updates).
 """
 
 from __future__ import annotations
@@ -30,13 +31,30 @@ MAX_EXACT_AGENTS = 10
 _ZERO_NORM = 1e-12
 
 
+def _result_dtype(updates: torch.Tensor) -> torch.dtype:
+    """Values come back in the dtype of floating ``updates`` (the default float otherwise)."""
+    return updates.dtype if updates.is_floating_point() else torch.get_default_dtype()
+
+
 def _gram_and_weights(updates: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(updates, torch.Tensor):
+        raise TypeError(f"updates must be a torch.Tensor (N, d), got {type(updates).__name__}")
     if updates.dim() != 2 or updates.shape[0] == 0:
         raise ValueError(f"updates must be (N, d) with one row per agent, got shape {tuple(updates.shape)}")
+    if updates.is_complex() or updates.dtype == torch.bool:
+        raise TypeError(f"updates must hold real numbers, got dtype {updates.dtype}")
     u = updates.detach().double()
-    r = torch.ones(u.shape[0], dtype=u.dtype, device=u.device) if weights is None else weights.detach().double()
+    if not bool(torch.isfinite(u).all()):
+        bad = (~torch.isfinite(u).all(dim=1)).nonzero().flatten().tolist()
+        raise ValueError(
+            f"updates of agents {bad} hold NaN or inf: every cosine with them would be NaN; "
+            "drop those agents (or their rounds) before computing CGSV"
+        )
+    r = torch.ones(u.shape[0], dtype=u.dtype, device=u.device) if weights is None else torch.as_tensor(weights).detach().double()
     if r.shape != (u.shape[0],):
         raise ValueError(f"weights must have one entry per agent ({u.shape[0]}), got shape {tuple(r.shape)}")
+    if not bool(torch.isfinite(r).all()):
+        raise ValueError("weights hold NaN or inf: pass finite weights r_i (None for all ones)")
     return u @ u.T, r
 
 
@@ -64,13 +82,13 @@ def exact_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None) -> to
         updates: (N, d), row i = u_i.
         weights: (N,) r_i in u_S = Σ_{i∈S} r_i u_i; None = all ones.
     """
-    n = updates.shape[0]
+    gram, r = _gram_and_weights(updates, weights)
+    n = gram.shape[0]
     if n > MAX_EXACT_AGENTS:
         raise ValueError(
             f"exact_cgsv enumerates 2^N coalitions and is limited to N <= {MAX_EXACT_AGENTS} agents, "
             f"got N = {n}: use sampled_cgsv (Monte-Carlo over orders) or approximate_cgsv (eq. 3)"
         )
-    gram, r = _gram_and_weights(updates, weights)
     coalitions = torch.arange(2**n, device=gram.device)
     bits = 2 ** torch.arange(n, device=gram.device)
     members = (coalitions.unsqueeze(1) & bits) > 0  # (2^N, N): coalition S as a bit mask
@@ -79,7 +97,7 @@ def exact_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None) -> to
     share = torch.tensor(by_size, dtype=gram.dtype, device=gram.device)[members.sum(dim=1)]  # |S|!(N-1-|S|)!/N!
     gain = value[coalitions.unsqueeze(1) | bits] - value.unsqueeze(1)  # ν(S ∪ {i}) − ν(S), (2^N, N)
     phi = torch.where(members, 0.0, share.unsqueeze(1) * gain).sum(dim=0)  # only S ∌ i count
-    return phi.to(updates.dtype)
+    return phi.to(_result_dtype(updates))
 
 
 def sampled_cgsv(
@@ -110,7 +128,7 @@ def sampled_cgsv(
     value = coalition_values(gram, r, members.view(-1, n)).view(num_permutations, n + 1)
     gain = value[:, 1:] - value[:, :-1]  # gain of the k-th agent of π
     phi = torch.zeros(n, dtype=gram.dtype, device=gram.device).index_add_(0, order.flatten(), gain.flatten())
-    return (phi / num_permutations).to(updates.dtype)
+    return (phi / num_permutations).to(_result_dtype(updates))
 
 
 def approximate_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -124,4 +142,4 @@ def approximate_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None)
     norm_i = gram.diagonal().clamp(min=0).sqrt()
     norm_n = (r @ gram @ r).clamp(min=0).sqrt()
     psi = (gram @ r) / (norm_i * norm_n).clamp(min=_ZERO_NORM**2)  # <u_i, u_N> / (||u_i|| ||u_N||)
-    return torch.where((norm_i <= _ZERO_NORM) | (norm_n <= _ZERO_NORM), 0.0, psi).to(updates.dtype)
+    return torch.where((norm_i <= _ZERO_NORM) | (norm_n <= _ZERO_NORM), 0.0, psi).to(_result_dtype(updates))

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import timm
 import torch.nn as nn
 
@@ -62,11 +63,17 @@ def create_fl_model(
     """Build the registered model ``name`` for ``num_classes`` and one sample of ``input_shape``.
 
     Extra keyword arguments go to the model (e.g. ``width="standard"`` for NF-ResNet-18,
-    ``hidden_sizes=(100,)`` for the MLPs). Raises ``ValueError`` for an unknown name.
+    ``hidden_sizes=(100,)`` for the MLPs). Raises ``ValueError`` for an unknown name or a
+    ``num_classes`` that is not a positive integer.
     """
     valid = list_fl_models()
     if name not in valid:
         raise ValueError(f"unknown fl-lightning model {name!r}; valid names: {', '.join(valid)}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
+        raise ValueError(
+            f"{name}: num_classes must be a positive integer (the number of output logits, e.g. 10), "
+            f"got {num_classes!r}; it must match the data (FederatedDataModule.num_classes)"
+        )
     return timm.create_model(
         name, num_classes=int(num_classes), input_shape=tuple(input_shape), **kwargs
     )

@@ -159,6 +159,7 @@ class FedLF(FederatedModule):
         absent, tau = self.absent_clients(payload)  # step 3
         X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
         coefficients, groups, fallbacks = self.layerwise_min_norm(layer_grams(X, self.layer_slices), m, q)
+        self.count_qp_fallbacks(fallbacks)
         u = layer_combination(coefficients, X, self.layer_slices)  # Σ_j λ_j V_j per layer = −d
         self.last_round_stats = {
             "fedlf_fair_used": float(q is not None),

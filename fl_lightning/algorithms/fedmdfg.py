@@ -170,7 +170,9 @@ class FedMDFG(FederatedModule):
             fair[:m] = fair_guidance(losses).to(fair)
             C = torch.cat([C[:m], fair.unsqueeze(0), C[m:]])
         vector_gram = C @ gram(X) @ C.T
-        weights = min_norm_simplex(vector_gram, solver="cvxopt").weights
+        qp = min_norm_simplex(vector_gram, solver="cvxopt")
+        self.count_qp_fallbacks(qp.fallback is not None)
+        weights = qp.weights
         u = combine(weights @ C, X)  # Σ λ_j V_j = −d
         stationary = weights @ vector_gram @ weights <= ZERO_DIRECTION**2 * vector_gram.diagonal().max()
         if stationary:

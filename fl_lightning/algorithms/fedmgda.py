@@ -68,7 +68,6 @@ class FedMGDAPlus(FederatedModule):
         if mu < 0:
             raise ValueError(f"mu must be >= 0 (0 = no proximal term), got {mu}")
         self.save_hyperparameters()
-        self.register_buffer("qp_fallbacks", torch.zeros((), dtype=torch.long))
         self.last_lambda: torch.Tensor | None = None
         self.last_qp_status: str | None = None
 
@@ -89,13 +88,9 @@ class FedMGDAPlus(FederatedModule):
         lambda0 = payload.num_samples.to(G.dtype) / payload.num_samples.sum()  # λ0_i = n_i / n
         qp = min_norm_simplex(G_hat, *box_around(lambda0, self.hparams.epsilon))  # line 5
         self.last_lambda, self.last_qp_status = qp.weights, qp.status
-        self.qp_fallbacks += int(qp.fallback is not None)
+        self.count_qp_fallbacks(qp.fallback is not None)
         eta = self.global_lr_at(payload.round)
-        self.log_round({
-            "qp_fallback": float(qp.fallback is not None),
-            "qp_fallbacks_total": float(self.qp_fallbacks),
-            "global_lr": eta,
-        })
+        self.log_round({"qp_fallback": float(qp.fallback is not None), "global_lr": eta})
         return eta * combine(qp.weights * scale, updates)  # lines 6 and 9: η_t Σ_i λ*_i ĝ_i
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:

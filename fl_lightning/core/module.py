@@ -22,6 +22,7 @@ local shuffles of round t are the same whether the run was resumed or not.
 from __future__ import annotations
 
 import copy
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -132,6 +133,11 @@ class FederatedModule(pl.LightningModule):
             ``"float32"``, ``"bfloat16"``, ``"float16"``.
         history_device: ``"model"`` (with the model) or ``"cpu"`` (offloaded to host
             memory, pinned when a GPU is present): 100 clients of NF-ResNet-18 or CCT fit.
+        attack: simulate one malicious client (FedMGDA+ Sec. 6.2.2) that takes part in
+            every round: ``"bias"`` adds ``attack_strength`` to the loss it reports;
+            ``"scaling"`` multiplies its loss, and so its update, by ``attack_strength``.
+        attack_client: the malicious client's id.
+        attack_strength: the bias added or the factor applied.
         lr_decay: the local learning rate of round t is ``lr * lr_decay**t`` (FedLF uses
             0.999, CGSV 0.977).
         layer_grouping: ``"tensor"`` or ``"module"``: what a "layer" is for per-layer
@@ -166,6 +172,9 @@ class FederatedModule(pl.LightningModule):
         local_autocast: str | None = None,
         history_dtype: str | None = None,
         history_device: str = "model",
+        attack: str | None = None,
+        attack_client: int = 0,
+        attack_strength: float = 10.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -194,6 +203,13 @@ class FederatedModule(pl.LightningModule):
             raise ValueError(f"unknown history_dtype {history_dtype!r}; valid: {', '.join(_HISTORY_DTYPES)}")
         if history_device not in ("model", "cpu"):
             raise ValueError(f"unknown history_device {history_device!r}; valid: 'model', 'cpu' (offloaded)")
+        if attack not in (None, "bias", "scaling"):
+            raise ValueError(f"unknown attack {attack!r}; valid: null (no attacker), 'bias', 'scaling'")
+        if attack is not None and not (math.isfinite(attack_strength) and attack_client >= 0):
+            raise ValueError(
+                f"attack_strength must be finite and attack_client a client id >= 0, got "
+                f"{attack_strength} and {attack_client}"
+            )
         if not 0 < lr_decay <= 1:
             raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
         self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size)
@@ -207,6 +223,8 @@ class FederatedModule(pl.LightningModule):
         # reports the same per-layer means as an uninterrupted one)
         self.register_buffer("layer_conflict_sums", torch.zeros(len(self.layer_slices)))
         self.register_buffer("conflict_rounds", torch.zeros((), dtype=torch.long))
+        # QPs that the primary solver could not solve (a fallback answered), over the run
+        self.register_buffer("qp_fallbacks", torch.zeros((), dtype=torch.long))
         self.last_client_metrics: dict[str, list[float]] = {}
         self._attached_data: Any = None
         self.engine_used: str | None = None
@@ -310,6 +328,11 @@ class FederatedModule(pl.LightningModule):
             if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
+    def count_qp_fallbacks(self, count: int) -> None:
+        """Record QPs of this round answered by a fallback (``core.qp``: warned, never fatal);
+        the run's total is logged every round as ``qp_fallbacks_total``."""
+        self.qp_fallbacks += int(count)
+
     def global_vector(self) -> torch.Tensor:
         """The global model w as a flat vector (d,)."""
         return model_vector(self.model, self.layout)
@@ -384,6 +407,28 @@ class FederatedModule(pl.LightningModule):
             return torch.arange(num_clients)
         chosen = torch.randperm(num_clients, generator=round_generator(self.hparams.seed, round_index, "sampling"))
         return chosen[:m].sort().values
+
+    def with_attacker(self, sampled: torch.Tensor) -> torch.Tensor:
+        """FedMGDA+ Sec. 6.2.2: the malicious client takes part in every round."""
+        attacker = self.hparams.attack_client
+        if self.hparams.attack is None or bool((sampled == attacker).any()):
+            return sampled
+        return torch.cat([sampled, torch.tensor([attacker])]).sort().values
+
+    def attack_payload(self, payload: RoundPayload) -> RoundPayload:
+        """The malicious client's report: its loss + b (bias), or its loss and update × s (scaling)."""
+        row = payload.clients == self.hparams.attack_client
+        if self.hparams.attack is None or not bool(row.any()):
+            return payload
+        strength = self.hparams.attack_strength
+        losses = payload.losses.clone()
+        if self.hparams.attack == "bias":
+            losses[row] += strength
+            return replace(payload, losses=losses)
+        losses[row] *= strength
+        updates = payload.updates
+        updates[row] *= strength  # J is this round's own tensor: scaled in place
+        return replace(payload, losses=losses, updates=updates)
 
     def drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled clients that answer; each fails with probability ``dropout_prob``."""
@@ -534,7 +579,12 @@ class FederatedModule(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         t = self.round_index
         data = self.federated_data
-        sampled = self.sample_clients(t, int(data.train_sizes.shape[0]))
+        num_clients = int(data.train_sizes.shape[0])
+        if self.hparams.attack is not None and self.hparams.attack_client >= num_clients:
+            raise ValueError(
+                f"attack_client {self.hparams.attack_client} is not a client: there are {num_clients} (ids 0..{num_clients - 1})"
+            )
+        sampled = self.with_attacker(self.sample_clients(t, num_clients))
         answered = self.drop_clients(t, sampled)
         metrics: dict[str, float] = {
             "clients_sampled": float(len(sampled)),
@@ -554,7 +604,8 @@ class FederatedModule(pl.LightningModule):
         client_time = time.perf_counter() - started
 
         payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards)
-        finite = finite_rows(updates)
+        payload = self.attack_payload(payload)
+        finite = finite_rows(payload.updates)
         num_nonfinite = int((~finite).sum())
         if num_nonfinite:
             bad = payload.clients[~finite].tolist()
@@ -562,6 +613,8 @@ class FederatedModule(pl.LightningModule):
             payload = payload.select(finite)
         metrics |= {
             "clients_nonfinite": float(num_nonfinite),
+            # kept, but algorithms must not divide by their norm (tests/test_faults.py)
+            "clients_zero_update": float((payload.updates.abs().amax(dim=1) == 0).sum()) if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
             "train_loss": float(losses.mean()),
             "train_acc": float(accuracies.mean()),
@@ -578,6 +631,7 @@ class FederatedModule(pl.LightningModule):
         server_step = self.aggregate(payload)
         self._sync()
         metrics["server_time_s"] = time.perf_counter() - started
+        metrics["qp_fallbacks_total"] = float(self.qp_fallbacks)
         if not torch.isfinite(server_step).all():
             self.print(f"round {t + 1}: the server step is not finite; the global model is kept")
             metrics["server_step_nonfinite"] = 1.0

@@ -13,12 +13,18 @@ and the resumed fit keeps logging into the interrupted fit's MLflow run.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import os
+import random
 import shlex
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import lightning.pytorch as pl
 import torch
@@ -70,6 +76,63 @@ def _is_mlflow_logger(class_path: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, MLFlowLogger)
 
 
+def _mlflow_logger_configs(config: Any) -> list[Any]:
+    """The ``trainer.logger`` entries (class_path + init_args) that are MLflow loggers."""
+    loggers = config.trainer.get("logger")
+    return [
+        logger for logger in (loggers if isinstance(loggers, list) else [loggers])
+        if hasattr(logger, "class_path") and _is_mlflow_logger(logger.class_path)
+    ]
+
+
+def _tracking_uri(init_args: Any) -> str:
+    """The store an MLFlowLogger with these init args logs to (its own defaults included)."""
+    return (init_args.get("tracking_uri") or os.getenv("MLFLOW_TRACKING_URI")
+            or f"file:{init_args.get('save_dir') or './mlruns'}")
+
+
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def _store_lock(tracking_uri: str) -> Any:
+    """An inter-process lock for a SQLite store's file (a no-op for other stores); the lock
+    file lives in the temporary folder, not beside the user's database."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from filelock import FileLock  # a torch dependency
+
+    database = Path(unquote(tracking_uri[len("sqlite:///"):].split("?", 1)[0])).resolve()
+    digest = hashlib.sha1(str(database).encode()).hexdigest()[:16]
+    return FileLock(Path(tempfile.gettempdir()) / f"fl-lightning-mlflow-{digest}.lock", timeout=300)
+
+
+def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_location: str | None = None,
+                           attempts: int = 10) -> None:
+    """Create the store's tables and the experiment ``name`` if they do not exist yet.
+
+    Fits started together on a fresh database store (``benchmarks`` ``--jobs``, several shells)
+    would otherwise race: both create the schema and run its migrations ("table ... already
+    exists", an alembic error, or a half-migrated store), or both create the experiment
+    (RESOURCE_ALREADY_EXISTS), and one dies. A SQLite store is set up under a file lock, one
+    process at a time; any other database is retried a few times (the loser of a race finds
+    what the winner made). File and HTTP stores are opened once, as the logger would.
+    """
+    from mlflow.tracking import MlflowClient
+
+    database = tracking_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
+    for attempt in range(attempts if database else 1):
+        try:
+            with _store_lock(tracking_uri):
+                client = MlflowClient(tracking_uri)
+                if name is not None and client.get_experiment_by_name(name) is None:
+                    client.create_experiment(name, artifact_location=artifact_location)
+            return
+        except Exception as error:
+            if not database or attempt == attempts - 1:
+                raise RuntimeError(f"could not set up the MLflow store {tracking_uri}: {error}") from error
+            time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
+
+
 def _run_exists(tracking_uri: str, run_id: str) -> bool:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
@@ -87,15 +150,11 @@ def continue_mlflow_runs(config: Any, ckpt_path: str) -> None:
     runs = saved_runs(torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True))
     if not runs:
         return
-    loggers = config.trainer.get("logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        if not hasattr(logger, "class_path") or not _is_mlflow_logger(logger.class_path):
-            continue
+    for logger in _mlflow_logger_configs(config):
         init_args = logger.init_args
         if init_args.get("run_id"):
             continue
-        uri = (init_args.get("tracking_uri") or os.getenv("MLFLOW_TRACKING_URI")
-               or f"file:{init_args.get('save_dir') or './mlruns'}")
+        uri = _tracking_uri(init_args)
         candidates = sorted(runs, key=lambda run: run["tracking_uri"] != uri)  # the same store first
         found = next((run for run in candidates if _run_exists(uri, run["run_id"])), None)
         if found is None:
@@ -152,6 +211,10 @@ class FederatedCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand) if self.subcommand else self.config
+        for logger in _mlflow_logger_configs(config):  # before the loggers' clients open the store
+            init_args = logger.init_args
+            name = None if init_args.get("run_id") else init_args.get("experiment_name")
+            open_mlflow_experiment(_tracking_uri(init_args), name, init_args.get("artifact_location"))
         ckpt_path = config.get("ckpt_path") if self.subcommand == "fit" else None
         if ckpt_path and Path(ckpt_path).is_file():
             continue_mlflow_runs(config, ckpt_path)

@@ -230,6 +230,7 @@ class FederatedModule(pl.LightningModule):
         self.engine_used: str | None = None
         self.last_chunk_size: int | None = None
         self._chunk_cap: int | None = None  # a chunk size that ran out of memory, halved
+        self._host_sizes: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # split -> (sizes, CPU copy)
         self.oom_retries = 0
 
     # ----------------------------------------------------------------- hooks to override
@@ -438,13 +439,20 @@ class FederatedModule(pl.LightningModule):
         return sampled[draws >= self.hparams.dropout_prob]
 
     def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
+        """The data of ``clients`` (ids on the CPU). Loop bounds come from a host copy of the
+        client sizes, so building a round's shards never waits for the device."""
         data = self.federated_data
-        sizes = getattr(data, f"{split}_sizes")[clients.to(data.train_x.device)]
-        sizes_cpu = sizes.tolist()
-        index = getattr(data, f"{split}_index")[clients.to(data.train_x.device)][:, : max(sizes_cpu)]
+        all_sizes = getattr(data, f"{split}_sizes")
+        cached = self._host_sizes.get(split)
+        if cached is None or cached[0] is not all_sizes:
+            cached = self._host_sizes[split] = (all_sizes, all_sizes.cpu())
+        sizes_cpu = cached[1][clients.cpu()].tolist()
+        on_device = clients.to(data.train_x.device)
+        sizes = all_sizes[on_device]
+        index = getattr(data, f"{split}_index")[on_device][:, : max(sizes_cpu)]
         return ClientShards(
             getattr(data, f"{split}_x"), getattr(data, f"{split}_y"), index, sizes, sizes_cpu,
-            clients.to(data.train_x.device),
+            on_device,
         )
 
     def local_train(

@@ -5,9 +5,9 @@ import shlex
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.algorithms import FedAvg
 from fl_lightning.cli import main, resume_command
 
 pytestmark = pytest.mark.integration
@@ -32,21 +32,24 @@ def fit_args(uri, *extra):
     ]
 
 
-def crash_at_round(round_number):
-    """FedAvg whose process dies when round ``round_number`` starts (after the previous
-    round's checkpoint and metrics)."""
+def dying_logger(round_number):
+    """MLFlowLogger.log_metrics that kills the fit when it is asked for the training metrics of
+    ``round_number``: the process dies after that round's checkpoint was written and before its
+    metrics reached the store (Lightning logs a round's metrics after its checkpoint)."""
+    log_metrics = MLFlowLogger.log_metrics
 
-    def on_train_epoch_start(self):
-        if self.current_epoch + 1 == round_number:
+    def log_or_die(self, metrics, step=None):
+        if step == round_number and "train_loss" in metrics:
             raise RuntimeError("simulated crash")
+        return log_metrics(self, metrics, step)
 
-    return on_train_epoch_start
+    return log_or_die
 
 
 def interrupted_fit(uri, capsys, monkeypatch, *extra):
-    """A fit that dies at the start of round 3; returns its run and the printed resume command."""
+    """A fit that dies at the end of round 2; returns its run and the printed resume command."""
     with monkeypatch.context() as patch:
-        patch.setattr(FedAvg, "on_train_epoch_start", crash_at_round(3), raising=False)
+        patch.setattr(MLFlowLogger, "log_metrics", dying_logger(2))
         with pytest.raises(RuntimeError, match="simulated crash"):
             main(fit_args(uri, *extra))
     out = capsys.readouterr().out
@@ -67,7 +70,8 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     client = MlflowClient(store)
     run, command = interrupted_fit(store, capsys, monkeypatch)
     assert run.info.status == "FAILED"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1]  # round 2's: lost
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "test_acc_mean")] == [1, 2]
     assert command[:2] == ["fl-lightning", "fit"] and command[-2] == "--ckpt_path"
     checkpoint = Path(command[-1])
     assert checkpoint.name == "last.ckpt" and checkpoint.is_file() and run.info.run_id in str(checkpoint)
@@ -87,7 +91,7 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     for key, entries in logged.items():
         steps = [step for step, _ in entries]
         assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
-    assert [step for step, _ in logged["train_loss"]] == list(range(1, ROUNDS + 1))
+    assert [step for step, _ in logged["train_loss"]] == list(range(1, ROUNDS + 1))  # round 2's restored
     assert logged["test_acc_mean"][2] == (3, 0.125)  # the step already in the store is not logged again
 
     # the same numbers as a fit that was never interrupted
@@ -97,6 +101,8 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     assert logged.keys() == expected.keys()
     for key in expected.keys() - {"client_time_s", "server_time_s", "test_acc_mean"}:
         assert logged[key] == expected[key], key
+    for key in ("client_time_s", "server_time_s"):
+        assert [step for step, _ in logged[key]] == [step for step, _ in expected[key]]
     assert logged["test_acc_mean"][3] == expected["test_acc_mean"][3]
 
 

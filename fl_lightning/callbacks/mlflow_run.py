@@ -7,8 +7,9 @@ at the end (the JSON also when the fit fails).
 
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
 ``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (the CLI passes its
-``run_id`` to the logger). The continued run is marked RUNNING again, and metric steps the
-interrupted process had already logged past its checkpoint are not logged twice.
+``run_id`` to the logger). The continued run is marked RUNNING again, its history is made
+whole (the checkpoint's own round, if the process died before logging it) and nothing the
+interrupted process logged past its checkpoint is logged twice.
 """
 
 from __future__ import annotations
@@ -100,25 +101,48 @@ def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
     return list((checkpoint.get(CHECKPOINT_KEY) or {}).get("runs", []))
 
 
-def skip_logged_steps(logger: MLFlowLogger, after_step: int) -> int:
-    """Make ``logger`` drop the (metric, step) pairs its run already holds past ``after_step``:
-    what a killed process logged after its last checkpoint (e.g. the evaluation of the round it
-    died in) is logged again, identically, by the resumed fit. Returns how many are skipped."""
+def round_end_metrics(trainer: pl.Trainer) -> dict[str, Any] | None:
+    """At the end of a round, the round's metrics that Lightning sends to the loggers only
+    after the checkpoint of that round is written ({"step", "metrics"}); None elsewhere."""
+    results = getattr(trainer, "_results", None)  # the fit's result collection (no public view)
+    if not trainer.training or results is None:
+        return None
+    try:
+        logged = {k: float(v) for k, v in results.metrics(on_step=False)["log"].items()}
+    except (KeyError, RuntimeError, TypeError, ValueError):
+        return None
+    step = logged.pop("step", None)
+    return None if step is None else {"step": int(step), "metrics": logged}
+
+
+def continue_history(logger: MLFlowLogger, rounds_completed: int, round_metrics: dict[str, Any] | None) -> None:
+    """Make the continued run's metric history whole and free of repeats:
+
+    * the metrics of the checkpoint's own round (``round_metrics``) that the run lacks are
+      logged: a process killed just after writing the checkpoint had not logged them yet;
+    * (metric, step) pairs the run already holds past the checkpoint (e.g. the evaluation of
+      the round the process died in) are dropped when the resumed fit logs them again.
+    """
     client, run_id = logger.experiment, logger.run_id
     logged = {
         (metric.key, metric.step)
         for key in client.get_run(run_id).data.metrics
         for metric in client.get_metric_history(run_id, key)
-        if metric.step > after_step
+        if metric.step >= rounds_completed
     }
-    if logged:
+    if round_metrics:
+        step = round_metrics["step"]
+        missing = {k: v for k, v in round_metrics["metrics"].items() if (k, step) not in logged}
+        if missing:
+            logger.log_metrics(missing, step)
+    later = {(key, step) for key, step in logged if step > rounds_completed}
+    if later:
         log_metrics = logger.log_metrics
 
         def log_new_metrics(metrics: dict[str, float], step: int | None = None) -> None:
-            log_metrics({k: v for k, v in metrics.items() if (k, step or 0) not in logged}, step)
+            log_metrics({k: v for k, v in metrics.items() if (k, step or 0) not in later}, step)
 
         logger.log_metrics = log_new_metrics  # type: ignore[method-assign]
-    return len(logged)
 
 
 class MLflowRunInfo(Callback):
@@ -133,6 +157,7 @@ class MLflowRunInfo(Callback):
         checkpoint[CHECKPOINT_KEY] = {
             # rounds done: `processed` already counts the round whose end saves the checkpoint
             "rounds_completed": int(trainer.fit_loop.epoch_progress.current.processed),
+            "round_metrics": round_end_metrics(trainer),
             "runs": [
                 {"tracking_uri": lg._tracking_uri, "experiment_id": lg.experiment_id, "run_id": lg.run_id}
                 for lg in mlflow_loggers(trainer)
@@ -162,7 +187,7 @@ class MLflowRunInfo(Callback):
                 client.update_run(run_id, status="RUNNING")
             if "error" in run.data.tags:  # a failure recorded by the benchmark runner
                 client.delete_tag(run_id, "error")
-            skip_logged_steps(logger, rounds)
+            continue_history(logger, rounds, resumed_from.get("round_metrics"))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loggers = mlflow_loggers(trainer)

@@ -144,12 +144,13 @@ def _run_exists(tracking_uri: str, run_id: str) -> bool:
     return True
 
 
-def continue_mlflow_runs(config: Any, ckpt_path: str) -> None:
+def continue_mlflow_runs(config: Any, ckpt_path: str) -> list[str]:
     """Point every MLflow logger of ``config`` (no ``run_id`` of its own) at the run the
-    checkpoint's fit logged to, when that run is in the logger's store."""
+    checkpoint's fit logged to, when that run is in the logger's store; the runs continued."""
     runs = saved_runs(torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True))
+    continued: list[str] = []
     if not runs:
-        return
+        return continued
     for logger in _mlflow_logger_configs(config):
         init_args = logger.init_args
         if init_args.get("run_id"):
@@ -163,7 +164,21 @@ def continue_mlflow_runs(config: Any, ckpt_path: str) -> None:
                   "logs to a new run (pass --trainer.logger.init_args.tracking_uri to continue that run)")
             continue
         init_args.run_id = found["run_id"]
+        continued.append(found["run_id"])
         print(f"Resuming from {ckpt_path}: continuing MLflow run {found['run_id']} in {uri}")
+    return continued
+
+
+def changed_params(logger: MLFlowLogger, hparams: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{name: (logged, new)} for the hyper-parameters whose value differs from the one the
+    logger's run holds (compared as MLFlowLogger logs them: flattened, as text)."""
+    from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+    from mlflow.tracking import MlflowClient
+
+    params = _flatten_dict(_convert_params({k: v for k, v in hparams.items() if k != "_class_path"}))
+    logged = MlflowClient(logger._tracking_uri).get_run(logger._run_id).data.params
+    new = {k: str(v)[:250] for k, v in params.items()}
+    return {k: (logged[k], value) for k, value in new.items() if k in logged and logged[k] != value}
 
 
 def resume_command(args: list[str], checkpoint: str) -> str:
@@ -216,10 +231,21 @@ class FederatedCLI(LightningCLI):
             name = None if init_args.get("run_id") else init_args.get("experiment_name")
             open_mlflow_experiment(_tracking_uri(init_args), name, init_args.get("artifact_location"))
         ckpt_path = config.get("ckpt_path") if self.subcommand == "fit" else None
+        self.continued_runs = []
         if ckpt_path and Path(ckpt_path).is_file():
-            continue_mlflow_runs(config, ckpt_path)
+            self.continued_runs = continue_mlflow_runs(config, ckpt_path)
 
     def before_fit(self) -> None:
+        hparams = {**self.model.hparams_initial, **getattr(self.datamodule, "hparams_initial", {})}
+        for logger in self.trainer.loggers:
+            if not isinstance(logger, MLFlowLogger) or logger._run_id not in self.continued_runs:
+                continue
+            changed = changed_params(logger, hparams)
+            if changed:  # MLflow keeps one value per parameter: logging another fails the fit
+                shown = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in sorted(changed.items()))
+                print(f"The resumed fit changes settings of MLflow run {logger._run_id} ({shown}); "
+                      "MLflow keeps one value per parameter, so it logs to a new run")
+                logger._run_id = None  # nothing has opened the run yet: the logger creates a new one
         checkpoints = [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
         if len(checkpoints) == 1 and checkpoints[0].save_last is None and checkpoints[0].monitor is None:
             checkpoints[0].save_last = True  # Lightning's default: also keep last.ckpt, every round

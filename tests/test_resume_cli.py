@@ -106,16 +106,24 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     assert logged["test_acc_mean"][3] == expected["test_acc_mean"][3]
 
 
-def test_resuming_into_another_store_starts_a_new_run(store, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("change", ["another store", "changed setting"])
+def test_resume_that_cannot_continue_the_run_starts_a_new_one(change, store, tmp_path, capsys, monkeypatch):
     run, command = interrupted_fit(store, capsys, monkeypatch)
-    other = f"sqlite:///{tmp_path / 'other.db'}"
-    main(fit_args(other, "--ckpt_path", command[-1]))
-    assert "logs to a new run" in capsys.readouterr().out
-    client = MlflowClient(other)
-    (new,) = client.search_runs([client.get_experiment_by_name("fl-lightning").experiment_id])
-    assert new.info.run_id != run.info.run_id and new.info.status == "FINISHED"
-    assert new.data.tags["resumed_from_runs"] == run.info.run_id
-    assert [m.step for m in client.get_metric_history(new.info.run_id, "train_loss")] == [3, 4]
+    # a data setting that changes no number (digits are not read from data_dir), but MLflow keeps
+    # one value per parameter (the model's settings come from the checkpoint: LightningCLI)
+    uri, extra, message = store, ["--data.data_dir=moved"], "data_dir data -> moved"
+    if change == "another store":
+        uri, extra, message = f"sqlite:///{tmp_path / 'other.db'}", [], "logs to a new run"
+    main(fit_args(uri, *extra, "--ckpt_path", command[-1]))
+    assert message in capsys.readouterr().out
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("fl-lightning").experiment_id])
+    (new,) = [r for r in runs if r.info.run_id != run.info.run_id]
+    assert new.info.status == "FINISHED" and new.data.tags["resumed_from_runs"] == run.info.run_id
+    assert [m.step for m in client.get_metric_history(new.info.run_id, "train_loss")] == list(range(3, ROUNDS + 1))
+    if change == "changed setting":  # the interrupted run is left as it was
+        old = client.get_run(run.info.run_id)
+        assert old.info.status == "FAILED" and old.data.params["data_dir"] == "data"
 
 
 def test_resume_command_replaces_an_earlier_checkpoint():

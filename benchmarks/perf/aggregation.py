@@ -7,7 +7,9 @@ algorithm's ``aggregate`` + ``on_round_end`` is timed on the same random round
 warm-up round that fills histories. In the same process, direct loop transcriptions of
 FedFV's and FedMGDA+'s server steps (``reference_loops.py``) run on the same round.
 
-    python -m benchmarks.perf.aggregation [--repeats 3] [--out benchmarks/perf/results/aggregation_cpu.json]
+    python -m benchmarks.perf.aggregation [--repeats 3] [--device cpu] [--out benchmarks/perf/results/aggregation_cpu.json]
+
+``python -m benchmarks.perf`` runs it as its aggregation section (m=100, d≈0.8M by default).
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 MODELS = {"0.2M": [200, 200], "0.8M": [1000]}
 FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
+CPU = torch.device("cpu")
 
 
-def random_round(module, data, m: int, round_index: int, generator: torch.Generator) -> RoundPayload:
+def random_round(
+    module, data, m: int, round_index: int, generator: torch.Generator, device: torch.device = CPU
+) -> RoundPayload:
+    """A round of m clients' updates (drawn on the CPU, then moved to ``device``)."""
     d = module.layout.num_parameters
-    clients = torch.arange(m)
+    clients = torch.arange(m, device=device)
     shared = torch.randn(d, generator=generator)
     updates = 0.3 * shared + torch.randn(m, d, generator=generator)
     updates *= torch.rand(m, 1, generator=generator) * 2 + 0.1  # different magnitudes
@@ -42,19 +48,24 @@ def random_round(module, data, m: int, round_index: int, generator: torch.Genera
     return RoundPayload(
         round=round_index,
         clients=clients,
-        updates=updates * 0.01,
-        losses=torch.rand(m, generator=generator) * 2 + 0.5,
-        accuracies=torch.rand(m, generator=generator),
+        updates=(updates * 0.01).to(device),
+        losses=(torch.rand(m, generator=generator) * 2 + 0.5).to(device),
+        accuracies=torch.rand(m, generator=generator).to(device),
         num_samples=shards.sizes.clone(),
         shards=shards,
     )
 
 
-def time_call(fn, repeats: int) -> float:
+def time_call(fn, repeats: int, device: torch.device = CPU) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls (device synchronised)."""
     times = []
     for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         start = time.perf_counter()
         fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -74,55 +85,89 @@ def server_step(module, payload):
     return step
 
 
-def main() -> None:
+def measure(
+    sizes: list[str],
+    clients: list[int],
+    algorithms: list[str],
+    repeats: int,
+    device: torch.device = CPU,
+    loops: bool = True,
+) -> list[dict]:
+    """One result per (size, m): each algorithm's median server-step seconds (``seconds``)
+    and, for an algorithm that fails, its error (``errors``), the other algorithms going on;
+    with ``loops``, the loop transcriptions of FedFV and FedMGDA+ on the same round."""
+    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
+    data.setup("fit")
+    data.to(device)
+    results = []
+    for size in sizes:
+        for m in clients:
+            cell: dict = {"d": size, "m": m, "seconds": {}, "errors": {}}
+            payload = None
+            for name in algorithms:
+                if name not in ALGORITHMS:
+                    cell["errors"][name] = f"unknown algorithm {name!r}; valid: {', '.join(ALGORITHMS)}"
+                    continue
+                if name in FULL_PARTICIPATION and m != data.num_clients:
+                    continue
+                try:
+                    module = build(name, ALGORITHMS[name], MODELS[size], m, data).to(device)
+                    generator = torch.Generator().manual_seed(0)
+                    with torch.no_grad():
+                        server_step(module, random_round(module, data, m, 0, generator, device))  # warm-up
+                        payload = random_round(module, data, m, 1, generator, device)
+                        seconds = time_call(partial(server_step, module, payload), repeats, device)
+                except Exception as error:  # recorded; the other algorithms go on
+                    cell["errors"][name] = f"{type(error).__name__}: {error}"
+                    print(f"d={size} m={m:3d} {name:12s} ERROR {cell['errors'][name]}", flush=True)
+                    continue
+                cell["seconds"][name] = seconds
+                cell["num_parameters"] = module.layout.num_parameters
+                print(f"d={size} m={m:3d} {name:12s} {seconds * 1000:9.1f} ms", flush=True)
+            if loops and payload is not None:
+                add_loop_transcriptions(cell, payload, m, repeats, device)
+            results.append(cell)
+    return results
+
+
+def add_loop_transcriptions(cell: dict, payload: RoundPayload, m: int, repeats: int, device: torch.device) -> None:
+    grads = list(payload.updates.unbind(0))
+    losses = payload.losses.tolist()
+    history: dict = {}
+    last: dict = {}
+    fedfv_server_step_loop(grads, losses, 0.1, history, last, list(range(m)), 9, 10)
+    cell["seconds"]["FedFV (loop transcription)"] = time_call(
+        partial(fedfv_server_step_loop, grads, losses, 0.1, history, last, list(range(m)), 10, 10),
+        repeats, device)
+    cell["seconds"]["FedMGDA+ (loop transcription)"] = time_call(
+        partial(fedmgda_plus_server_step_loop, grads, payload.num_samples.tolist(), 0.1, 1.0),
+        repeats, device)
+    for key in ("FedFV (loop transcription)", "FedMGDA+ (loop transcription)"):
+        print(f"d={cell['d']} m={m:3d} {key:30s} {cell['seconds'][key] * 1000:9.1f} ms", flush=True)
+    seconds = cell["seconds"]
+    if "FedFV" in seconds:
+        cell["fedfv_speedup_over_loop"] = seconds["FedFV (loop transcription)"] / seconds["FedFV"]
+    if "FedMGDAPlus" in seconds:
+        cell["fedmgda_plus_speedup_over_loop"] = seconds["FedMGDA+ (loop transcription)"] / seconds["FedMGDAPlus"]
+        if "FedLF" in seconds:
+            cell["fedlf_over_fedmgda_plus"] = seconds["FedLF"] / seconds["FedMGDAPlus"]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clients", type=int, nargs="+", default=[10, 100])
-    parser.add_argument("--sizes", nargs="+", default=list(MODELS))
+    parser.add_argument("--sizes", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help="names from ALGORITHMS")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--no-loops", action="store_true", help="skip the loop transcriptions")
     parser.add_argument("--out", default="benchmarks/perf/results/aggregation_cpu.json")
-    args = parser.parse_args()
-    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
-    data.setup("fit")
-    results = []
-    for size in args.sizes:
-        for m in args.clients:
-            cell = {"d": size, "m": m, "seconds": {}}
-            for name in args.algorithms:
-                cls = ALGORITHMS[name]
-                if name in FULL_PARTICIPATION and m != data.num_clients:
-                    continue
-                module = build(name, cls, MODELS[size], m, data)
-                generator = torch.Generator().manual_seed(0)
-                with torch.no_grad():
-                    server_step(module, random_round(module, data, m, 0, generator))  # warm-up, histories
-                    payload = random_round(module, data, m, 1, generator)
-                    cell["seconds"][name] = time_call(partial(server_step, module, payload), args.repeats)
-                cell["num_parameters"] = module.layout.num_parameters
-                print(f"d={size} m={m:3d} {name:12s} {cell['seconds'][name] * 1000:9.1f} ms", flush=True)
-            grads = list(payload.updates.unbind(0))
-            losses = payload.losses.tolist()
-            history, last = {}, {}
-            fedfv_server_step_loop(grads, losses, 0.1, history, last, list(range(m)), 9, 10)
-            cell["seconds"]["FedFV (loop transcription)"] = time_call(
-                partial(fedfv_server_step_loop, grads, losses, 0.1, history, last, list(range(m)), 10, 10),
-                args.repeats)
-            cell["seconds"]["FedMGDA+ (loop transcription)"] = time_call(
-                partial(fedmgda_plus_server_step_loop, grads, payload.num_samples.tolist(), 0.1, 1.0),
-                args.repeats)
-            for key in ("FedFV (loop transcription)", "FedMGDA+ (loop transcription)"):
-                print(f"d={size} m={m:3d} {key:30s} {cell['seconds'][key] * 1000:9.1f} ms", flush=True)
-            seconds = cell["seconds"]
-            if "FedFV" in seconds:
-                cell["fedfv_speedup_over_loop"] = seconds["FedFV (loop transcription)"] / seconds["FedFV"]
-            if "FedMGDAPlus" in seconds:
-                cell["fedmgda_plus_speedup_over_loop"] = seconds["FedMGDA+ (loop transcription)"] / seconds["FedMGDAPlus"]
-                if "FedLF" in seconds:
-                    cell["fedlf_over_fedmgda_plus"] = seconds["FedLF"] / seconds["FedMGDAPlus"]
-            results.append(cell)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    results = measure(args.sizes, args.clients, args.algorithms, args.repeats, device, loops=not args.no_loops)
     report = {
         "benchmark": "aggregation",
-        "machine": describe_machine(torch.device("cpu")),
+        "machine": describe_machine(device),
         "settings": "median of --repeats server steps (aggregate + on_round_end) after one warm-up round; "
                     "FedFV alpha=0.1 tau=10 in both the module (its defaults) and the loop",
         "algorithm_defaults": {name: str(inspect.signature(cls.__init__)) for name, cls in ALGORITHMS.items()},

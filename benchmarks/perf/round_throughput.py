@@ -1,46 +1,64 @@
-"""Seconds per round of the vectorised and the sequential local-training engines.
+"""One cell of the performance suite: seconds per round of one (model, clients, engine).
 
-Issue 2's benchmark: 100 clients of synthetic(0.5, 0.5) with logistic regression and of
-mnist5k with the 784-200-200-10 MLP, participation 10% and 100%, E = 1, B = 10. Both
-engines run in the same process on the same rounds (same seed, so the same clients and
-minibatches); a round is timed from the start to the end of its Lightning epoch.
+A cell builds ``clients`` clients of ``samples_per_client`` samples each
+(``benchmarks.perf.data``), a FedAvg module with full participation (so all ``clients``
+train every round), and fits ``warmup + rounds`` rounds with Lightning; a round is timed
+from the start to the end of its Lightning epoch (sampling, the clients' loss before
+training, local training, aggregation, the server step). The median of the rounds after
+the warm-up is the cell's seconds per round.
 
-    python -m benchmarks.perf.round_throughput [--rounds 5] [--out benchmarks/perf/results/round_throughput_cpu.json]
+``python -m benchmarks.perf`` runs every cell in its own process through this module's
+command line (``--cell SPEC_JSON --result PATH``), so that the peak memory is the cell's
+own and a crash or an out-of-memory kill costs one cell, not the suite.
+``python -m benchmarks.perf.round_throughput [suite options]`` runs the suite's throughput
+section alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
+import sys
 import time
+import traceback
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 
-from benchmarks.perf.machine import describe_machine
+from benchmarks.perf.data import clients_for
 from fl_lightning.algorithms import FedAvg
-from fl_lightning.data.datamodule import FederatedDataModule
 
-SETTINGS = [
-    {
-        "name": "synthetic(0.5,0.5) + logreg",
-        "data": dict(source="synthetic", num_clients=100, partition="natural",
-                     source_params=dict(alpha=0.5, beta=0.5)),
-        "backbone": "fl_logreg",
-    },
-    {
-        "name": "mnist5k + mlp",
-        "data": dict(source="mnist5k", num_clients=100, partition="iid"),
-        "backbone": "fl_mlp",
-    },
-]
+CELL_DEFAULTS = {
+    "rounds": 3,  # timed rounds (the median is reported)
+    "warmup": 1,  # untimed rounds first: allocations, the first vmap trace
+    "samples_per_client": 20,
+    "batch_size": 10,
+    "local_epochs": 1,
+    "lr": 0.05,
+    "device": "cpu",
+    "seed": 0,
+    "threads": None,  # torch.set_num_threads in the cell's process (None: PyTorch's default)
+    "max_timed_seconds": 120.0,  # stop timing (after at least one timed round) once this is spent
+    "options": {},  # extra FederatedModule arguments, e.g. {"local_autocast": "bf16"}
+}
 
 
 class RoundTimer(pl.Callback):
-    def __init__(self) -> None:
+    """Wall-clock seconds of every round (= Lightning epoch), device work included, and
+    the module's own split of it into local training and server time.
+
+    Once ``warmup`` rounds have run and the timed rounds have taken ``max_timed_seconds``
+    (at least one timed round), the fit stops: slow cells time fewer rounds."""
+
+    def __init__(self, warmup: int = 0, max_timed_seconds: float = float("inf")) -> None:
+        self.warmup = warmup
+        self.max_timed_seconds = max_timed_seconds
         self.seconds: list[float] = []
+        self.client_seconds: list[float] = []
+        self.server_seconds: list[float] = []
 
     def _sync(self, module: pl.LightningModule) -> None:
         if module.device.type == "cuda":
@@ -53,63 +71,130 @@ class RoundTimer(pl.Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._sync(pl_module)
         self.seconds.append(time.perf_counter() - self._start)
+        metrics = trainer.callback_metrics
+        for key, store in (("client_time_s", self.client_seconds), ("server_time_s", self.server_seconds)):
+            if key in metrics:
+                store.append(float(metrics[key]))
+        timed = self.seconds[self.warmup:]
+        if timed and sum(timed) >= self.max_timed_seconds:
+            trainer.should_stop = True
 
 
-def time_rounds(setting: dict, fraction: float, engine: str, rounds: int, accelerator: str) -> dict:
-    data = FederatedDataModule(**setting["data"], local_test_fraction=0.2, seed=0)
+def rss_mib() -> float | None:
+    """The resident set size of this process now (Linux), MiB."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def peak_rss_mib() -> float:
+    """The peak resident set size of this process so far, MiB (ru_maxrss: KiB on Linux,
+    bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def run_cell(spec: dict) -> dict:
+    """Time one cell in this process; ``spec`` has ``model``, ``clients``, ``engine`` and
+    any of ``CELL_DEFAULTS``. Returns the cell's entry (raises on failure)."""
+    spec = {**CELL_DEFAULTS, **spec}
+    device = torch.device(spec["device"])
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    data = clients_for(spec["model"], spec["clients"], spec["samples_per_client"], spec["seed"])
     module = FedAvg(
-        backbone=setting["backbone"], num_classes=data.num_classes, input_shape=data.input_shape,
-        num_rounds=rounds + 1, fraction=fraction, local_epochs=1, batch_size=10, lr=0.05,
-        engine=engine, eval_every=10_000, seed=0,
+        backbone=spec["model"], num_classes=data.num_classes, input_shape=data.input_shape,
+        num_rounds=spec["warmup"] + spec["rounds"], fraction=1.0, local_epochs=spec["local_epochs"],
+        batch_size=spec["batch_size"], lr=spec["lr"], engine=spec["engine"], eval_every=10**9,
+        seed=spec["seed"], **spec["options"],
     )
-    timer = RoundTimer()
+    timer = RoundTimer(spec["warmup"], spec["max_timed_seconds"])
     trainer = pl.Trainer(
-        accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        limit_val_batches=0, callbacks=[timer],
+        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0, max_epochs=spec["warmup"] + spec["rounds"], callbacks=[timer],
     )
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    setup_rss = rss_mib()
     trainer.fit(module, datamodule=data)
-    per_round = timer.seconds[1:]  # round 1 warms up (allocations, first vmap trace)
-    samples = int(data.train_sizes.sum()) * fraction
-    return {
-        "engine": engine,
-        "seconds_per_round_median": statistics.median(per_round),
-        "seconds_per_round_all": per_round,
-        "client_samples_per_second": samples / statistics.median(per_round),
+
+    timed = timer.seconds[spec["warmup"]:]
+    if not timed:
+        raise RuntimeError(f"no timed round: {len(timer.seconds)} rounds ran, warmup={spec['warmup']}")
+    seconds = statistics.median(timed)
+    samples_per_round = int(data.train_sizes.sum()) * spec["local_epochs"]
+    entry = {
+        "num_parameters": module.layout.num_parameters,
+        "torch_threads": torch.get_num_threads(),
+        "engine_used": module.engine_used,
+        "chunk_size": getattr(module, "last_chunk_size", None),
+        "oom_retries": getattr(module, "oom_retries", None),
+        "rounds_timed": len(timed),
+        "seconds_per_round": seconds,
+        "seconds_per_round_all": timed,
+        "warmup_seconds": timer.seconds[: spec["warmup"]],
+        "client_samples_per_round": samples_per_round,
+        "client_samples_per_second": samples_per_round / seconds,
+        "local_training_seconds_per_round": median_or_none(timer.client_seconds[spec["warmup"]:]),
+        "server_seconds_per_round": median_or_none(timer.server_seconds[spec["warmup"]:]),
     }
+    if device.type == "cuda":
+        entry |= {
+            "peak_memory_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+            "peak_memory_kind": "cuda_max_memory_allocated",
+        }
+    else:
+        peak = peak_rss_mib()
+        entry |= {
+            # the kernel's RSS counters are approximate: clamp a peak read just below the setup RSS
+            "peak_memory_mib": max(0.0, peak - setup_rss) if setup_rss is not None else peak,
+            "peak_memory_kind": "cpu_peak_rss_minus_setup_rss" if setup_rss is not None else "cpu_peak_rss",
+            "peak_rss_mib": peak,
+            "setup_rss_mib": setup_rss,
+        }
+    return entry
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per cell (after 1 warm-up)")
-    parser.add_argument("--accelerator", default="cpu")
-    parser.add_argument("--out", default="benchmarks/perf/results/round_throughput_cpu.json")
-    args = parser.parse_args()
-    device = torch.device("cuda" if args.accelerator == "gpu" else "cpu")
-    results = []
-    for setting in SETTINGS:
-        for fraction in (0.1, 1.0):
-            cell = {"setting": setting["name"], "fraction": fraction}
-            for engine in ("vectorised", "sequential"):
-                cell[engine] = time_rounds(setting, fraction, engine, args.rounds, args.accelerator)
-                print(f"{setting['name']:30s} fraction={fraction:<4} {engine:10s} "
-                      f"{cell[engine]['seconds_per_round_median']:.4f} s/round", flush=True)
-            cell["speedup_vectorised_over_sequential"] = (
-                cell["sequential"]["seconds_per_round_median"] / cell["vectorised"]["seconds_per_round_median"]
-            )
-            print(f"  -> vectorised is {cell['speedup_vectorised_over_sequential']:.1f}x faster", flush=True)
-            results.append(cell)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "benchmark": "round_throughput",
-        "machine": describe_machine(device),
-        "settings": "E=1, B=10, 100 clients, FedAvg; median over timed rounds after one warm-up round",
-        "results": results,
-    }
-    out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {out}")
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--cell SPEC --result PATH``: one cell (what the suite runs). Without ``--cell``:
+    the suite's throughput section, the other arguments being the suite's."""
+    parser = argparse.ArgumentParser(description="Time one cell of the performance suite (see benchmarks.perf).")
+    parser.add_argument("--cell", help="the cell as JSON: model, clients, engine, ...")
+    parser.add_argument("--result", help="where to write the cell's entry (JSON)")
+    args, rest = parser.parse_known_args(argv)
+    if args.cell is None:
+        from benchmarks.perf.suite import main as suite_main
+
+        return suite_main(["--sections", "throughput", *rest])
+    if rest or args.result is None:
+        parser.error("--cell needs --result and no other arguments")
+    try:
+        entry = {"status": "ok", **run_cell(json.loads(args.cell))}
+        code = 0
+    except Exception as error:  # recorded, not raised: the suite goes on with the next cell
+        traceback.print_exc()
+        entry = {
+            "status": "out_of_memory" if is_out_of_memory(error) else "error",
+            "error": f"{type(error).__name__}: {error}",
+        }
+        code = 1
+    Path(args.result).write_text(json.dumps(entry))
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

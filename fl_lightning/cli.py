@@ -169,14 +169,14 @@ def continue_mlflow_runs(config: Any, ckpt_path: str) -> list[str]:
     return continued
 
 
-def changed_params(logger: MLFlowLogger, hparams: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """{name: (logged, new)} for the hyper-parameters whose value differs from the one the
-    logger's run holds (compared as MLFlowLogger logs them: flattened, as text)."""
+def changed_params(tracking_uri: str, run_id: str, hparams: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{name: (logged, new)} for the hyper-parameters whose value differs from the one the run
+    holds (compared as MLFlowLogger logs them: flattened, as text)."""
     from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
     from mlflow.tracking import MlflowClient
 
     params = _flatten_dict(_convert_params({k: v for k, v in hparams.items() if k != "_class_path"}))
-    logged = MlflowClient(logger._tracking_uri).get_run(logger._run_id).data.params
+    logged = MlflowClient(tracking_uri).get_run(run_id).data.params
     new = {k: str(v)[:250] for k, v in params.items()}
     return {k: (logged[k], value) for k, value in new.items() if k in logged and logged[k] != value}
 
@@ -238,19 +238,23 @@ class FederatedCLI(LightningCLI):
     def before_fit(self) -> None:
         hparams = {**self.model.hparams_initial, **getattr(self.datamodule, "hparams_initial", {})}
         for logger in self.trainer.loggers:
-            if not isinstance(logger, MLFlowLogger) or logger._run_id not in self.continued_runs:
+            if not isinstance(logger, MLFlowLogger):
                 continue
-            changed = changed_params(logger, hparams)
+            run_id = logger._run_id
+            if run_id is None or run_id not in self.continued_runs:
+                continue
+            changed = changed_params(logger._tracking_uri, run_id, hparams)
             if changed:  # MLflow keeps one value per parameter: logging another fails the fit
                 shown = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in sorted(changed.items()))
-                print(f"The resumed fit changes settings of MLflow run {logger._run_id} ({shown}); "
+                print(f"The resumed fit changes settings of MLflow run {run_id} ({shown}); "
                       "MLflow keeps one value per parameter, so it logs to a new run")
                 logger._run_id = None  # nothing has opened the run yet: the logger creates a new one
-        checkpoints = [cb for cb in self.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+        callbacks: list[Callback] = self.trainer.callbacks  # type: ignore[attr-defined]
+        checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
         if len(checkpoints) == 1 and checkpoints[0].save_last is None and checkpoints[0].monitor is None:
             checkpoints[0].save_last = True  # Lightning's default: also keep last.ckpt, every round
         if checkpoints:
-            self.trainer.callbacks.append(ResumeHint(getattr(self, "command_args", [])))
+            callbacks.append(ResumeHint(getattr(self, "command_args", [])))
 
     def after_fit(self) -> None:
         checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(

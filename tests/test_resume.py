@@ -29,6 +29,15 @@ TIMINGS = ("client_time_s", "server_time_s")  # wall-clock, never reproducible
 pytestmark = pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one intra-op thread is several times faster on a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class MemoryLogger(Logger):
     """Every ``log_metrics`` call, in order: (step, metrics)."""
 

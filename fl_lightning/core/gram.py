@@ -43,17 +43,38 @@ def gram(updates: torch.Tensor) -> torch.Tensor:
     """G = J Jᵀ (m x m), returned in float64 for the m x m work that follows.
 
     The product itself runs in J's dtype (one GEMM, the O(m² d) part): converting J to
-    float64 first would copy it and halve the GEMM's speed, for no accuracy J has.
+    float64 first would copy it and halve the GEMM's speed, for no accuracy J has. Only
+    when that leaves J's range is it recomputed in float64: on overflow (float32 ||g_i||²
+    beyond 3.4e38, finite but huge updates, e.g. a diverging client), so a finite J gives a
+    finite G; and when some ||g_i||² falls below the smallest normal float32 (1.2e-38,
+    zero included), where underflow could leave G_ii = 0 beside G_ij != 0 (|g_i| ~ 1e-23):
+    a G that breaks Cauchy-Schwarz sends projections such as FedFV's to infinity.
     """
     _check_updates(updates)
-    return (updates @ updates.T).double()
+    return _finite_or_float64(updates @ updates.T, lambda wide: wide @ wide.T, updates)
 
 
 def layer_grams(updates: torch.Tensor, slices: list[slice]) -> torch.Tensor:
     """G_l = J_l J_lᵀ for every layer slice: (L, m, m), float64 (products in J's dtype)."""
     _check_updates(updates)
     _check_slices(slices, updates.shape[1])
-    return torch.stack([updates[:, s] @ updates[:, s].T for s in slices]).double()
+    return _finite_or_float64(
+        torch.stack([updates[:, s] @ updates[:, s].T for s in slices]),
+        lambda wide: torch.stack([wide[:, s] @ wide[:, s].T for s in slices]),
+        updates,
+    )
+
+
+def _finite_or_float64(product: torch.Tensor, recompute, updates: torch.Tensor) -> torch.Tensor:
+    """``product`` (Gram matrices [..., m, m]) as float64, or ``recompute(updates in float64)``
+    where it overflowed or a squared norm on its diagonal underflowed (see ``gram``)."""
+    if updates.dtype == torch.float64 or product.numel() == 0:
+        return product.double()
+    squared_norms = torch.diagonal(product, dim1=-2, dim2=-1)
+    out_of_range = ~torch.isfinite(product).all() | (squared_norms < torch.finfo(product.dtype).tiny).any()
+    if bool(out_of_range):  # one host sync
+        return recompute(updates.double())
+    return product.double()
 
 
 def combine(coefficients: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
@@ -64,6 +85,8 @@ def combine(coefficients: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
             f"coefficients must have one entry per row of updates ({updates.shape[0]},), got "
             f"shape {tuple(coefficients.shape)}"
         )
+    if _beyond_range(coefficients, updates.dtype):
+        return (coefficients.double() @ updates.double()).to(updates.dtype)
     return coefficients.to(updates.dtype) @ updates
 
 
@@ -77,8 +100,20 @@ def layer_combination(coefficients: torch.Tensor, updates: torch.Tensor, slices:
             f"row per layer slice and one column per row of updates, got shape "
             f"{tuple(coefficients.shape)}"
         )
+    if _beyond_range(coefficients, updates.dtype):
+        wide = coefficients.double()
+        return torch.cat([wide[k] @ updates[:, s].double() for k, s in enumerate(slices)]).to(updates.dtype)
     coefficients = coefficients.to(updates.dtype)
     return torch.cat([coefficients[k] @ updates[:, s] for k, s in enumerate(slices)])
+
+
+def _beyond_range(coefficients: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether finite coefficients would overflow in J's dtype: a projection coefficient is up
+    to ||g_j|| / ||g_i||, beyond float32 for updates ~1e-20 beside ~1e19. Then the combination
+    is formed in float64 (its result, a vector of update scale, fits J's dtype)."""
+    if not coefficients.is_floating_point() or torch.finfo(coefficients.dtype).max <= torch.finfo(dtype).max:
+        return False
+    return bool((coefficients.abs() > torch.finfo(dtype).max).logical_and_(torch.isfinite(coefficients)).any())
 
 
 def conflict_counts(updates: torch.Tensor, step: torch.Tensor, slices: list[slice] | None = None) -> tuple[int, list[int]]:

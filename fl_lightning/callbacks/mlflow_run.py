@@ -28,7 +28,9 @@ from matplotlib.figure import Figure
 
 from fl_lightning.machine import cpu_description
 
-CHECKPOINT_KEY = "mlflow_runs"  # {"rounds_completed": k, "runs": [{tracking_uri, experiment_id, run_id}]}
+# in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
+#                       "runs": [{"tracking_uri", "experiment_id", "run_id"}, ...]}
+CHECKPOINT_KEY = "mlflow_runs"
 
 
 def git_sha() -> str:
@@ -130,7 +132,7 @@ def continue_history(logger: MLFlowLogger, rounds_completed: int, round_metrics:
         for metric in client.get_metric_history(run_id, key)
         if metric.step >= rounds_completed
     }
-    if round_metrics:
+    if round_metrics and round_metrics["step"] == rounds_completed:  # a checkpoint at a round's end
         step = round_metrics["step"]
         missing = {k: v for k, v in round_metrics["metrics"].items() if (k, step) not in logged}
         if missing:

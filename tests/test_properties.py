@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fl_lightning.algorithms import FedAvg, FedFV, FedLF, FedMGDAPlus, QFedAvg
@@ -202,28 +202,16 @@ def test_server_steps_are_finite_for_any_finite_updates(name, exponents, feature
     assert_finite_steps(name, features, data, exponents)
 
 
-# Known failures in files this test may not fix (each with its smallest example below;
-# remove the xfail once fixed). FedLF's step 6, ||mean g|| * u / ||u||, takes float32 norms:
-# an update entry beyond ~1.8e19 (its square overflows) gives inf / inf = NaN. FedFV's Alg. 3
-# forms g^t · g_con / ||g_con||² in float32: ||g_con||² underflows to 0 for a history row of
-# norm ~1e-23, and the ratio overflows when ||g^t|| / ||g_con|| > ~1e38; either gives NaN.
-KNOWN_FAILURES = {
-    "FedLF": "FedLF.aggregate: float32 norms overflow for updates beyond 1.8e19 (fedlf.py step 6)",
-    "FedFV": "FedFV.mitigate_external: g^t·g_con / ||g_con||² under/overflows in float32 (fedfv.py Alg. 3)",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=reason, raises=AssertionError, strict=False))
-    for name, reason in KNOWN_FAILURES.items()
-])
-@settings(PROPERTY, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # known to fail: no shrinking
+# FedLF's step 6 and FedFV's Alg. 3 once took float32 norms and ratios, which overflowed
+# (updates beyond ~1.8e19) or underflowed (a history row of norm ~1e-23) into NaN steps;
+# they now work in float64. The whole float32 range, and the smallest examples found:
+@pytest.mark.parametrize("name", ["FedLF", "FedFV"])
+@settings(PROPERTY)
 @given(features=st.integers(1, 3), data=st.data())
-def test_server_steps_over_the_whole_float32_range_known_failures(name, features, data):
+def test_server_steps_over_the_whole_float32_range(name, features, data):
     assert_finite_steps(name, features, data, (-30, 30))
 
 
-@pytest.mark.xfail(reason=KNOWN_FAILURES["FedLF"], raises=AssertionError, strict=True)
 def test_fedlf_step_is_finite_for_an_update_beyond_the_float32_norm_range():
     """The example hypothesis found: round 0 a zero update, round 1 one update 1e19 (g = 1e20
     after dividing by lr 0.1): ||g|| overflows float32, the step is inf / inf = NaN."""
@@ -234,7 +222,6 @@ def test_fedlf_step_is_finite_for_an_update_beyond_the_float32_norm_range():
     assert torch.isfinite(steps[1]).all(), steps[1].tolist()
 
 
-@pytest.mark.xfail(reason=KNOWN_FAILURES["FedFV"], raises=AssertionError, strict=True)
 @pytest.mark.parametrize("history_row,update", [
     ([1e-23, 1e-23, 1e-23, -1e-23], [0.0, 0.0, 0.0, 1.0]),  # ||g_con||² = 4e-46 rounds to 0
     ([1e-13, 1e-13, 1e-13, 1e-13], [0.0, 0.0, 0.0, -1e27]),  # the ratio is -2.5e39

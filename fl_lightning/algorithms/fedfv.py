@@ -90,8 +90,10 @@ class FedFV(FederatedModule):
         coeffs = self.mitigate_internal(G, order, keep).mean(dim=0)  # Alg. 2: g^t = (1/m) Σ_i g'_i
         gt = self.mitigate_external(combine(coeffs, updates), t)  # Alg. 3
         target_norm = G.sum().clamp(min=0).sqrt() / updates.shape[0]  # ||(1/m) Σ_i g_i||
-        norm = gt.norm()
-        return gt * (target_norm / norm).to(gt.dtype) if norm > 0 else torch.zeros_like(gt)  # line 10
+        norm = gt.double().norm()  # float64: a float32 norm is inf beyond ~1.8e19
+        if not norm > 0:
+            return torch.zeros_like(gt)
+        return (gt.double() * (target_norm / norm)).to(gt.dtype)  # line 10: ||g^t|| = ||(1/m) Σ_i g_i||
 
     def projection_order(self, losses: torch.Tensor, round_index: int) -> torch.Tensor:
         """PO_t as positions in the round: ascending loss (the paper), random or reverse."""
@@ -148,8 +150,8 @@ class FedFV(FederatedModule):
         recent = self.history_rows(rows, gt)  # GH[k] of the clients last seen in the window
         per_round = torch.bincount(self.last_seen[rows] - window.start, minlength=len(window)).tolist()
         for sent in recent.split(per_round):  # line 1: rounds t - i, i = τ, ..., 1; line 4: t_k = t - i
-            g_con = (sent @ gt < 0).to(gt.dtype) @ sent  # lines 5-6: Σ GH[k] with g^t · GH[k] < 0
-            dot = gt @ g_con
-            if dot < 0:  # lines 10-11: project g^t off g_con
-                gt = gt - dot / (g_con @ g_con) * g_con
+            g_con = ((sent @ gt < 0).to(gt.dtype) @ sent).double()  # lines 5-6: Σ GH[k] with g^t · GH[k] < 0
+            dot, squared = gt.double() @ g_con, g_con @ g_con  # float64: no under/overflow for any finite g
+            if dot < 0 and squared > 0:  # lines 10-11: project g^t off g_con
+                gt = (gt.double() - dot / squared * g_con).to(gt.dtype)
         return gt

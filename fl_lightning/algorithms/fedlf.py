@@ -170,10 +170,11 @@ class FedLF(FederatedModule):
             "fedlf_qp_fallbacks": float(fallbacks),
         }
         self.last_groups = groups
-        if u.norm() == 0:  # Pareto-stationary at every layer group: d = 0
+        u64 = u.double()  # norms in float64: float32 ones overflow for finite updates beyond ~1e19
+        if u64.norm() == 0:  # Pareto-stationary at every layer group: d = 0
             return torch.zeros_like(u)
         # step 6: ||d|| = ||(1/m) Σ g_i||, w ← w + η_t d, i.e. the server step is −η_t d
-        return self.server_lr(t) * g.mean(dim=0).norm() * u / u.norm()
+        return (self.server_lr(t) * g.double().mean(dim=0).norm() * u64 / u64.norm()).to(u.dtype)
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         self.store_history(payload.clients, self.client_gradients(payload), payload.round)

@@ -209,6 +209,17 @@ class ResumeHint(Callback):
               f"{resume_command(self.args, str(last))}", flush=True)
 
 
+def readable_error(error: BaseException) -> str:
+    """The class's own message out of jsonargparse's "Does not validate against any of the
+    Union subtypes" text (which lists one error per subtype, e.g. FederatedModule | None)."""
+    text = str(error)
+    if "Does not validate against any of the Union subtypes" not in text:
+        return text
+    reasons = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
+    reasons = [r for r in reasons if not r.startswith("Expected a <class 'NoneType'>")]
+    return "; ".join(reasons) or text
+
+
 class FederatedCLI(LightningCLI):
     def parse_arguments(self, parser: Any, args: Any) -> None:
         self.command_args = [str(a) for a in (sys.argv[1:] if args is None else args)]
@@ -235,6 +246,14 @@ class FederatedCLI(LightningCLI):
         if ckpt_path and Path(ckpt_path).is_file():
             self.continued_runs = continue_mlflow_runs(config, ckpt_path)
 
+    def instantiate_classes(self) -> None:
+        """A wrong value that only the class itself can check (``--model.engine gpu``, an
+        unknown source) exits with the class's own message, not jsonargparse's Union dump."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as error:
+            self.parser.error(readable_error(error))
+
     def before_fit(self) -> None:
         hparams = {**self.model.hparams_initial, **getattr(self.datamodule, "hparams_initial", {})}
         for logger in self.trainer.loggers:
@@ -257,6 +276,8 @@ class FederatedCLI(LightningCLI):
             callbacks.append(ResumeHint(getattr(self, "command_args", [])))
 
     def after_fit(self) -> None:
+        if not self.trainer.is_global_zero:  # under DDP, rank 0 reports
+            return
         checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(
             self.trainer.checkpoint_callback, "best_model_path", "")
         if checkpoint:

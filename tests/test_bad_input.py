@@ -332,6 +332,15 @@ CASES = [
          "stderr"),
     case("cli-wrong-typed-value", lambda tmp: cli_main(["fit", "--data.num_clients", "ten"]),
          SystemExit, r"data\.num_clients.*Expected a <class 'int'>\. Got value: ten", "stderr"),
+    # values only the class can check: its own message, not jsonargparse's Union dump
+    case("cli-unknown-engine", lambda tmp: cli_main(["fit", "--model.engine", "gpu", "--trainer.logger", "false"]),
+         SystemExit, r"error: unknown engine 'gpu'; valid: 'auto', 'vectorised', 'sequential'\n?$", "stderr"),
+    case("cli-unknown-source", lambda tmp: cli_main(["fit", "--data.source", "mnist2", "--trainer.logger", "false"]),
+         SystemExit, r"error: unknown data source 'mnist2'; valid names: \[.*'mnist5k'.*\]", "stderr"),
+    case("cli-unknown-attack", lambda tmp: cli_main(["fit", "--model.attack", "sybil", "--trainer.logger", "false"]),
+         SystemExit, r"error: unknown attack 'sybil'; valid: null \(no attacker\), 'bias', 'scaling'", "stderr"),
+    case("cli-bad-chunk", lambda tmp: cli_main(["fit", "--model.clients_per_chunk", "0", "--trainer.logger", "false"]),
+         SystemExit, r"error: clients_per_chunk must be an integer >= 1, 'auto' or null", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),
          SystemExit, r"File does not exist: '.*nope\.yaml'", "stderr"),
     # ---- leaderboard builder

@@ -28,6 +28,8 @@ from leaderboard.views import (
     paper_numbers_view,
     problem_runs_view,
     runs_view,
+    variant_groups,
+    variants_view,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -160,6 +162,8 @@ def build_site(
                 for paper in sorted({n.paper for n in unmatched})
             ],
             num_runs=len(store.runs),
+            variants=[(prefix, variants_view(prefix, members, f"variants-{number}"))
+                      for number, (prefix, members) in enumerate(variant_groups(tables), start=1)],
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))

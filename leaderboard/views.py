@@ -227,3 +227,48 @@ def markdown_table(view: TableView, link_suffix: str = ".md") -> str:
         lines.append("| " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
+
+
+def variant_groups(tables: list[BenchmarkTable]) -> list[tuple[str, list[BenchmarkTable]]]:
+    """Benchmarks that are variants of one setting: the same key up to its last part
+    (``synthetic/natural/p0.2/fl_logreg/{no-attack, bias-attack-10, dropout-0.5}``)."""
+    groups: dict[str, list[BenchmarkTable]] = {}
+    for table in tables:
+        if "/" in table.key:
+            groups.setdefault(table.key.rsplit("/", 1)[0], []).append(table)
+    return [(prefix, members) for prefix, members in groups.items() if len(members) > 1]
+
+
+def variants_view(prefix: str, tables: list[BenchmarkTable], view_id: str,
+                  keys: tuple[str, ...] = ("test_acc_mean", "test_acc_worst5")) -> TableView:
+    """One row per algorithm configuration, mean and worst-client accuracy under every
+    variant of the setting, and the change from the reference variant (``no-attack`` if
+    there is one, else the first): how an attack or a fault moves each algorithm."""
+    names = [t.key.rsplit("/", 1)[1] for t in tables]
+    reference = names.index("no-attack") if "no-attack" in names else 0
+    order = [reference] + [i for i in range(len(tables)) if i != reference]
+    headers = [Header("Configuration", key="config")]
+    for i in order:
+        for key in keys:
+            column = COLUMNS_BY_KEY[key]
+            change = "" if i == reference else f"; Δ = change from {names[reference]}"
+            headers.append(Header(f"{names[i]}: {column.label}", f"{column.title}{change}", "num",
+                                  "desc" if column.better == "max" else "asc", f"{names[i]}:{key}"))
+    view = TableView(view_id, headers)
+    rows = {t_index: {row.config: row for row in table.rows} for t_index, table in enumerate(tables)}
+    configs = list(dict.fromkeys(row.config for table in tables for row in table.rows))
+    for config in configs:
+        cells = [Cell(config, config)]
+        base = rows[reference].get(config)
+        for i in order:
+            row = rows[i].get(config)
+            for key in keys:
+                column = COLUMNS_BY_KEY[key]
+                value = row.sort_value(key) if row else None
+                text = format_number(value, column) if value is not None else MISSING
+                base_value = base.sort_value(key) if base else None
+                if i != reference and value is not None and base_value is not None:
+                    text += f" (Δ {format_number(value - base_value, column)})"
+                cells.append(Cell(text, _num(value)))
+        view.rows.append(cells)
+    return view

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from leaderboard.__main__ import main as leaderboard_main  # noqa: E402
 from leaderboard.runs import using_tracking_uri  # noqa: E402
-from leaderboard.tables import METRIC_COLUMNS, slugify  # noqa: E402
+from leaderboard.tables import METRIC_COLUMNS, MISSING, slugify  # noqa: E402
 
 SUITE = "demo-offline"
 BENCHMARK = "digits/iid/full/fl_logreg"
@@ -469,3 +469,33 @@ def test_paper_numbers_units_and_bad_entries(tmp_path):
     assert len(numbers) == 1 and numbers[0].paper == "p"
     assert numbers[0].metrics == pytest.approx({"test_acc_mean": 0.5, "test_acc_var": 0.001257, "test_acc_std": 0.1374})
     assert len(warnings) == 2 and "0.5042" in warnings[0] and "algorithm_config" in warnings[1]
+
+
+def test_variants_of_one_setting_show_the_change_from_the_reference():
+    """Attack / fault benchmarks (same key up to the last part) get one table: every
+    configuration's mean and worst-5% accuracy under each variant, and Δ from no-attack."""
+    from leaderboard.tables import BenchmarkTable, ConfigRow, Stat
+    from leaderboard.views import variant_groups, variants_view
+
+    def table(name, values):
+        rows = [ConfigRow(config, "robustness-offline", [],
+                          {"test_acc_mean": Stat(mean, None, 1), "test_acc_worst5": Stat(worst, None, 1)})
+                for config, (mean, worst) in values.items()]
+        return BenchmarkTable(f"synthetic/natural/p0.2/fl_logreg/{name}", name, rows, [])
+
+    tables = [
+        table("bias-attack-10", {"AFL": (0.165, 0.0), "FedMGDAPlus": (0.825, 0.437)}),
+        table("no-attack", {"AFL": (0.765, 0.383), "FedMGDAPlus": (0.839, 0.493)}),
+        table("dropout-0.5", {"FedMGDAPlus": (0.801, 0.360)}),
+        BenchmarkTable("mnist5k/iid/p0.1/fl_mlp", "other", [], []),
+    ]
+    ((prefix, members),) = variant_groups(tables)
+    assert prefix == "synthetic/natural/p0.2/fl_logreg" and len(members) == 3
+    view = variants_view(prefix, members, "variants-1")
+    assert [h.label for h in view.headers][:3] == ["Configuration", "no-attack: Mean acc. (%)",
+                                                     "no-attack: Worst 5% (%)"]
+    afl, mgda = ({cell.text for cell in row[:1]} for row in view.rows)
+    assert afl == {"AFL"} and mgda == {"FedMGDAPlus"}
+    assert view.rows[0][3].text == "16.50 (Δ -60.00)"  # AFL under the bias attack
+    assert view.rows[0][5].text == MISSING  # AFL did not run with dropout
+    assert view.rows[1][5].text == "80.10 (Δ -3.80)"

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.cli import main as fit_main
@@ -25,16 +24,9 @@ if str(ROOT) not in sys.path:
 
 from leaderboard.__main__ import main as leaderboard_main  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is several times faster on a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def fit_command(uri: str, rounds: int, seed: int = 0) -> list[str]:

@@ -26,16 +26,12 @@ FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
 NUM_ROUNDS, STOP_AFTER, EVAL_EVERY = 4, 2, 3
 TIMINGS = ("client_time_s", "server_time_s")  # wall-clock, never reproducible
 
-pytestmark = pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is several times faster on a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class MemoryLogger(Logger):

@@ -86,6 +86,8 @@ def test_unknown_algorithm_is_refused(store, capsys):
     assert "unknown algorithm 'FedMagic'" in err and "FedAvg" in err and "FedProx" in err
 
 
-def test_unknown_dataset_lists_the_valid_names(store):
-    with pytest.raises(ValueError, match="mnist5k"):
+def test_unknown_dataset_lists_the_valid_names(store, capsys):
+    with pytest.raises(SystemExit):
         main(short_run(store, "--data.source=imagenet"))
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: unknown data source 'imagenet'; valid names:") and "mnist5k" in error

@@ -23,3 +23,15 @@ def describe_machine(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+def proc_kib_as_mib(path: str, key: str) -> float | None:
+    """A ``key: <n> kB`` line of a /proc file (Linux) in MiB; None where there is none."""
+    try:
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(key):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None

@@ -29,7 +29,9 @@ import lightning.pytorch as pl
 import torch
 
 from benchmarks.perf.data import clients_for
+from benchmarks.perf.machine import proc_kib_as_mib
 from fl_lightning.algorithms import FedAvg
+from fl_lightning.core.local import is_out_of_memory
 
 CELL_DEFAULTS = {
     "rounds": 3,  # timed rounds (the median is reported)
@@ -82,14 +84,7 @@ class RoundTimer(pl.Callback):
 
 def rss_mib() -> float | None:
     """The resident set size of this process now (Linux), MiB."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    return proc_kib_as_mib("/proc/self/status", "VmRSS:")
 
 
 def peak_rss_mib() -> float:
@@ -163,10 +158,6 @@ def run_cell(spec: dict) -> dict:
             "setup_rss_mib": setup_rss,
         }
     return entry
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.perf.machine import describe_machine
+from benchmarks.perf.machine import describe_machine, proc_kib_as_mib
 from benchmarks.perf.round_throughput import CELL_DEFAULTS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,14 +71,7 @@ def children_cpu_seconds() -> float:
 
 
 def available_memory_mib() -> float | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    return proc_kib_as_mib("/proc/meminfo", "MemAvailable:")
 
 
 # ----------------------------------------------------------------------------- cells

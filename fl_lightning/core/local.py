@@ -148,6 +148,11 @@ def stack_for_clients(params: dict[str, torch.Tensor], m: int) -> dict[str, torc
     return {name: p.detach().unsqueeze(0).repeat(m, *([1] * p.dim())) for name, p in params.items()}
 
 
+def is_stacked_start(start: dict[str, torch.Tensor], layout: ParameterLayout) -> bool:
+    """Does ``start`` hold one model per client ([m, ...] tensors) rather than a shared one?"""
+    return start[layout.names[0]].dim() == len(layout.shapes[0]) + 1
+
+
 def resolve_start(
     start: dict[str, torch.Tensor],
     anchor: dict[str, torch.Tensor] | None,
@@ -156,7 +161,7 @@ def resolve_start(
 ) -> tuple[bool, dict[str, torch.Tensor]]:
     """Is ``start`` stacked per client ([m, ...]) or shared? And the detached anchor."""
     first = layout.names[0]
-    is_stacked = start[first].dim() == len(layout.shapes[0]) + 1
+    is_stacked = is_stacked_start(start, layout)
     if is_stacked and start[first].shape[0] != m:
         raise ValueError(f"stacked start has {start[first].shape[0]} clients, the shards have {m}")
     if anchor is None:
@@ -201,10 +206,21 @@ def auto_chunk_size(num_clients: int, num_parameters: int, device: torch.device)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """A CUDA/CPU allocation failure (``torch.OutOfMemoryError`` or the allocator's RuntimeError)."""
-    if isinstance(error, torch.OutOfMemoryError):
+    """An allocation failure: ``torch.OutOfMemoryError``, the allocator's RuntimeError, or
+    Python's MemoryError (host memory)."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def check_clients_per_chunk(clients_per_chunk: int | str | None) -> None:
+    """An integer >= 1, ``"auto"`` or ``None`` (all clients at once)."""
+    if clients_per_chunk is not None and clients_per_chunk != "auto" and (
+        not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
+    ):
+        raise ValueError(
+            f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
+        )
 
 
 class VectorisedEngine:
@@ -226,10 +242,7 @@ class VectorisedEngine:
     name = "vectorised"
 
     def __init__(self, clients_per_chunk: int | str | None = None, autocast: str | None = None) -> None:
-        if clients_per_chunk is not None and clients_per_chunk != "auto" and (
-            not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
-        ):
-            raise ValueError(f"clients_per_chunk must be >= 1, 'auto' or None (all at once), got {clients_per_chunk!r}")
+        check_clients_per_chunk(clients_per_chunk)
         autocast_context(torch.device("cpu"), autocast)  # validates the name
         self.clients_per_chunk = clients_per_chunk
         self.autocast = autocast
@@ -281,7 +294,7 @@ class VectorisedEngine:
                     [shards.sizes_cpu[k] for k in members], [steps[k] for k in members],
                     order[:, members], sgd, objective, self.autocast,
                 )
-            except (torch.OutOfMemoryError, RuntimeError) as error:
+            except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
                 if not is_out_of_memory(error) or chunk == 1:
                     raise
                 chunk_start = {}  # free the failed chunk before retrying

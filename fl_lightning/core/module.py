@@ -46,7 +46,9 @@ from fl_lightning.core.local import (
     ClientShards,
     LocalSGD,
     batch_order,
+    check_clients_per_chunk,
     choose_engine,
+    is_stacked_start,
     masked_cross_entropy,
 )
 from fl_lightning.metrics import fairness_summary
@@ -188,12 +190,7 @@ class FederatedModule(pl.LightningModule):
             raise ValueError(f"eval_every must be >= 1, got {eval_every}")
         if engine not in ("auto", "vectorised", "sequential"):
             raise ValueError(f"unknown engine {engine!r}; valid: 'auto', 'vectorised', 'sequential'")
-        if clients_per_chunk is not None and clients_per_chunk != "auto" and (
-            not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
-        ):
-            raise ValueError(
-                f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
-            )
+        check_clients_per_chunk(clients_per_chunk)
         if local_autocast not in (None, *AUTOCAST_DTYPES):
             raise ValueError(
                 f"unknown local_autocast {local_autocast!r}; valid: null (full precision), "
@@ -392,6 +389,12 @@ class FederatedModule(pl.LightningModule):
                 f"the model expects inputs {tuple(self.hparams.input_shape)} but the data has "
                 f"{tuple(data.input_shape)}: set model.input_shape to match"
             )
+        num_clients = int(data.train_sizes.shape[0])
+        if self.hparams.attack is not None and self.hparams.attack_client >= num_clients:
+            raise ValueError(
+                f"attack_client {self.hparams.attack_client} is not a client: there are {num_clients} "
+                f"(ids 0..{num_clients - 1}); set model.attack_client to one of them"
+            )
         if data.train_x.device != self.device:
             data.to(self.device)
 
@@ -418,8 +421,10 @@ class FederatedModule(pl.LightningModule):
 
     def attack_payload(self, payload: RoundPayload) -> RoundPayload:
         """The malicious client's report: its loss + b (bias), or its loss and update × s (scaling)."""
+        if self.hparams.attack is None:
+            return payload
         row = payload.clients == self.hparams.attack_client
-        if self.hparams.attack is None or not bool(row.any()):
+        if not bool(row.any()):
             return payload
         strength = self.hparams.attack_strength
         losses = payload.losses.clone()
@@ -480,16 +485,15 @@ class FederatedModule(pl.LightningModule):
         global_params = {n: p for n, p in self.model.named_parameters() if n in self.layout.names}
         start = global_params if start is None else start
         anchor = global_params if anchor is None else anchor
-        first = self.layout.names[0]
-        start_is_stacked = start[first].dim() == len(self.layout.shapes[0]) + 1
+        if self.world_size == 1:
+            return self._train_engine(shards, order, start, anchor, sgd)
+        per_client_start = is_stacked_start(start, self.layout)
 
         def train_block(rows: slice) -> tuple[torch.Tensor]:
-            block_start = {n: v[rows] for n, v in start.items()} if start_is_stacked else start
+            block_start = {n: v[rows] for n, v in start.items()} if per_client_start else start
             trained = self._train_engine(shards.rows(rows), order[:, rows], block_start, anchor, sgd)
             return (self.layout.flatten_stacked(trained),)
 
-        if self.world_size == 1:
-            return self._train_engine(shards, order, start, anchor, sgd)
         (flat,) = self.across_ranks(shards.num_clients, train_block)
         return self.layout.unflatten_stacked(flat)
 
@@ -587,12 +591,7 @@ class FederatedModule(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         t = self.round_index
         data = self.federated_data
-        num_clients = int(data.train_sizes.shape[0])
-        if self.hparams.attack is not None and self.hparams.attack_client >= num_clients:
-            raise ValueError(
-                f"attack_client {self.hparams.attack_client} is not a client: there are {num_clients} (ids 0..{num_clients - 1})"
-            )
-        sampled = self.with_attacker(self.sample_clients(t, num_clients))
+        sampled = self.with_attacker(self.sample_clients(t, int(data.train_sizes.shape[0])))
         answered = self.drop_clients(t, sampled)
         metrics: dict[str, float] = {
             "clients_sampled": float(len(sampled)),

@@ -12,6 +12,7 @@ A suite file (``benchmarks/<paper>/<scale>.yaml``) holds:
       - name: mnist5k/shards-200x2/p0.1/fl_mlp
         config: {...}             # merged over base
         algorithms: [...]         # optional: this benchmark's own list
+        control: other/name       # optional: the benchmark this variant is compared with
     algorithms:                   # each expands over its grid (cartesian product)
       - class_path: fl_lightning.algorithms.FedFV
         init_args: {tau: 1}
@@ -19,15 +20,19 @@ A suite file (``benchmarks/<paper>/<scale>.yaml``) holds:
         label_args: [tau]         # init_args shown in the label besides the grid's
 
 Every (benchmark, algorithm configuration) is a cell, and every cell runs once per seed
-as its own process through the same code path as the CLI (``fl_lightning.cli``), tagged
-with suite, scale, paper, benchmark, cell, algorithm_config and seed. Finished runs are
-found in the store and skipped, so an interrupted suite resumes where it stopped; a cell
-that fails is recorded as a FAILED run with its error, and the rest go on.
+as its own process through the same code path as the CLI (``fl_lightning.cli``, with
+``seed_everything: <seed>`` deciding every random stream), tagged with suite, scale,
+paper, benchmark, cell, algorithm_config, seed, suite_description, control (a variant's
+declared control benchmark) and cell_config (a digest of the cell's whole config).
+Finished runs of the same cell config are found in the store and skipped, so an
+interrupted suite resumes where it stopped and an edited cell runs again; a cell that
+fails is recorded as a FAILED run with its error, and the rest go on.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import os
 import subprocess
@@ -54,17 +59,32 @@ class Cell:
     algorithm_config: str
     seed: int
     config: dict
+    description: str = ""
+    control: str = ""
 
     @property
     def cell(self) -> str:
         return f"{self.benchmark}|{self.algorithm_config}"
 
     @property
+    def config_digest(self) -> str:
+        """12 hex digits of the cell's config at this seed: a finished run with another digest
+        ran an older version of the cell and does not count as done."""
+        text = yaml.safe_dump(self.config, sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    @property
     def tags(self) -> dict[str, str]:
-        return {
+        tags = {
             "suite": self.suite, "paper": self.paper, "scale": self.scale, "benchmark": self.benchmark,
             "cell": self.cell, "algorithm_config": self.algorithm_config, "seed": str(self.seed),
+            "cell_config": self.config_digest,
         }
+        if self.description:
+            tags["suite_description"] = self.description
+        if self.control:
+            tags["control"] = self.control
+        return tags
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -156,6 +176,10 @@ def _check_suite(where: str, spec) -> None:
             raise _suite_error(where, f"benchmark {benchmark['name']!r}: 'config' must be a mapping, got {benchmark['config']!r}")
         if benchmark.get("algorithms") is not None:
             _check_algorithms(f"{where}, benchmark {benchmark['name']!r}", benchmark["algorithms"])
+        names = [b.get("name") for b in spec["benchmarks"] if isinstance(b, dict)]
+        if benchmark.get("control") is not None and benchmark["control"] not in names:
+            raise _suite_error(where, f"benchmark {benchmark['name']!r}: control {benchmark['control']!r} "
+                                      f"is not a benchmark of the suite; it has {names}")
         elif spec.get("algorithms") is None:
             raise _suite_error(where, f"benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
 
@@ -191,23 +215,24 @@ def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
         for label, model in expand_algorithms(algorithms):
             for seed in seeds if seeds is not None else spec.get("seeds", [0]):
                 config = deep_merge(bench_config, {"model": model})
-                config = deep_merge(config, {"seed_everything": seed, "model": {"init_args": {"seed": seed}},
-                                             "data": {"seed": seed}})
-                cells.append(Cell(spec["suite"], spec["paper"], spec["scale"], benchmark["name"], label, seed, config))
+                config = deep_merge(config, {"seed_everything": seed})  # model and data take it
+                cells.append(Cell(spec["suite"], spec["paper"], spec["scale"], benchmark["name"], label, seed,
+                                  config, " ".join(str(spec.get("description", "")).split()),
+                                  benchmark.get("control") or ""))
     return cells
 
 
-def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str]]:
-    """(cell, seed) pairs with a FINISHED run in the suite's experiment."""
+def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
+    """(cell, seed, cell_config) of the FINISHED runs in the suite's experiment."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
     if mlflow.get_experiment_by_name(suite) is None:
         return set()
     runs = mlflow.search_runs(experiment_names=[suite], filter_string="attributes.status = 'FINISHED'")
-    if runs.empty or "tags.cell" not in runs:
+    if runs.empty or "tags.cell" not in runs or "tags.cell_config" not in runs:
         return set()
-    return set(zip(runs["tags.cell"], runs["tags.seed"]))
+    return set(zip(runs["tags.cell"], runs["tags.seed"], runs["tags.cell_config"]))
 
 
 def ensure_experiment(tracking_uri: str, suite: str) -> str:
@@ -226,7 +251,8 @@ def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
     experiment_id = ensure_experiment(tracking_uri, cell.suite)
     runs = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.cell = '{cell.cell}' and tags.seed = '{cell.seed}'",
+        filter_string=(f"tags.cell = '{cell.cell}' and tags.seed = '{cell.seed}' "
+                       f"and tags.cell_config = '{cell.config_digest}'"),
         order_by=["attributes.start_time DESC"], max_results=1,
     )
     run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
@@ -296,7 +322,7 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
     done = finished_runs(tracking_uri, suite)
-    todo = [c for c in cells if (c.cell, str(c.seed)) not in done]
+    todo = [c for c in cells if (c.cell, str(c.seed), c.config_digest) not in done]
     print(f"suite {suite}: {len(cells)} runs ({len({c.cell for c in cells})} cells x seeds), "
           f"{len(cells) - len(todo)} already finished, {len(todo)} to run with {jobs} job(s)", flush=True)
     if dry_run:

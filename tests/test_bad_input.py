@@ -154,7 +154,7 @@ CASES = [
     case("unknown-emnist-split", lambda tmp: FederatedDataModule(source="emnist", source_params={"split": "x"}),
          ValueError, r"unknown EMNIST split 'x'; valid splits: \[.*'letters'"),
     case("unknown-test-mode", lambda tmp: FederatedDataModule(test_mode="both"),
-         ValueError, r"test_mode must be one of \['local', 'global'\], got 'both'"),
+         ValueError, r"test_mode must be one of \['local', 'global', 'matched'\], got 'both'"),
     case("natural-partition-without-natural-clients", lambda tmp: FederatedDataModule(partition="natural"),
          ValueError, r"partition 'natural' needs a source with its own clients \(\['synthetic'\]\).*"
                      r"Choose another partition"),

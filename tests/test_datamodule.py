@@ -361,7 +361,7 @@ def test_partition_figure_has_one_stacked_bar_per_client(num_clients):
         (dict(source="imagenet"), "unknown data source 'imagenet'; valid names: .*mnist5k"),
         (dict(partition="random"), "unknown partition 'random'; valid names: .*dirichlet"),
         (dict(num_clients=0), "num_clients must be a positive integer"),
-        (dict(test_mode="both"), r"test_mode must be one of \['local', 'global'\]"),
+        (dict(test_mode="both"), r"test_mode must be one of \['local', 'global', 'matched'\]"),
         (dict(local_test_fraction=1.0), r"local_test_fraction must be in \[0, 1\)"),
         (dict(global_test_fraction=0.0), r"global_test_fraction must be in \(0, 1\)"),
         (

@@ -43,6 +43,14 @@ def evaluate_clients(
     return loss_sum / counts, correct / counts
 
 
+def label_matched(class_values: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+    """Each client's expected value over its own label distribution: sum_c p_k(c) v(c).
+
+    ``class_values`` (C,) from one shared model (classes without test samples are NaN and
+    carry no weight), ``class_weights`` (K, C) with rows summing to 1."""
+    return class_weights @ torch.nan_to_num(class_values, nan=0.0)
+
+
 @torch.no_grad()
 def evaluate_clients_stacked(
     model: nn.Module,
@@ -54,9 +62,13 @@ def evaluate_clients_stacked(
     sizes: torch.Tensor,
     positions_per_pass: int = 256,
     clients_per_pass: int = 64,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-client mean loss and accuracy when client k has its own model (row k of
-    ``client_params``, (K, d)), each evaluated on client k's samples; vmap over clients."""
+    ``client_params``, (K, d)), each evaluated on client k's samples; vmap over clients.
+
+    ``weights`` (K, max_n), each row summing to 1 over the client's samples, gives a
+    weighted mean instead (e.g. a shared test set re-weighted to the client's labels)."""
     from torch.func import functional_call, vmap
 
     num_clients, max_n = index.shape
@@ -75,12 +87,16 @@ def evaluate_clients_stacked(
                 samples = index[rows, cols]
                 valid = (torch.arange(start, start + samples.shape[1], device=index.device)
                          < sizes[rows].unsqueeze(1)).to(loss_sum.dtype)
+                if weights is not None:
+                    valid = valid * weights[rows, cols]
                 logits = forward(params, x[samples]).float()
                 targets = y[samples]
                 losses = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-                loss_sum[rows] += torch.where(valid > 0, losses.view_as(valid), 0.0).sum(dim=1)
+                loss_sum[rows] += (torch.where(valid > 0, losses.view_as(valid), 0.0) * valid).sum(dim=1)
                 correct[rows] += ((logits.argmax(dim=-1) == targets).to(valid.dtype) * valid).sum(dim=1)
     finally:
         model.train(was_training)
+    if weights is not None:
+        return loss_sum, correct
     counts = sizes.to(loss_sum.dtype)
     return loss_sum / counts, correct / counts

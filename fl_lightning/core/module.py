@@ -22,6 +22,7 @@ local shuffles of round t are the same whether the run was resumed or not.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import time
 import warnings
@@ -32,7 +33,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from fl_lightning.core.evaluation import evaluate_clients, evaluate_clients_stacked
+from fl_lightning.core.evaluation import evaluate_clients, evaluate_clients_stacked, label_matched
 from fl_lightning.core.flat import (
     ParameterLayout,
     assign_model_vector,
@@ -53,6 +54,7 @@ from fl_lightning.core.local import (
 )
 from fl_lightning.metrics import fairness_summary
 from fl_lightning.models import create_fl_model
+from fl_lightning.seeding import run_seed
 
 _STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3}
 _HISTORY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -122,7 +124,8 @@ class FederatedModule(pl.LightningModule):
             None = full batch).
         engine: ``"auto"``, ``"vectorised"`` or ``"sequential"``.
         eval_every: evaluate every client every this many rounds (and after the last).
-        seed: seeds the model's initialisation and every per-round random stream.
+        seed: seeds the model's initialisation and every per-round random stream; ``None``
+            (the default) takes the run's seed (``--seed_everything N``), else 0.
         engine_memory_budget_gb: what ``engine="auto"`` may spend on stacked clients.
         clients_per_chunk: clients trained together by the vectorised engine (None = all,
             ``"auto"`` = sized from the free memory, see ``core.local.auto_chunk_size``);
@@ -165,7 +168,7 @@ class FederatedModule(pl.LightningModule):
         weight_decay: float = 0.0,
         engine: str = "auto",
         eval_every: int = 1,
-        seed: int = 0,
+        seed: int | None = None,
         engine_memory_budget_gb: float = 4.0,
         clients_per_chunk: int | str | None = None,
         lr_decay: float = 1.0,
@@ -179,7 +182,9 @@ class FederatedModule(pl.LightningModule):
         attack_strength: float = 10.0,
     ) -> None:
         super().__init__()
+        self.run_seed = run_seed(seed, "model.seed")
         self.save_hyperparameters()
+        seed = self.run_seed
         if num_rounds < 1:
             raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
         if not 0 < fraction <= 1:
@@ -229,6 +234,14 @@ class FederatedModule(pl.LightningModule):
         self._chunk_cap: int | None = None  # a chunk size that ran out of memory, halved
         self._host_sizes: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # split -> (sizes, CPU copy)
         self.oom_retries = 0
+
+    def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
+        """Lightning's, with ``seed`` recorded as the seed used (the run's, when None was
+        given); subclasses save again after this class, so every save records it."""
+        super().save_hyperparameters(*args, ignore=ignore, frame=frame or inspect.currentframe().f_back,
+                                     logger=logger)
+        for hparams in (self._hparams, self._hparams_initial):
+            hparams["seed"] = self.run_seed
 
     # ----------------------------------------------------------------- hooks to override
     def client_objective(
@@ -572,10 +585,12 @@ class FederatedModule(pl.LightningModule):
         return losses, accuracies
 
     def evaluate_stacked_shards(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                                index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                                index: torch.Tensor, sizes: torch.Tensor,
+                                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``evaluate_clients_stacked`` (client k under its own model ``params[k]``), split across ranks."""
         def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-            return evaluate_clients_stacked(self.model, self.layout, params[rows], x, y, index[rows], sizes[rows])
+            return evaluate_clients_stacked(self.model, self.layout, params[rows], x, y, index[rows], sizes[rows],
+                                            weights=None if weights is None else weights[rows])
         losses, accuracies = self.across_ranks(int(sizes.shape[0]), block)
         return losses, accuracies
 
@@ -712,7 +727,18 @@ class FederatedModule(pl.LightningModule):
         shared = self._shared_eval_model(None if per_client else params)
         metrics: dict[str, float] = {}
         client_sets = None
-        if int(data.test_sizes.sum()) > 0:
+        if getattr(data, "test_class_weights", None) is not None:
+            losses, accuracies, num_test = self._evaluate_label_matched(data, params if per_client else None, shared)
+            metrics |= fairness_summary(accuracies, prefix="test_acc_")
+            metrics["test_loss_mean"] = float(losses.mean())
+            self.last_client_metrics = {
+                "client": list(range(len(accuracies))),
+                "test_accuracy": accuracies.tolist(),
+                "test_loss": losses.tolist(),
+                "num_train": data.train_sizes.tolist(),
+                "num_test": num_test.tolist(),
+            }
+        elif int(data.test_sizes.sum()) > 0:
             client_sets = (data.test_x, data.test_y, data.test_index, data.test_sizes)
         elif per_client and data.global_test_x is not None:
             n = data.global_test_y.shape[0]
@@ -748,6 +774,26 @@ class FederatedModule(pl.LightningModule):
             self.layer_conflict_sums.zero_()
             self.conflict_rounds.zero_()
         return metrics
+
+    def _evaluate_label_matched(self, data: Any, params: torch.Tensor | None, shared: torch.nn.Module
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``test_mode="matched"``: client k's loss and accuracy are sum_c p_k(c) v_k(c), its model's
+        class-wise values on the shared test set weighted by its own training labels; and the
+        number of shared test samples in the classes it holds."""
+        weights = data.test_class_weights
+        class_sizes = data.global_test_class_sizes
+        num_test = (weights > 0).to(class_sizes.dtype) @ class_sizes
+        if params is None:  # one shared model: its class-wise values once, then weighted per client
+            class_losses, class_accuracies = evaluate_clients(
+                shared, data.global_test_x, data.global_test_y, data.global_test_class_index, class_sizes)
+            return label_matched(class_losses, weights), label_matched(class_accuracies, weights), num_test
+        n = data.global_test_y.shape[0]
+        everything = torch.arange(n, device=data.global_test_x.device).expand(params.shape[0], n)
+        per_sample = weights[:, data.global_test_y] / class_sizes[data.global_test_y].clamp_min(1)
+        losses, accuracies = self.evaluate_stacked_shards(
+            params, data.global_test_x, data.global_test_y, everything,
+            torch.full((params.shape[0],), n, device=everything.device), weights=per_sample)
+        return losses, accuracies, num_test
 
     def _shared_eval_model(self, flat: torch.Tensor | None) -> torch.nn.Module:
         """The global model, or a copy of it holding another shared parameter vector."""

@@ -15,6 +15,7 @@ tensors directly, so each dataloader yields a single placeholder item per epoch.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,10 +28,12 @@ from torch.utils.data import DataLoader, Dataset
 from fl_lightning.data.partition import (
     PARTITIONERS,
     check_partition_params,
+    resolved_partition_params,
     split_train_test,
 )
 from fl_lightning.data.partition import class_counts as client_class_counts
 from fl_lightning.data.partition import partition as make_partition
+from fl_lightning.seeding import run_seed
 from fl_lightning.data.sources import (
     SourceData,
     download_source,
@@ -42,7 +45,7 @@ from fl_lightning.data.sources import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-TEST_MODES = ("local", "global")
+TEST_MODES = ("local", "global", "matched")
 _TENSOR_NAMES = (
     "train_x",
     "train_y",
@@ -54,6 +57,9 @@ _TENSOR_NAMES = (
     "test_sizes",
     "global_test_x",
     "global_test_y",
+    "test_class_weights",
+    "global_test_class_index",
+    "global_test_class_sizes",
 )
 _TABLE_MAX_ROWS = 20  # larger tables show the first and last clients and a summary
 _TABLE_MAX_CLASS_COLUMNS = 20  # more classes: show "classes held" and the top classes
@@ -78,6 +84,14 @@ class _Pool:
     client_ids: torch.Tensor | None
     global_x: torch.Tensor | None
     global_y: torch.Tensor | None
+    client_test_x: torch.Tensor | None = None  # each client's own test samples, drawn by the source
+    client_test_y: torch.Tensor | None = None
+    client_test_ids: np.ndarray | None = None
+
+    def with_test_appended(self) -> _Pool:
+        """The pool with the clients' own test samples after the training samples."""
+        return _Pool(torch.cat([self.x, self.client_test_x]), torch.cat([self.y, self.client_test_y]),
+                     self.client_ids, self.global_x, self.global_y)
 
 
 class FederatedDataModule(LightningDataModule):
@@ -91,7 +105,12 @@ class FederatedDataModule(LightningDataModule):
         partition_params: the partitioner's parameters, e.g. ``{"alpha": 0.1}``.
         test_mode: ``"local"``: every client keeps ``local_test_fraction`` of its samples
             as its own test set; ``"global"``: one shared test set (the official test
-            split, else a held-out ``global_test_fraction`` of the pool).
+            split, else a held-out ``global_test_fraction`` of the pool); ``"matched"``:
+            the shared test set of ``"global"``, and each client's accuracy is the
+            expectation over its own training label distribution of the class-wise
+            accuracy on it, sum_c p_k(c) acc(c): the accuracy on a test set drawn to
+            match the client's labels, not quantised by a few local test samples (for
+            partitions that skew labels, not features).
         local_test_fraction: share of each client's samples used as its local test set.
         merge_official_splits: in local mode, pool the official train and test splits
             before partitioning (as FedLF does); otherwise the official test split becomes
@@ -100,7 +119,9 @@ class FederatedDataModule(LightningDataModule):
             mode when the source has no official test split.
         source_params: the source's parameters, e.g. ``{"split": "letters"}`` for EMNIST.
         data_dir, download: where torchvision sources live; whether to download them.
-        seed: seeds the source (synthetic), the partition and the train/test splits.
+        seed: seeds the source (synthetic), the partition and the train/test splits;
+            ``None`` (the default) takes the run's seed (``seed_everything``), else 0.
+            Logged as the hyper-parameter ``data_seed``.
     """
 
     def __init__(
@@ -116,16 +137,20 @@ class FederatedDataModule(LightningDataModule):
         source_params: dict | None = None,
         data_dir: str = "data",
         download: bool = False,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["seed"])
+        self.seed = run_seed(seed, "data.seed")
         self.partition_params = _as_params("partition_params", partition_params, "{alpha: 0.5}")
         self.source_params = self._checked_source_params(source, num_clients, source_params)
         info = source_info(source, **self.source_params)
         self._check_arguments(
             info, num_clients, partition, test_mode, local_test_fraction, global_test_fraction
         )
+        if partition != "natural":
+            self.partition_params = resolved_partition_params(partition, self.partition_params)
+        self._record_resolved_hparams(partition_params=dict(self.partition_params), data_seed=self.seed)
         self.source_info = info
         self.num_clients = num_clients
         self.num_classes = info.num_classes
@@ -133,6 +158,11 @@ class FederatedDataModule(LightningDataModule):
         for name in _TENSOR_NAMES:
             setattr(self, name, None)
         self._class_counts: np.ndarray | None = None
+
+    def _record_resolved_hparams(self, **values) -> None:
+        """Log what the run really used (defaults filled in), not what was typed."""
+        for hparams in (self._hparams, self._hparams_initial):
+            hparams.update(values)
 
     # ------------------------------------------------------------------ validation
 
@@ -179,6 +209,12 @@ class FederatedDataModule(LightningDataModule):
             raise ValueError(f"local_test_fraction must be in [0, 1), got {local_fraction}.")
         if not 0 < global_fraction < 1:
             raise ValueError(f"global_test_fraction must be in (0, 1), got {global_fraction}.")
+        if self.source_params.get("test_per_client") and (partition != "natural" or test_mode != "local"):
+            raise ValueError(
+                f"source_params test_per_client={self.source_params['test_per_client']} draws each natural "
+                f"client's own test set: it needs partition='natural' and test_mode='local', got "
+                f"partition={partition!r}, test_mode={test_mode!r}."
+            )
 
     # ------------------------------------------------------------------ setup
 
@@ -196,13 +232,19 @@ class FederatedDataModule(LightningDataModule):
         if self.train_x is not None:
             return
         hp = self.hparams
-        data = load_source(hp.source, hp.data_dir, hp.download, hp.seed, **self.source_params)
+        data = load_source(hp.source, hp.data_dir, hp.download, self.seed, **self.source_params)
         _check_loaded(data, self.source_info)
         pool = self._make_pool(data)
         clients = self._partition(pool)
-        if hp.test_mode == "local":
+        if pool.client_test_ids is not None:  # the source drew each client's own test set
+            train_lists = clients
+            ids = np.unique(pool.client_ids.numpy())  # client k is the k-th natural id (``natural``)
+            test_lists = [np.flatnonzero(pool.client_test_ids == ids[k]) + len(pool.y)
+                          for k in range(len(clients))]
+            pool = pool.with_test_appended()
+        elif hp.test_mode == "local":
             train_lists, test_lists = split_train_test(
-                clients, hp.local_test_fraction, _derived_seed(hp.seed, "local_test_split")
+                clients, hp.local_test_fraction, _derived_seed(self.seed, "local_test_split")
             )
         else:
             train_lists, test_lists = clients, [np.empty(0, np.int64)] * len(clients)
@@ -210,15 +252,20 @@ class FederatedDataModule(LightningDataModule):
         built |= dict(zip(_TENSOR_NAMES[4:8], _pack_clients(pool.x, pool.y, test_lists)))
         built |= {"global_test_x": pool.global_x, "global_test_y": pool.global_y}
         class_counts = client_class_counts(pool.y.numpy(), train_lists, self.num_classes)
+        built |= _matched_test_tensors(hp.test_mode, class_counts, pool.global_y, self.num_classes)
         self._class_counts = class_counts
         for name in _TENSOR_NAMES:  # train_x last: it marks the setup as done
             if name != "train_x":
                 setattr(self, name, built[name])
         self.train_x = built["train_x"]
+        self._split_digest = _digest_of_split(train_lists, test_lists, pool.global_y)
 
     def _make_pool(self, data: SourceData) -> _Pool:
         """What the partitioner splits, and what is held out as the shared test set."""
         hp = self.hparams
+        if data.client_of_test is not None and hp.test_mode == "local" and hp.partition == "natural":
+            return _Pool(data.x_train, data.y_train, data.client_of_train, None, None,
+                         data.x_client_test, data.y_client_test, data.client_of_test.numpy())
         if data.x_test is not None:
             if hp.test_mode == "local" and hp.merge_official_splits:  # as FedLF: pool both
                 x = torch.cat([data.x_train, data.x_test])
@@ -232,7 +279,7 @@ class FederatedDataModule(LightningDataModule):
     def _hold_out_global_test(self, data: SourceData) -> _Pool:
         """Without an official test split: a random ``global_test_fraction`` of the
         training split becomes the shared test set, taken before partitioning."""
-        rng = np.random.default_rng(_derived_seed(self.hparams.seed, "global_test_holdout"))
+        rng = np.random.default_rng(_derived_seed(self.seed, "global_test_holdout"))
         order = torch.as_tensor(rng.permutation(len(data.y_train)))
         num_held_out = int(round(self.hparams.global_test_fraction * len(order)))
         held, kept = order[:num_held_out], order[num_held_out:]
@@ -250,7 +297,7 @@ class FederatedDataModule(LightningDataModule):
                 )
             params["client_ids"] = pool.client_ids.numpy()
             present = len(np.unique(params["client_ids"]))
-            if hp.test_mode == "global" and present < hp.num_clients:
+            if hp.test_mode != "local" and present < hp.num_clients:
                 raise ValueError(
                     f"the shared test set held out {hp.global_test_fraction:g} of {hp.source!r} "
                     f"and took every sample of {hp.num_clients - present} of its "
@@ -258,12 +305,36 @@ class FederatedDataModule(LightningDataModule):
                     "global_test_fraction or use test_mode='local'."
                 )
         try:
-            return make_partition(hp.partition, pool.y.numpy(), hp.num_clients, hp.seed, **params)
+            return make_partition(hp.partition, pool.y.numpy(), hp.num_clients, self.seed, **params)
         except ValueError as error:
             raise ValueError(
                 f"cannot build {hp.num_clients} clients from {hp.source!r} ({len(pool.y)} samples) "
                 f"with partition={hp.partition!r}, partition_params={self.partition_params}: {error}"
             ) from error
+
+    # ------------------------------------------------------------------ what the run used
+
+    def split_digest(self) -> str:
+        """A digest of which samples went to which client (train and test) and of the shared
+        test set: two runs with the same digest trained and tested on the same split."""
+        self._require_setup()
+        return self._split_digest
+
+    def client_test_description(self) -> str:
+        """How each client's test accuracy is measured and on how many samples, in words."""
+        self._require_setup()
+        mode = self.hparams.test_mode
+        if mode == "matched":
+            sizes = self.global_test_class_sizes.cpu().numpy()
+            return (f"matched: {int(sizes.sum()):,}-sample shared pool ({int(sizes.min())}-{int(sizes.max())} "
+                    "per class), each client's accuracy weighted by its own label distribution")
+        if mode == "global":
+            return f"global: one shared test set of {len(self.global_test_y):,} samples"
+        sizes = self.test_sizes.cpu().numpy()
+        if sizes.min() == sizes.max():
+            return f"local: {int(sizes.min())} samples per client"
+        return (f"local: {int(sizes.min())}-{int(sizes.max())} samples per client "
+                f"(median {np.median(sizes):g})")
 
     # ------------------------------------------------------------------ tensors
 
@@ -368,6 +439,40 @@ def _check_loaded(data: SourceData, info) -> None:
                 f"source {info.name!r} loaded {split} {problem}; its files may be corrupted or of "
                 "another dataset: delete them and download again (download=True)."
             )
+
+
+def _matched_test_tensors(test_mode: str, class_counts: np.ndarray, pool_y: torch.Tensor | None,
+                          num_classes: int) -> dict[str, torch.Tensor | None]:
+    """For ``test_mode="matched"``: each client's training label distribution (K, C) and the
+    shared test set's samples grouped by class (C, max per class) with the class sizes."""
+    if test_mode != "matched":
+        return dict.fromkeys(("test_class_weights", "global_test_class_index", "global_test_class_sizes"))
+    counts = torch.as_tensor(class_counts, dtype=torch.float32)
+    weights = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
+    by_class = [np.flatnonzero(pool_y.numpy() == c) for c in range(num_classes)]
+    sizes = torch.as_tensor([len(i) for i in by_class], dtype=torch.int64)
+    missing = [c for c in range(num_classes) if sizes[c] == 0 and bool((weights[:, c] > 0).any())]
+    if missing:
+        raise ValueError(
+            f"test_mode='matched' needs every class the clients hold in the shared test set; classes "
+            f"{missing} have no test sample: raise global_test_fraction or use test_mode='local'."
+        )
+    columns = torch.arange(max(1, int(sizes.max())))
+    index = torch.zeros(num_classes, len(columns), dtype=torch.int64)
+    for c, positions in enumerate(by_class):
+        index[c, : len(positions)] = torch.as_tensor(positions, dtype=torch.int64)
+    return {"test_class_weights": weights, "global_test_class_index": index, "global_test_class_sizes": sizes}
+
+
+def _digest_of_split(train_lists, test_lists, global_y: torch.Tensor | None) -> str:
+    """sha1 over every client's train and test sample positions and the shared test labels."""
+    digest = hashlib.sha1()
+    for kind, lists in ((b"train", train_lists), (b"test", test_lists)):
+        for positions in lists:
+            digest.update(kind + np.asarray(positions, dtype=np.int64).tobytes() + b";")
+    if global_y is not None:
+        digest.update(b"global" + global_y.numpy().astype(np.int64).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _derived_seed(seed: int, purpose: str) -> int:

@@ -68,6 +68,18 @@ def partition_param_names(name: str) -> dict[str, bool]:
     return {p.name: p.default is inspect.Parameter.empty for p in params}
 
 
+def resolved_partition_params(name: str, params: Mapping) -> dict:
+    """``params`` with partitioner ``name``'s defaults filled in (what the run really used,
+    e.g. ``{"alpha": 0.5, "min_size": 10}`` for a Dirichlet partition given ``{}``)."""
+    fn = _lookup(name)
+    defaults = {
+        p.name: p.default
+        for p in list(inspect.signature(fn).parameters.values())[3:]
+        if p.default is not inspect.Parameter.empty
+    }
+    return {**defaults, **params}
+
+
 def check_partition_params(name: str, params: dict) -> None:
     """Raise ``ValueError`` if ``params`` has a key partitioner ``name`` does not take, lacks
     one it requires, or holds a value of the wrong type or range (``check_partition_values``).

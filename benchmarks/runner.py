@@ -176,12 +176,12 @@ def _check_suite(where: str, spec) -> None:
             raise _suite_error(where, f"benchmark {benchmark['name']!r}: 'config' must be a mapping, got {benchmark['config']!r}")
         if benchmark.get("algorithms") is not None:
             _check_algorithms(f"{where}, benchmark {benchmark['name']!r}", benchmark["algorithms"])
+        elif spec.get("algorithms") is None:
+            raise _suite_error(where, f"benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
         names = [b.get("name") for b in spec["benchmarks"] if isinstance(b, dict)]
         if benchmark.get("control") is not None and benchmark["control"] not in names:
             raise _suite_error(where, f"benchmark {benchmark['name']!r}: control {benchmark['control']!r} "
                                       f"is not a benchmark of the suite; it has {names}")
-        elif spec.get("algorithms") is None:
-            raise _suite_error(where, f"benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
 
 
 def expand_algorithms(entries: list[dict]) -> list[tuple[str, dict]]:

@@ -79,3 +79,30 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
 def test_unknown_suite_lists_the_valid_ones():
     with pytest.raises(SystemExit, match="fedfv/offline"):
         load_suite("nope/offline")
+
+
+def test_cells_seed_through_seed_everything_and_carry_their_controls(tmp_path):
+    suite = dict(SUITE, seeds=[0, 3], description="A  tiny\n suite.")
+    suite["benchmarks"] = [{"name": "digits/iid/full/fl_logreg"},
+                           {"name": "digits/iid/full/fl_logreg/dropout", "control": "digits/iid/full/fl_logreg",
+                            "config": {"model": {"init_args": {"dropout_prob": 0.2}}}}]
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    cells = load_suite(str(path))
+    for cell in cells:
+        assert cell.config["seed_everything"] == cell.seed  # model and data take the run's seed
+        assert "seed" not in cell.config["model"]["init_args"] and "seed" not in cell.config["data"]
+        assert cell.tags["suite_description"] == "A tiny suite."
+    variants = [c for c in cells if c.benchmark.endswith("dropout")]
+    assert variants and all(c.tags["control"] == "digits/iid/full/fl_logreg" for c in variants)
+    assert all("control" not in c.tags for c in cells if c not in variants)
+    # the config digest tells an edited cell from the finished one
+    digests = {(c.cell, c.seed): c.config_digest for c in cells}
+    suite["base"]["model"]["init_args"]["num_rounds"] = 3
+    path.write_text(yaml.safe_dump(suite))
+    assert all(digests[(c.cell, c.seed)] != c.config_digest for c in load_suite(str(path)))
+
+    suite["benchmarks"][1]["control"] = "no/such/benchmark"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(SystemExit, match="control 'no/such/benchmark' is not a benchmark of the suite"):
+        load_suite(str(path))

@@ -33,7 +33,6 @@ from fl_lightning.data.partition import (
 )
 from fl_lightning.data.partition import class_counts as client_class_counts
 from fl_lightning.data.partition import partition as make_partition
-from fl_lightning.seeding import run_seed
 from fl_lightning.data.sources import (
     SourceData,
     download_source,
@@ -41,6 +40,7 @@ from fl_lightning.data.sources import (
     load_source,
     source_info,
 )
+from fl_lightning.seeding import run_seed
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,7 +1,8 @@
 """Per-benchmark figures (matplotlib ``Figure`` objects, no pyplot global state, PNG via Agg).
 
 - ``curves``: mean client accuracy and a fairness indicator against rounds, mean over seeds
-  (band: ± std over seeds), one line per configuration;
+  (band: ± std over seeds), one line per configuration (fairness only where it is shown: client
+  test local or matched);
 - ``clients``: the distribution of the final client accuracies of each configuration
   (all clients of all finished seeds);
 - ``pareto``: mean accuracy against unfairness (std of client accuracy; angle when logged),
@@ -59,16 +60,27 @@ FAIRNESS_AXIS = {
 }
 
 
+def headline_metric(row: ConfigRow) -> str:
+    """The history behind the row's headline: global_test_acc where the headline was derived from it."""
+    return "global_test_acc" if row.headline_derived else "test_acc_mean"
+
+
 def curves_figure(table: BenchmarkTable) -> Figure | None:
+    """Accuracy against rounds; beside it the fairness indicator, only where fairness is shown."""
     fairness = fairness_metric(table)
     colors = palette(len(table.rows))
-    figure = Figure(figsize=(11, 4.2), dpi=DPI, layout="constrained")
-    acc_axes, fair_axes = figure.subplots(1, 2)
+    figure = Figure(figsize=(11 if table.fairness_shown else 7.5, 4.2), dpi=DPI, layout="constrained")
+    if table.fairness_shown:
+        acc_axes, fair_axes = figure.subplots(1, 2)
+        panels = ((acc_axes, None, 100.0), (fair_axes, fairness, FAIRNESS_AXIS[fairness][1]))
+    else:
+        acc_axes, fair_axes = figure.subplots(), None
+        panels = ((acc_axes, None, 100.0),)
     drawn = False
     for row, color in zip(table.rows, colors):
         label = row_label(row, table)
-        for axes, metric, scale in ((acc_axes, "test_acc_mean", 100.0), (fair_axes, fairness, FAIRNESS_AXIS[fairness][1])):
-            curve = mean_curve(row, metric)
+        for axes, metric, scale in panels:
+            curve = mean_curve(row, metric or headline_metric(row))
             if curve is None:
                 continue
             steps, mean, std = curve
@@ -81,8 +93,9 @@ def curves_figure(table: BenchmarkTable) -> Figure | None:
     if not drawn:
         return None
     acc_axes.set(xlabel="round", ylabel="mean client test accuracy (%)", title="Mean accuracy (mean over seeds ± std)")
-    fair_axes.set(xlabel="round", ylabel=FAIRNESS_AXIS[fairness][0], title="Fairness across clients")
-    for axes in (acc_axes, fair_axes):
+    if fair_axes is not None:
+        fair_axes.set(xlabel="round", ylabel=FAIRNESS_AXIS[fairness][0], title="Fairness across clients")
+    for axes in [a for a, _, _ in panels]:
         axes.grid(True, alpha=0.3)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     handles, labels = acc_axes.get_legend_handles_labels()
@@ -93,6 +106,8 @@ def curves_figure(table: BenchmarkTable) -> Figure | None:
 
 
 def clients_figure(table: BenchmarkTable) -> Figure | None:
+    if not table.fairness_shown:  # clients share one test set: their spread is not a fairness statement
+        return None
     rows = [row for row in table.rows if any(r.client_accuracies() for r in row.finished_runs)]
     if not rows:
         return None
@@ -143,6 +158,8 @@ def pareto_rows(table: BenchmarkTable, fairness: str) -> list[tuple[ConfigRow, S
 
 
 def pareto_figure(table: BenchmarkTable) -> Figure | None:
+    if not table.fairness_shown:
+        return None
     metrics = [m for m in ("test_acc_std", "test_acc_angle") if len(pareto_rows(table, m)) >= 1]
     if not metrics:
         return None
@@ -162,10 +179,10 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
             axes.plot([p[0] for p in front], [p[1] for p in front], linestyle="--", color="black",
                       linewidth=1, alpha=0.6, zorder=1, label="Pareto front")
         for k, (fx, fy, row) in enumerate(front):
-            axes.annotate(f"★ {row_label(row, table)}", (fx, fy), xytext=(6, 8 if k % 2 == 0 else -12),
+            axes.annotate(row_label(row, table), (fx, fy), xytext=(6, 8 if k % 2 == 0 else -12),
                           textcoords="offset points", fontsize=8, fontweight="bold")
         axes.set(xlabel=label, ylabel="mean client test accuracy (%)",
-                 title=f"Accuracy vs {'angle' if metric == 'test_acc_angle' else 'std'} (★ = Pareto-optimal)")
+                 title=f"Accuracy vs {'angle' if metric == 'test_acc_angle' else 'std'} (labelled: Pareto-optimal)")
         axes.grid(True, alpha=0.3)
         axes.margins(x=0.25, y=0.2)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[id(row)],

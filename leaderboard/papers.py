@@ -7,8 +7,12 @@ Each file is a list of entries::
       algorithm_config: "FedFV(alpha=0.1,tau=10)"
       metrics: {test_acc_mean: 0.5042, test_acc_var: 0.000970, test_acc_worst5: 0.3224}
       source: "FedFV Table 2"
+      offline_counterpart: mnist5k/shards-200x2/p0.1/fl_mlp   # optional: our benchmark mirroring it
+      counterpart_config: "FedFV(alpha=0.1,tau=10)"          # optional: our label, where it differs
 
-Accuracies are fractions in [0, 1], like the metrics we log. A metric name ending in ``_percent``
+``offline_counterpart`` names the (smaller) benchmark of ours that mirrors the paper's setting:
+the index compares relative gains over FedAvg there, ours against the paper's, since absolute
+numbers at another scale are not comparable. Accuracies are fractions in [0, 1], like the metrics we log. A metric name ending in ``_percent``
 (a std in percentage points) or ``_percent2`` (a variance in %², as FedFV reports it) is converted to
 our unit and name: ``test_acc_std_percent: 13.74`` -> ``test_acc_std: 0.1374``,
 ``test_acc_var_percent2: 12.57`` -> ``test_acc_var: 0.001257``.
@@ -37,6 +41,12 @@ class PaperNumber:
     metrics: dict[str, float]
     source: str
     file: str
+    offline_counterpart: str | None = None  # our benchmark that mirrors this setting at another scale
+    counterpart_config: str | None = None  # our configuration label for it, where it differs
+
+    @property
+    def our_config(self) -> str:
+        return self.counterpart_config or self.algorithm_config
 
 
 UNIT_SUFFIXES = (("_percent2", 1e-4), ("_percent", 1e-2))
@@ -79,6 +89,8 @@ def _entry(raw: object, paper: str, file: Path, index: int) -> tuple[PaperNumber
         metrics=metrics,
         source=str(raw.get("source") or paper),
         file=str(file),
+        offline_counterpart=str(raw["offline_counterpart"]) if raw.get("offline_counterpart") else None,
+        counterpart_config=str(raw["counterpart_config"]) if raw.get("counterpart_config") else None,
     ), None
 
 

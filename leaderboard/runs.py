@@ -24,9 +24,12 @@ from mlflow import MlflowClient
 from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
+from leaderboard.tasks import Task, task_of
+
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
 HISTORY_METRICS = (
     "test_acc_mean",
+    "global_test_acc",
     "test_acc_std",
     "test_acc_angle",
     "conflicts_model",
@@ -37,6 +40,11 @@ HISTORY_METRICS = (
 PER_ROUND_METRICS = ("client_time_s", "server_time_s", "conflicts_model")
 CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"
 FINISHED = "FINISHED"
+# How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
+# client its own test, so only they make a spread across clients a fairness statement.
+CLIENT_TESTS_WITH_OWN_TEST = ("local", "matched")
+# Algorithms that keep a model per client (tag ``per_client_models`` where runs carry it).
+PER_CLIENT_MODEL_ALGORITHMS = ("Ditto", "CGSV", "DW", "RR", "EU", "Standalone")
 
 
 class LeaderboardError(Exception):
@@ -91,6 +99,45 @@ class RunRecord:
     @property
     def seed(self) -> str:
         return self.tags.get("seed") or self.params.get("seed") or "?"
+
+    @property
+    def cell(self) -> str:
+        return self.tags.get("cell") or f"{self.benchmark}/{self.config}"
+
+    @property
+    def git_sha(self) -> str:
+        """The code version that ran (``git_sha`` tag), "" when unknown."""
+        return self.tags.get("git_sha", "")
+
+    @property
+    def task(self) -> Task:
+        return task_of(self.tags, self.params)
+
+    @property
+    def client_test(self) -> str:
+        """local / matched / global (tag ``client_test``; older runs: their ``test_mode``), or unknown."""
+        value = self.tags.get("client_test") or self.params.get("test_mode") or self.tags.get("test_mode")
+        return value or "unknown"
+
+    @property
+    def client_test_size(self) -> str:
+        return self.tags.get("client_test_size", "")
+
+    @property
+    def per_client_models(self) -> bool:
+        """Whether every client ends with a model of its own (tag, else known per algorithm)."""
+        if self.tags.get("per_client_models") in ("true", "false"):
+            return self.tags["per_client_models"] == "true"
+        return self.tags.get("algorithm") in PER_CLIENT_MODEL_ALGORITHMS
+
+    @property
+    def control(self) -> str:
+        """The benchmark name of this variant's declared control (tag ``control``), "" on controls."""
+        return self.tags.get("control", "")
+
+    @property
+    def suite_description(self) -> str:
+        return " ".join(self.tags.get("suite_description", "").split())
 
     @property
     def error(self) -> str:
@@ -148,6 +195,18 @@ def display_uri(uri: str) -> str:
         return uri
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def store_name(uri: str) -> str:
+    """What the page may say about the store: a file's name (``sqlite:////home/me/mlruns.db`` ->
+    ``mlruns.db``), a server's host; never a local absolute path, never a password."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https", "databricks") or (parts.netloc and parts.scheme != "file"):
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return f"{parts.scheme}://{host}" if host else parts.scheme
+    path = unquote(uri.split(":///", 1)[1] if ":///" in uri else parts.path or uri).split("?", 1)[0]
+    name = Path(path.rstrip("/")).name
+    return name or uri.split(":", 1)[0]
 
 
 def check_store_exists(uri: str) -> None:

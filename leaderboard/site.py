@@ -17,19 +17,32 @@ import mlflow
 from fl_lightning.machine import cpu_model
 from leaderboard.figures import write_figures
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
-from leaderboard.runs import LeaderboardError, Progress, StoreContents, display_uri, load_runs
-from leaderboard.tables import build_tables, unmatched_paper_numbers
-from leaderboard.views import (
+from leaderboard.runs import LeaderboardError, Progress, StoreContents, load_runs, store_name
+from leaderboard.stats import SIGNIFICANCE
+from leaderboard.summary import summarize
+from leaderboard.tables import (
     BEST_MARK,
+    DERIVED_NOTE,
+    NO_FAIRNESS_NOTE,
+    TIE_MARK,
+    build_tables,
+    run_time,
+    unmatched_paper_numbers,
+)
+from leaderboard.tasks import SOURCE_TEXT, task_lines
+from leaderboard.views import (
     comparison_view,
+    control_view,
+    gains_view,
     index_view,
     leaderboard_view,
     markdown_table,
+    matrix_view,
     paper_numbers_view,
     problem_runs_view,
     runs_view,
-    variant_groups,
-    variants_view,
+    short_name,
+    versions_text,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -40,6 +53,7 @@ DEFAULT_OUT = Path(__file__).parent / "site"
 @dataclass
 class SuiteInfo:
     name: str
+    description: str
     scale: str
     papers: list[str]
     runs: int
@@ -65,8 +79,10 @@ def provenance(store: StoreContents) -> Provenance:
     suites = []
     for name in sorted({r.suite for r in runs}):
         suite_runs = [r for r in runs if r.suite == name]
+        described = [r for r in suite_runs if r.suite_description]
         suites.append(SuiteInfo(
             name=name,
+            description=max(described, key=run_time).suite_description if described else "",
             scale=", ".join(sorted({r.scale for r in suite_runs})),
             papers=sorted({r.tags.get("paper", "") for r in suite_runs} - {""}),
             runs=len(suite_runs),
@@ -75,9 +91,9 @@ def provenance(store: StoreContents) -> Provenance:
     machines = Counter(r.tags["machine"] for r in runs if r.tags.get("machine"))
     return Provenance(
         built_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        tracking_uri=display_uri(store.tracking_uri),
+        tracking_uri=store_name(store.tracking_uri),
         experiments=[(name, sum(1 for r in runs if r.experiment == name)) for name in store.read_experiments],
-        git_shas=Counter(r.tags.get("git_sha") or "(no git_sha tag)" for r in runs).most_common(),
+        git_shas=Counter(r.git_sha or "(no git_sha tag)" for r in runs).most_common(),
         machines=machines.most_common(),
         untagged_machine_runs=sum(1 for r in runs if not r.tags.get("machine")),
         builder_machine=f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
@@ -94,7 +110,9 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
     markdown = jinja2.Environment(loader=loader, autoescape=False, undefined=jinja2.StrictUndefined,
                                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     for env in (html, markdown):
-        env.globals.update(BEST_MARK=BEST_MARK)
+        env.globals.update(BEST_MARK=BEST_MARK, TIE_MARK=TIE_MARK, DERIVED_NOTE=DERIVED_NOTE,
+                           NO_FAIRNESS_NOTE=NO_FAIRNESS_NOTE, SIGNIFICANCE=SIGNIFICANCE, SOURCE_TEXT=SOURCE_TEXT,
+                           task_lines=task_lines, versions_text=versions_text, short_name=short_name)
     markdown.filters["md_table"] = markdown_table
     return html, markdown
 
@@ -148,22 +166,25 @@ def build_site(
                 table=table, info=info, figures=[(f"{table.slug}/{name}", caption) for name, caption in figures],
                 leaderboard=leaderboard_view(table), problems=problem_runs_view(table), runs=runs_view(table),
                 comparison=comparison_view(table) if table.comparisons else None,
-                describe=table.describe(),
             )
             (bench_dir / f"{table.slug}.html").write_text(html.get_template("benchmark.html").render(**context))
             (bench_dir / f"{table.slug}.md").write_text(markdown.get_template("benchmark.md.j2").render(**context))
-            progress(f"  benchmark {number}/{len(tables)}: {table.key} "
+            progress(f"  table {number}/{len(tables)}: {table.suite} {table.key} "
                      f"({len(table.rows)} configurations, {len(table.runs)} runs, {len(figures)} figures)")
+        summaries = summarize(tables, paper_numbers)
         context = dict(
             info=info, tables=tables, store=store, index=index_view(tables),
+            suites=[(summary, matrix_view(summary, f"matrix-{number}"),
+                     gains_view(summary, f"gains-{number}") if summary.gains else None,
+                     [(group, control_view(group, f"controls-{number}-{k}"))
+                      for k, group in enumerate(summary.control_groups, start=1)])
+                    for number, summary in enumerate(summaries, start=1)],
             unmatched=[
-                (paper, paper_numbers_view([n for n in unmatched if n.paper == paper], {t.key for t in tables},
+                (paper, paper_numbers_view([n for n in unmatched if n.paper == paper], {t.benchmark for t in tables},
                                            f"paper-numbers-{paper}"))
                 for paper in sorted({n.paper for n in unmatched})
             ],
             num_runs=len(store.runs),
-            variants=[(prefix, variants_view(prefix, members, f"variants-{number}"))
-                      for number, (prefix, members) in enumerate(variant_groups(tables), start=1)],
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))

@@ -1,8 +1,14 @@
-"""Group runs into benchmarks and configurations, aggregate seeds, mark the best values.
+"""Runs -> tables of like with like, seeds aggregated, verdicts only beyond seed noise.
 
-A benchmark is a ``benchmark`` tag (dataset x partition x participation x model); a row is one
-algorithm configuration (``algorithm_config``) of one suite. Only FINISHED runs enter the
-aggregates; failed and unfinished runs are listed apart, never dropped.
+A table is one (suite, benchmark name, task, client test): runs of one benchmark whose task
+differs (rounds, clients, partition parameters, ...) land in separate tables, never ranked
+together. A row is one algorithm configuration (``algorithm_config``). Per (configuration, seed)
+the newest FINISHED run enters the means; older FINISHED runs of that seed are counted as
+superseded; failed and unfinished runs are listed apart. Never silently dropped.
+
+Verdicts (per ranked column): the top row by mean gets ★ only when Welch's t-test separates it
+from every other row (p < 0.05, at least 2 seeds in both); otherwise the rows not separated from
+it are the tied leaders, marked ≈.
 """
 
 from __future__ import annotations
@@ -14,9 +20,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from leaderboard.papers import PaperNumber
-from leaderboard.runs import RunRecord
+from leaderboard.runs import CLIENT_TESTS_WITH_OWN_TEST, RunRecord
+from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, welch_test
+from leaderboard.tasks import UNRECORDED, Task, differences
 
 MISSING = "—"
+HEADLINE = "test_acc_mean"
+BEST, TIE = "best", "tie"
+BEST_MARK, TIE_MARK = "★", "≈"
+DERIVED_NOTE = "†"  # headline = global_test_acc: one model shared by every client
+NO_FAIRNESS_NOTE = "‡"  # fairness hidden: clients share one test set
 
 
 @dataclass(frozen=True)
@@ -24,41 +37,58 @@ class Column:
     key: str  # a metric name, or a quantity derived from the histories
     label: str
     title: str  # the header's tooltip: what the number is
-    better: str | None  # "max", "min", or None (not ranked)
+    better: str | None  # "max", "min", or None (shown, never judged)
     scale: float = 1.0  # displayed value = scale * logged value
     decimals: int = 4
+    fairness: bool = False  # a spread across clients: shown only where each client has its own test
 
 
-METRIC_COLUMNS = (
-    Column("test_acc_mean", "Mean acc. (%)", "Mean of the clients' test accuracies at the final "
-           "evaluation, in %; mean ± std over seeds", "max", 100, 2),
+COLUMNS = (
+    Column(HEADLINE, "Mean client acc. (%)", "Headline: mean over clients of each client's test accuracy under "
+           "the model that client ends with, at the final evaluation, in %", "max", 100, 2),
+    Column("global_test_acc", "Global acc. (%)", "Accuracy on the shared global test set, in % (secondary: "
+           "not judged)", None, 100, 2),
     Column("test_acc_std", "Std (pp)", "Std of the clients' test accuracies, in percentage points "
-           "(lower = fairer)", "min", 100, 2),
+           "(lower = fairer)", "min", 100, 2, True),
+    Column("test_acc_worst10", "Worst 10% (%)", "Mean accuracy of the worst 10% of clients, in %", "max", 100, 2,
+           True),
+    Column("test_acc_worst5", "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2, True),
     Column("test_acc_var", "Var (%²)", "Variance of the clients' test accuracies, in %² as in FedFV "
-           "(lower = fairer)", "min", 1e4, 2),
+           "(lower = fairer)", "min", 1e4, 2, True),
     Column("test_acc_angle", "Angle (rad)", "FedLF's fairness angle between the accuracy vector and 1, "
-           "in radians (lower = fairer)", "min", 1, 3),
-    Column("test_acc_worst5", "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2),
-    Column("test_acc_best5", "Best 5% (%)", "Mean accuracy of the best 5% of clients, in %", "max", 100, 2),
-    Column("test_acc_jain", "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4),
-    Column("conflicts_model", "Conflicts / round", "Sampled clients whose update conflicts with the "
-           "server step (model level), mean over rounds", "min", 1, 2),
-    Column("time_per_round", "Time / round (s)", "client_time_s + server_time_s, mean over rounds",
-           "min", 1, 3),
-)
-# Shown only on benchmarks where some run (or a matched paper entry) has them.
-OPTIONAL_COLUMNS = (
-    Column("global_test_acc", "Global acc. (%)", "Accuracy on the shared global test set, in %", "max", 100, 2),
+           "in radians (lower = fairer)", "min", 1, 3, True),
+    Column("test_acc_jain", "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4, True),
+    Column("test_acc_best5", "Best 5% (%)", "Mean accuracy of the best 5% of clients, in % (not a fairness "
+           "verdict: not judged)", None, 100, 2, True),
     Column("cgsv_rho", "CGSV ρ", "CGSV's fairness: 100 × Pearson(standalone accuracies, final accuracies) "
-           "of the clients", "max", 1, 2),
-    Column("cgsv_rho_r", "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max", 1, 2),
+           "of the clients", "max", 1, 2, True),
+    Column("cgsv_rho_r", "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max", 1, 2,
+           True),
+    Column("conflicts_model", "Conflicts / round", "Sampled clients whose update conflicts with the server step "
+           "(model level), mean over rounds (a diagnostic: not judged)", None, 1, 2),
+    Column("time_per_round", "Time / round (s)", "client_time_s + server_time_s, mean over rounds (depends on "
+           "the machine: not judged)", None, 1, 3),
 )
-ALL_COLUMNS = METRIC_COLUMNS + OPTIONAL_COLUMNS
-COLUMNS_BY_KEY = {c.key: c for c in ALL_COLUMNS}
+COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
+# The fairness value of the index matrix: the first of these a table has.
+MATRIX_FAIRNESS = ("test_acc_worst10", "test_acc_worst5", "test_acc_std")
+
+
+def headline_value(run: RunRecord) -> tuple[float | None, bool]:
+    """(the run's headline value, whether it was derived). Where every client ends with the one
+    shared model and is tested on the shared set, each client's accuracy is global_test_acc."""
+    value = run.final(HEADLINE)
+    if value is not None:
+        return value, False
+    if run.client_test == "global" and not run.per_client_models and run.final("global_test_acc") is not None:
+        return run.final("global_test_acc"), True
+    return None, False
 
 
 def run_value(run: RunRecord, key: str) -> float | None:
-    """The per-run number behind a column: a final metric, or a mean over rounds."""
+    """The per-run number behind a column: the headline, a final metric, or a mean over rounds."""
+    if key == HEADLINE:
+        return headline_value(run)[0]
     if key == "time_per_round":
         return run.time_per_round()
     if key == "conflicts_model":
@@ -68,19 +98,30 @@ def run_value(run: RunRecord, key: str) -> float | None:
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean ± sample std (ddof=1) over seeds of a per-run value."""
+    """Mean ± sample std (ddof=1) over seeds of a per-run value, with the values themselves."""
 
     mean: float
     std: float | None  # None with a single seed
     n: int
+    values: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, values: list[float]) -> Stat | None:
-        values = [v for v in values if v is not None and not math.isnan(v)]
-        if not values:
+    def of(cls, values: list[float | None]) -> Stat | None:
+        present = tuple(v for v in values if v is not None and not math.isnan(v))
+        if not present:
             return None
-        std = statistics.stdev(values) if len(values) >= 2 else None
-        return cls(statistics.fmean(values), std, len(values))
+        std = statistics.stdev(present) if len(present) >= 2 else None
+        return cls(statistics.fmean(present), std, len(present), present)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where a row stands in one column: its rank by mean, its mark, the p-value behind the mark."""
+
+    rank: int  # 1 + the number of rows with a strictly better mean
+    of: int  # rows with a value in this column
+    mark: str = ""  # BEST, TIE or ""
+    p: float | None = None  # Welch p against the top row (the top row: against the runner-up)
 
 
 def format_number(value: float | None, column: Column) -> str:
@@ -98,26 +139,38 @@ def format_stat(stat: Stat | None, column: Column) -> str:
     return text
 
 
+def format_p(p: float | None) -> str:
+    if p is None:
+        return "no test (fewer than 2 seeds)"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def run_time(run: RunRecord) -> float:
+    moment = run.end_time or run.start_time
+    return moment.timestamp() if moment else 0.0
+
+
+def seed_order(run: RunRecord) -> tuple:
+    seed = run.seed
+    return (0, int(seed), "", run.run_id) if seed.lstrip("-").isdigit() else (1, 0, seed, run.run_id)
+
+
 @dataclass
 class ConfigRow:
     config: str
-    suite: str
-    runs: list[RunRecord]  # all runs of this configuration, whatever their status
+    runs: list[RunRecord]  # all runs of this configuration in the table, whatever their status
+    used_runs: list[RunRecord] = field(default_factory=list)  # newest FINISHED run per seed
+    superseded: dict[str, RunRecord] = field(default_factory=dict)  # run id -> the newer run used instead
     stats: dict[str, Stat | None] = field(default_factory=dict)
-    best: set[str] = field(default_factory=set)  # keys of the columns where this row is best
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
 
     @property
     def finished_runs(self) -> list[RunRecord]:
-        """The runs in the means: one FINISHED run per seed (the latest, if a seed was run again)."""
-        latest: dict[str, RunRecord] = {}
-        for run in self.runs:
-            if run.finished and (run.seed not in latest or run_time(run) >= run_time(latest[run.seed])):
-                latest[run.seed] = run
-        return sorted(latest.values(), key=seed_order)
+        return self.used_runs
 
     @property
     def seeds_finished(self) -> int:
-        return len(self.finished_runs)
+        return len(self.used_runs)
 
     @property
     def seeds_total(self) -> int:
@@ -125,12 +178,19 @@ class ConfigRow:
 
     @property
     def algorithm(self) -> str:
-        names = sorted({r.tags.get("algorithm", "") for r in self.runs} - {""})
-        return ", ".join(names)
+        return ", ".join(sorted({r.tags.get("algorithm", "") for r in self.runs} - {""}))
+
+    @property
+    def headline_derived(self) -> bool:
+        return any(headline_value(r)[1] for r in self.used_runs)
+
+    @property
+    def ranked(self) -> bool:
+        return self.stats.get(HEADLINE) is not None
 
     @property
     def rounds(self) -> list[int]:
-        return [r for r in (run.rounds_completed() for run in self.finished_runs) if r is not None]
+        return [r for r in (run.rounds_completed() for run in self.used_runs) if r is not None]
 
     @property
     def rounds_text(self) -> str:
@@ -138,7 +198,7 @@ class ConfigRow:
         if not rounds:
             return MISSING
         text = str(rounds[0]) if min(rounds) == max(rounds) else f"{min(rounds)}–{max(rounds)}"
-        planned = {r.params.get("num_rounds") for r in self.finished_runs} - {None}
+        planned = {r.params.get("num_rounds") for r in self.used_runs} - {None}
         if len(planned) == 1:
             text += f" / {planned.pop()}"
         return text
@@ -156,6 +216,47 @@ class ConfigRow:
         return None if stat is None else stat.mean
 
 
+def pick_used_runs(runs: list[RunRecord]) -> tuple[list[RunRecord], dict[str, RunRecord]]:
+    """The newest FINISHED run per seed, and every older FINISHED run -> the run that replaced it."""
+    by_seed: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        if run.finished:
+            by_seed.setdefault(run.seed, []).append(run)
+    used, superseded = [], {}
+    for seed_runs in by_seed.values():
+        newest = max(seed_runs, key=lambda r: (run_time(r), r.run_id))
+        used.append(newest)
+        superseded.update({r.run_id: newest for r in seed_runs if r is not newest})
+    return sorted(used, key=seed_order), superseded
+
+
+def judge(rows: list[ConfigRow], column: Column) -> None:
+    """Rank the rows in one column and mark the verdict: ★ on the top row when it is separated
+    from every other row (Welch p < 0.05); else ≈ on the top row and every row not separated from it."""
+    scored = [(row, row.stats[column.key]) for row in rows if row.stats.get(column.key)]
+    if not scored or column.better is None:
+        return
+    sign = 1.0 if column.better == "max" else -1.0
+    scored.sort(key=lambda pair: -sign * pair[1].mean)
+    top_row, top = scored[0]
+    p_values = {}
+    for row, stat in scored[1:]:
+        test = welch_test(top.values, stat.values)
+        p_values[id(row)] = None if test is None else test.p
+    tied = {id(row) for row, _ in scored[1:] if p_values[id(row)] is None or p_values[id(row)] >= SIGNIFICANCE}
+    runner_up_p = p_values[id(scored[1][0])] if len(scored) > 1 else None
+    for row, stat in scored:
+        better_rows = sum(1 for _, other in scored if sign * (other.mean - stat.mean) > 1e-12 * max(1.0, abs(stat.mean)))
+        if len(scored) < 2:
+            mark = ""
+        elif row is top_row:
+            mark = TIE if tied else BEST
+        else:
+            mark = TIE if id(row) in tied else ""
+        p = runner_up_p if row is top_row else p_values[id(row)]
+        row.verdicts[column.key] = Verdict(1 + better_rows, len(scored), mark, p)
+
+
 @dataclass
 class PaperComparison:
     """A paper's reported numbers beside ours for the same setting and configuration label."""
@@ -166,16 +267,27 @@ class PaperComparison:
 
 @dataclass
 class BenchmarkTable:
-    key: str
-    slug: str
+    suite: str
+    benchmark: str
+    task: Task
+    client_test: str
     rows: list[ConfigRow]
     runs: list[RunRecord]
+    columns: tuple[Column, ...] = ()
+    slug: str = ""
+    difference: str = ""  # what sets this table's task apart from its benchmark's other tables
+    main: bool = True  # the benchmark's main table (the most configurations); others: "other task"
+    siblings: list[BenchmarkTable] = field(default_factory=list)  # the benchmark's other tables
     comparisons: list[PaperComparison] = field(default_factory=list)
-    columns: tuple[Column, ...] = METRIC_COLUMNS  # the always-shown ones + optional ones with data
+
+    @property
+    def key(self) -> str:
+        """The title: benchmark name, and what differs when its runs had several tasks."""
+        return f"{self.benchmark} · {self.difference}" if self.difference else self.benchmark
 
     @property
     def suites(self) -> list[str]:
-        return sorted({r.suite for r in self.runs})
+        return [self.suite]
 
     @property
     def scales(self) -> list[str]:
@@ -190,6 +302,56 @@ class BenchmarkTable:
         return "offline" in self.scales
 
     @property
+    def fairness_shown(self) -> bool:
+        """Fairness statistics only where every client has a test of its own (local or matched)."""
+        return self.client_test in CLIENT_TESTS_WITH_OWN_TEST
+
+    @property
+    def client_test_size(self) -> str:
+        sizes = sorted({r.client_test_size for r in self.runs if r.client_test_size})
+        return "; ".join(sizes) if sizes else MISSING
+
+    @property
+    def description(self) -> str:
+        """The suite's description (``suite_description`` tag of the newest run that has it)."""
+        described = [r for r in self.runs if r.suite_description]
+        return max(described, key=run_time).suite_description if described else ""
+
+    @property
+    def control(self) -> str:
+        controls = sorted({r.control for r in self.runs} - {""})
+        return controls[0] if controls else ""
+
+    @property
+    def used_runs(self) -> list[RunRecord]:
+        return [r for row in self.rows for r in row.used_runs]
+
+    @property
+    def versions(self) -> list[tuple[str, int]]:
+        """(git sha or "unknown", runs) of the runs in the means, most runs first."""
+        return Counter(r.git_sha or "unknown" for r in self.used_runs).most_common()
+
+    @property
+    def mixed_versions(self) -> bool:
+        shas = dict(self.versions)
+        return len(shas) > 1 or "unknown" in shas
+
+    @property
+    def superseded_count(self) -> int:
+        return sum(len(row.superseded) for row in self.rows)
+
+    @property
+    def seed_counts(self) -> list[int]:
+        return sorted({row.seeds_finished for row in self.rows if row.seeds_finished})
+
+    @property
+    def seeds_text(self) -> str:
+        counts = self.seed_counts
+        if not counts:
+            return "0"
+        return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+    @property
     def status_counts(self) -> dict[str, int]:
         return dict(sorted(Counter(r.status for r in self.runs).items()))
 
@@ -198,31 +360,38 @@ class BenchmarkTable:
         """Failed, killed and unfinished runs: listed in their own table."""
         return [r for r in self.runs if not r.finished]
 
-    def in_means(self, run: RunRecord) -> bool:
-        return any(run is used for row in self.rows for used in row.finished_runs)
-
-    def seed_finished_later(self, run: RunRecord) -> bool:
-        """A failed/unfinished run whose (configuration, seed) has a FINISHED run too (a resumed suite)."""
-        return any(r.finished and r.seed == run.seed and r.config == run.config and r.suite == run.suite
-                   for r in self.runs)
+    @property
+    def unranked_rows(self) -> list[ConfigRow]:
+        return [row for row in self.rows if not row.ranked]
 
     @property
     def multi_suite(self) -> bool:
-        return len(self.suites) > 1
+        return False
 
-    def describe(self) -> dict[str, str]:
-        """dataset / partition (+ params) / clients / participation / model, from the runs' tags."""
-        fields = ("dataset", "partition", "partition_params", "num_clients", "participation", "model")
-        described = {}
-        for name in fields:
-            values = sorted({r.tags.get(name, "") for r in self.runs} - {""})
-            described[name] = ", ".join(values) if values else MISSING
-        return described
+    def in_means(self, run: RunRecord) -> bool:
+        return any(run is used for row in self.rows for used in row.used_runs)
+
+    def superseded_by(self, run: RunRecord) -> RunRecord | None:
+        return next((row.superseded[run.run_id] for row in self.rows if run.run_id in row.superseded), None)
+
+    def seed_finished_later(self, run: RunRecord) -> bool:
+        """A failed/unfinished run whose (configuration, seed) has a FINISHED run too (a resumed suite)."""
+        return any(r.finished and r.seed == run.seed and r.config == run.config for r in self.runs)
+
+    def row(self, config: str) -> ConfigRow | None:
+        return next((row for row in self.rows if row.config == config), None)
+
+    def fairness_key(self) -> str | None:
+        """The fairness value the index matrix shows for this table."""
+        if not self.fairness_shown:
+            return None
+        return next((key for key in MATRIX_FAIRNESS
+                     if any(row.stats.get(key) for row in self.rows)), MATRIX_FAIRNESS[0])
 
     def paper_metric_columns(self) -> list[Column]:
         """The columns for which some matched paper entry reports a number."""
         reported = {k for c in self.comparisons for k in c.paper.metrics}
-        return [c for c in ALL_COLUMNS if c.key in reported]
+        return [c for c in COLUMNS if c.key in reported]
 
 
 def slugify(key: str, taken: set[str]) -> str:
@@ -234,69 +403,103 @@ def slugify(key: str, taken: set[str]) -> str:
     return candidate
 
 
-def mark_best(rows: list[ConfigRow], columns: tuple[Column, ...] = METRIC_COLUMNS) -> None:
-    """Mark, per ranked column, the row(s) with the best mean (ties all marked); needs two rows with a value."""
-    for column in columns:
-        if column.better is None:
-            continue
-        means = [(row, row.stats[column.key].mean) for row in rows if row.stats.get(column.key)]
-        if len(means) < 2:
-            continue
-        pick = max if column.better == "max" else min
-        best = pick(mean for _, mean in means)
-        for row, mean in means:
-            if math.isclose(mean, best, rel_tol=1e-9, abs_tol=1e-12):
-                row.best.add(column.key)
-
-
-def run_time(run: RunRecord) -> float:
-    moment = run.end_time or run.start_time
-    return moment.timestamp() if moment else 0.0
-
-
-def seed_order(run: RunRecord) -> tuple:
-    seed = run.seed
-    return (0, int(seed), "", run.run_id) if seed.lstrip("-").isdigit() else (1, 0, seed, run.run_id)
-
-
 def _row_order(row: ConfigRow) -> tuple:
-    accuracy = row.sort_value("test_acc_mean")
-    return (accuracy is None, -(accuracy or 0.0), row.config, row.suite)
+    accuracy = row.sort_value(HEADLINE)
+    return (accuracy is None, -(accuracy or 0.0), row.config)
+
+
+def make_table(suite: str, benchmark: str, task: Task, client_test: str, runs: list[RunRecord]) -> BenchmarkTable:
+    """One table: a row per configuration, the seeds aggregated, the verdicts marked."""
+    columns = tuple(c for c in COLUMNS if c.key == HEADLINE or any(run_value(r, c.key) is not None for r in runs))
+    by_config: dict[str, list[RunRecord]] = {}
+    for run in sorted(runs, key=seed_order):
+        by_config.setdefault(run.config, []).append(run)
+    rows = []
+    for config, config_runs in by_config.items():
+        used, superseded = pick_used_runs(config_runs)
+        row = ConfigRow(config, config_runs, used, superseded)
+        row.stats = {c.key: Stat.of([run_value(r, c.key) for r in used]) for c in columns}
+        rows.append(row)
+    rows.sort(key=_row_order)
+    table = BenchmarkTable(suite, benchmark, task, client_test, rows, runs, columns)
+    for column in columns:
+        if column.better and (table.fairness_shown or not column.fairness):
+            judge(rows, column)
+    return table
+
+
+def _main_first(tables: list[BenchmarkTable]) -> list[BenchmarkTable]:
+    """The benchmark's main table first: the most configurations, then the most runs, then the newest."""
+    return sorted(tables, key=lambda t: (-len(t.rows), -len(t.used_runs), -max(map(run_time, t.runs))))
+
+
+def split_by_task(suite: str, benchmark: str, runs: list[RunRecord]) -> list[BenchmarkTable]:
+    """The tables of one benchmark of one suite: one per (task, client test). Runs without any
+    task record that never finished join the main table's list of failed runs (nothing to rank)."""
+    groups: dict[tuple, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault((run.task.identity, run.client_test), []).append(run)
+    strays: list[RunRecord] = []
+    for key in [k for k in groups if k[0][0] == UNRECORDED]:
+        if len(groups) > 1 and not any(r.finished for r in groups[key]):
+            strays += groups.pop(key)
+    tables = _main_first([make_table(suite, benchmark, group[0].task, client_test, group)
+                          for (_, client_test), group in groups.items()])
+    if strays:
+        tables[0].runs.extend(strays)
+        tables[0].rows = rows_with_strays(tables[0].rows, strays)
+    texts = differences([t.task for t in tables])
+    client_tests = {t.client_test for t in tables}
+    for index, (table, text) in enumerate(zip(tables, texts)):
+        if len(client_tests) > 1:
+            text = ", ".join(part for part in (text, f"client test {table.client_test}") if part)
+        table.difference = text
+        table.main = index == 0
+        table.siblings = [t for t in tables if t is not table]
+    return tables
+
+
+def rows_with_strays(rows: list[ConfigRow], strays: list[RunRecord]) -> list[ConfigRow]:
+    """Failed runs without a task record, added to their configuration's row (seeds all)."""
+    by_config = {row.config: row for row in rows}
+    for run in strays:
+        row = by_config.get(run.config)
+        if row is None:
+            row = by_config[run.config] = ConfigRow(run.config, [])
+            rows.append(row)
+        row.runs.append(run)
+    return rows
 
 
 def build_tables(runs: list[RunRecord], paper_numbers: list[PaperNumber] = ()) -> list[BenchmarkTable]:
-    by_benchmark: dict[str, list[RunRecord]] = {}
+    """Every table, grouped by suite and benchmark (main table first), with slugs and paper entries."""
+    by_benchmark: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
-        by_benchmark.setdefault(run.benchmark, []).append(run)
+        by_benchmark.setdefault((run.suite, run.benchmark), []).append(run)
+    benchmark_suites = Counter(benchmark for _, benchmark in by_benchmark)
     taken: set[str] = set()
     tables = []
-    for key in sorted(by_benchmark):
-        bench_runs = by_benchmark[key]
-        by_config: dict[tuple[str, str], list[RunRecord]] = {}
-        for run in bench_runs:
-            by_config.setdefault((run.suite, run.config), []).append(run)
-        matched = [n for n in paper_numbers if n.matches_benchmark == key]
-        columns = METRIC_COLUMNS + tuple(
-            c for c in OPTIONAL_COLUMNS
-            if any(run_value(r, c.key) is not None for r in bench_runs) or any(c.key in n.metrics for n in matched)
-        )
-        rows = []
-        for (suite, config), config_runs in by_config.items():
-            config_runs.sort(key=seed_order)
-            row = ConfigRow(config=config, suite=suite, runs=config_runs)
-            for column in columns:
-                row.stats[column.key] = Stat.of([run_value(r, column.key) for r in row.finished_runs])
-            rows.append(row)
-        rows.sort(key=_row_order)
-        mark_best(rows, columns)
-        table = BenchmarkTable(key=key, slug=slugify(key, taken), rows=rows, runs=bench_runs, columns=columns)
-        for number in matched:
-            ours = next((r for r in rows if r.config == number.algorithm_config), None)
-            table.comparisons.append(PaperComparison(number, ours))
-        tables.append(table)
+    for suite, benchmark in sorted(by_benchmark):
+        for table in split_by_task(suite, benchmark, by_benchmark[(suite, benchmark)]):
+            base = f"{suite}/{benchmark}" if benchmark_suites[benchmark] > 1 else benchmark
+            table.slug = slugify(base if table.main else f"{base}/task-{table.task.key[:8]}", taken)
+            if table.main:
+                for number in paper_numbers:
+                    if number.matches_benchmark == benchmark:
+                        table.comparisons.append(PaperComparison(number, table.row(number.algorithm_config)))
+            tables.append(table)
     return tables
 
 
 def unmatched_paper_numbers(paper_numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> list[PaperNumber]:
-    keys = {t.key for t in tables}
-    return [p for p in paper_numbers if p.matches_benchmark not in keys]
+    names = {t.benchmark for t in tables}
+    return [p for p in paper_numbers if p.matches_benchmark not in names]
+
+
+def welch_between(first: ConfigRow, second: ConfigRow, key: str = HEADLINE) -> float | None:
+    """Welch p between two rows in one column (None with fewer than 2 seeds in either)."""
+    a, b = first.stats.get(key), second.stats.get(key)
+    if a is None or b is None or a.n < MIN_SEEDS or b.n < MIN_SEEDS:
+        return None
+    result = welch_test(a.values, b.values)
+    return None if result is None else result.p

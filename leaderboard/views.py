@@ -1,22 +1,36 @@
-"""Tables as rows of cells, rendered by both the HTML and the Markdown templates (same rows in both)."""
+"""Tables as rows of cells, rendered by both the HTML and the Markdown templates (same rows, same
+verdicts in both)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from leaderboard.papers import PaperNumber
+from leaderboard.summary import ControlGroup, SuiteSummary, matching_row
 from leaderboard.tables import (
-    ALL_COLUMNS,
+    BEST,
+    BEST_MARK,
+    COLUMNS,
     COLUMNS_BY_KEY,
+    DERIVED_NOTE,
+    HEADLINE,
     MISSING,
+    NO_FAIRNESS_NOTE,
+    TIE,
+    TIE_MARK,
     BenchmarkTable,
     Column,
+    ConfigRow,
     format_number,
+    format_p,
     format_stat,
     seed_order,
 )
 
-BEST_MARK = "★"
+MARKS = {BEST: BEST_MARK, TIE: TIE_MARK}
+MARK_TITLES = {BEST: "best, separated from every other row beyond seed noise (Welch p < 0.05)",
+               TIE: "tied for the lead: not separable from the top row (Welch p ≥ 0.05, or fewer than 2 seeds)"}
+FAIRNESS_SHORT = {"test_acc_worst10": "worst 10%", "test_acc_worst5": "worst 5%", "test_acc_std": "std"}
 
 
 @dataclass
@@ -26,16 +40,32 @@ class Header:
     kind: str = "text"  # "text" or "num": how the inline script sorts the column
     first: str = "asc"  # the direction of the first click ("desc" where higher is better)
     key: str = ""
+    link: str | None = None
 
 
 @dataclass
 class Cell:
-    text: str
+    text: str  # the value (first line)
     sort: str = ""  # the raw value the script sorts by ("" = missing, sorted last)
-    best: bool = False
+    mark: str = ""  # BEST, TIE or ""
+    mark_title: str = ""  # why the mark (the Welch p)
+    rank: str = ""  # "#2/6": rank by mean among the rows with a value
+    note: str = ""  # a footnote marker (†, ‡)
+    sub: str = ""  # second line: "± 1.04 · n=2"
+    extra: list[Cell] = field(default_factory=list)  # further values in the cell (the matrix's fairness)
+    label: str = ""  # a prefix of an extra value ("worst 10%")
     link: str | None = None
     code: bool = False  # shown in a monospace font (ids, shas)
     detail: str = ""  # longer text, shown on demand in HTML (a failed run's log tail)
+    muted: bool = False  # a value that is not ranked (another task)
+
+    @property
+    def best(self) -> bool:
+        return self.mark == BEST
+
+    @property
+    def symbol(self) -> str:
+        return MARKS.get(self.mark, "")
 
 
 @dataclass
@@ -51,30 +81,59 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _metric_header(column: Column) -> Header:
-    direction = {"max": "higher is better", "min": "lower is better"}.get(column.better, "")
-    title = f"{column.title} ({direction}; ★ = best)" if direction else column.title
+def _metric_header(column: Column, hidden: bool = False) -> Header:
+    direction = {"max": "higher is better", "min": "lower is better"}.get(column.better or "", "")
+    title = column.title + (f" ({direction}; {BEST_MARK} / {TIE_MARK}: see the rules)" if direction else "")
+    if hidden:
+        title += f" — {NO_FAIRNESS_NOTE} not shown: the clients share one test set"
     return Header(column.label, title, "num", "desc" if column.better == "max" else "asc", column.key)
 
 
+def seeds_text(n: int) -> str:
+    return f"n={n}"
+
+
+def stat_cell(row: ConfigRow, column: Column, table: BenchmarkTable) -> Cell:
+    """A row's mean in one column, ± std and n on the second line, its mark and rank."""
+    if column.fairness and not table.fairness_shown:
+        return Cell(MISSING, note=NO_FAIRNESS_NOTE)
+    stat = row.stats.get(column.key)
+    if stat is None:
+        note = "not ranked: no headline value" if column.key == HEADLINE else ""
+        return Cell(MISSING, mark_title=note)
+    verdict = row.verdicts.get(column.key)
+    sub = (f"± {format_number(stat.std, column)} · " if stat.std is not None else "") + seeds_text(stat.n)
+    cell = Cell(format_number(stat.mean, column), _num(stat.mean), sub=sub)
+    if column.key == HEADLINE and row.headline_derived:
+        cell.note = DERIVED_NOTE
+    if verdict is not None:
+        cell.mark = verdict.mark
+        cell.rank = f"#{verdict.rank}/{verdict.of}" if column.key == HEADLINE else ""
+        cell.mark_title = f"rank {verdict.rank} of {verdict.of} by mean; " + (
+            f"{format_p(verdict.p)} against the runner-up" if verdict.rank == 1 and verdict.of > 1
+            else f"{format_p(verdict.p)} against the top row" if verdict.of > 1 else "the only row")
+        if verdict.mark:
+            cell.mark_title = MARK_TITLES[verdict.mark] + "; " + cell.mark_title
+    return cell
+
+
 def leaderboard_view(table: BenchmarkTable) -> TableView:
-    headers = [Header("Configuration", "algorithm_config tag of the runs", key="config")]
-    if table.multi_suite:
-        headers.append(Header("Suite", "the suite (MLflow experiment) of the runs", key="suite"))
-    headers.append(Header("Algorithm", "algorithm class", key="algorithm"))
-    headers += [_metric_header(c) for c in table.columns]
-    headers.append(Header("Rounds", "rounds completed (of planned num_rounds), finished seeds", "num", "desc", "rounds"))
-    headers.append(Header("Seeds", "finished / all runs of this configuration", "num", "desc", "seeds"))
+    headers = [Header("Configuration", "algorithm_config tag of the runs", key="config"),
+               Header("Algorithm", "algorithm class", key="algorithm")]
+    headers += [_metric_header(c, c.fairness and not table.fairness_shown) for c in table.columns]
+    headers.append(Header("Rounds", "rounds completed (of planned num_rounds), runs in the means", "num", "desc",
+                          "rounds"))
+    headers.append(Header("Seeds", "seeds in the means (newest FINISHED run per seed) / seeds run", "num", "desc",
+                          "seeds"))
+    headers.append(Header("Superseded", "older FINISHED runs of a seed that was run again with this task "
+                          "(not in the means)", "num", "desc", "superseded"))
     view = TableView(f"leaderboard-{table.slug}", headers)
     for row in table.rows:
-        cells = [Cell(row.config, row.config)]
-        if table.multi_suite:
-            cells.append(Cell(row.suite, row.suite))
-        cells.append(Cell(row.algorithm or MISSING, row.algorithm))
-        for column in table.columns:
-            cells.append(Cell(row.cell_text(column.key), _num(row.sort_value(column.key)), column.key in row.best))
+        cells = [Cell(row.config, row.config), Cell(row.algorithm or MISSING, row.algorithm)]
+        cells += [stat_cell(row, column, table) for column in table.columns]
         cells.append(Cell(row.rounds_text, _num(row.rounds_sort)))
         cells.append(Cell(f"{row.seeds_finished} / {row.seeds_total}", str(row.seeds_finished)))
+        cells.append(Cell(str(len(row.superseded)), str(len(row.superseded))))
         view.rows.append(cells)
     return view
 
@@ -85,7 +144,7 @@ def comparison_view(table: BenchmarkTable) -> TableView:
     headers = [Header("Configuration", key="config"), Header("Source", "where the paper reports it", key="source")]
     for column in columns:
         headers.append(Header(f"{column.label} paper", column.title, "num", "desc" if column.better == "max" else "asc"))
-        headers.append(Header(f"{column.label} ours", column.title + " (our finished runs, mean ± std over seeds)",
+        headers.append(Header(f"{column.label} ours", column.title + " (our runs in the means, mean ± std over seeds)",
                               "num", "desc" if column.better == "max" else "asc"))
     view = TableView(f"papers-{table.slug}", headers)
     for comparison in table.comparisons:
@@ -94,15 +153,21 @@ def comparison_view(table: BenchmarkTable) -> TableView:
         for column in columns:
             value = paper.metrics.get(column.key)
             cells.append(Cell(format_number(value, column), _num(value)))
+            if column.fairness and not table.fairness_shown:
+                cells.append(Cell(MISSING, note=NO_FAIRNESS_NOTE))
+                continue
             stat = ours.stats.get(column.key) if ours else None
-            cells.append(Cell(format_stat(stat, column), _num(stat.mean if stat else None)))
+            text = format_stat(stat, column)
+            cells.append(Cell(text.split(" ± ")[0], _num(stat.mean if stat else None),
+                              sub=(f"± {text.split(' ± ')[1]} · " if " ± " in text else "") + seeds_text(stat.n)
+                              if stat else ""))
         view.rows.append(cells)
     return view
 
 
 def problem_runs_view(table: BenchmarkTable) -> TableView:
     headers = [Header("Run id", key="run_id"), Header("Configuration", key="config"),
-               Header("Suite", key="suite"), Header("Seed", kind="num", key="seed"),
+               Header("Seed", kind="num", key="seed"),
                Header("Status", "MLflow status; RUNNING = not finished when the site was built", key="status"),
                Header("Rounds reached", kind="num", key="rounds"), Header("Error", key="error")]
     view = TableView(f"problems-{table.slug}", headers)
@@ -112,7 +177,7 @@ def problem_runs_view(table: BenchmarkTable) -> TableView:
         if table.seed_finished_later(run):
             status += "; this seed also has a FINISHED run"
         view.rows.append([
-            Cell(run.run_id, run.run_id, code=True), Cell(run.config, run.config), Cell(run.suite, run.suite),
+            Cell(run.run_id, run.run_id, code=True), Cell(run.config, run.config),
             Cell(run.seed, run.seed if run.seed.lstrip("-").isdigit() else ""), Cell(status, run.status),
             Cell(MISSING if rounds is None else str(rounds), _num(rounds)),
             Cell(short_error(run.error), run.error, detail=run.error if short_error(run.error) != run.error else ""),
@@ -121,55 +186,211 @@ def problem_runs_view(table: BenchmarkTable) -> TableView:
     return view
 
 
+def used_text(table: BenchmarkTable, run) -> str:
+    if table.in_means(run):
+        return "yes"
+    newer = table.superseded_by(run)
+    if newer is not None:
+        return f"no: superseded by {newer.run_id[:8]}"
+    return "no"
+
+
 def runs_view(table: BenchmarkTable) -> TableView:
-    acc = COLUMNS_BY_KEY["test_acc_mean"]
+    acc = COLUMNS_BY_KEY[HEADLINE]
     headers = [Header("Run id", key="run_id"), Header("Configuration", key="config"),
                Header("Seed", kind="num", key="seed"), Header("Status", key="status"),
                Header(acc.label, "final mean client accuracy of this run", "num", "desc", acc.key),
                Header("Rounds", kind="num", key="rounds"),
-               Header("In the means", "yes: one FINISHED run per seed (the latest) enters the leaderboard",
-                      key="used"),
+               Header("In the means", "yes: the newest FINISHED run of its seed enters the means", key="used"),
                Header("git sha", key="git_sha")]
     view = TableView(f"runs-{table.slug}", headers)
     for run in sorted(table.runs, key=lambda r: (r.config, seed_order(r))):
         rounds = run.rounds_completed()
         final = run.final(acc.key)
-        used = "yes" if table.in_means(run) else "no"
+        used = used_text(table, run)
         view.rows.append([
             Cell(run.run_id, run.run_id, code=True), Cell(run.config, run.config),
             Cell(run.seed, run.seed if run.seed.lstrip("-").isdigit() else ""), Cell(run.status, run.status),
             Cell(format_number(final, acc), _num(final)), Cell(MISSING if rounds is None else str(rounds), _num(rounds)),
-            Cell(used, used), Cell(run.tags.get("git_sha", "")[:10] or MISSING, run.tags.get("git_sha", ""), code=True),
+            Cell(used, used), Cell(run.git_sha[:10] or MISSING, run.git_sha, code=True),
         ])
     return view
+
+
+def versions_text(table: BenchmarkTable) -> str:
+    return "; ".join(f"{sha[:10]} ({n} run{'s' if n != 1 else ''})" for sha, n in table.versions) or MISSING
 
 
 def index_view(tables: list[BenchmarkTable]) -> TableView:
-    headers = [Header("Benchmark", "dataset / partition / participation / model", key="benchmark"),
-               Header("Scale", key="scale"), Header("Suites", key="suites"), Header("Papers", key="papers"),
+    """Every table of the store: its task, client test, seeds, runs, superseded runs, code versions."""
+    headers = [Header("Benchmark", "suite's benchmark name; a second line says what differs when its runs had "
+                      "several tasks", key="benchmark"),
+               Header("Suite", key="suite"), Header("Scale", key="scale"),
+               Header("Task", "main = the benchmark's table with the most configurations; other task = never "
+                      "ranked with the main table", key="task"),
+               Header("Client test", "how each client's accuracy was measured", key="client_test"),
                Header("Configurations", kind="num", first="desc", key="configs"),
+               Header("Seeds", "seeds in the means per configuration", kind="num", first="desc", key="seeds"),
                Header("Runs", kind="num", first="desc", key="runs"),
                Header("Status", "runs per MLflow status", key="status"),
-               Header("Top mean accuracy", "the configuration with the best mean client accuracy", key="top")]
+               Header("Superseded", "older FINISHED runs replaced by a newer run of the same (configuration, seed)",
+                      kind="num", first="desc", key="superseded"),
+               Header("Code versions", "git sha of the runs in the means", key="versions")]
     view = TableView("benchmarks", headers)
     for table in tables:
-        top = table.rows[0] if table.rows and table.rows[0].stats.get("test_acc_mean") else None
-        top_text = f"{top.config} ({top.cell_text('test_acc_mean')} %)" if top else MISSING
         scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales)
         status = ", ".join(f"{k} {v}" for k, v in table.status_counts.items())
+        task = ("main" if table.main else "other task") + (f": {table.difference}" if table.difference else "")
+        versions = versions_text(table)
         view.rows.append([
-            Cell(table.key, table.key, link=f"benchmarks/{table.slug}"), Cell(scale, scale),
-            Cell(", ".join(table.suites), ", ".join(table.suites)), Cell(", ".join(table.papers) or MISSING),
-            Cell(str(len(table.rows)), str(len(table.rows))), Cell(str(len(table.runs)), str(len(table.runs))),
-            Cell(status, status), Cell(top_text, top_text),
+            Cell(table.benchmark, table.benchmark, link=f"benchmarks/{table.slug}"),
+            Cell(table.suite, table.suite), Cell(scale, scale), Cell(task, task),
+            Cell(table.client_test, table.client_test),
+            Cell(str(len(table.rows)), str(len(table.rows))), Cell(table.seeds_text, str(max(table.seed_counts or [0]))),
+            Cell(str(len(table.runs)), str(len(table.runs))), Cell(status, status),
+            Cell(str(table.superseded_count), str(table.superseded_count)),
+            Cell(("⚠ mixed: " if table.mixed_versions else "") + versions, versions, code=not table.mixed_versions),
+        ])
+        view.row_classes.append("" if table.main else "other-task")
+    return view
+
+
+def matrix_cell(summary: SuiteSummary, table: BenchmarkTable, config: str) -> Cell:
+    """Headline mean ± std, n, rank and mark; below it the table's fairness value with its rank."""
+    row, other = summary.cell(table, config)
+    if row is None:
+        if other is not None:
+            return Cell("other task", link=f"benchmarks/{other.slug}", muted=True,
+                        mark_title=f"ran only with another task ({other.difference}): not ranked here")
+        return Cell(MISSING)
+    cell = stat_cell(row, COLUMNS_BY_KEY[HEADLINE], table)
+    if not row.ranked:
+        cell.mark_title = "not ranked: no headline value (see its benchmark page)"
+    fairness = table.fairness_key()
+    if fairness is None:
+        cell.extra.append(Cell(MISSING, label="fairness", note=NO_FAIRNESS_NOTE))
+    else:
+        column = COLUMNS_BY_KEY[fairness]
+        value = stat_cell(row, column, table)
+        verdict = row.verdicts.get(fairness)
+        value.rank = f"#{verdict.rank}/{verdict.of}" if verdict else ""
+        value.label, value.sub = FAIRNESS_SHORT[fairness], ""
+        cell.extra.append(value)
+    return cell
+
+
+def matrix_view(summary: SuiteSummary, view_id: str) -> TableView:
+    """Algorithm configuration x benchmark (main tables) of one suite."""
+    headers = [Header("Configuration", "algorithm_config; rows by average headline rank", key="config")]
+    for table in summary.tables:
+        fairness = table.fairness_key()
+        title = (f"{table.benchmark}: headline mean client accuracy (%) ± std over seeds, n seeds, rank; then "
+                 + (f"{FAIRNESS_SHORT[fairness]} ({COLUMNS_BY_KEY[fairness].label}) with its rank" if fairness
+                    else f"fairness {NO_FAIRNESS_NOTE} not shown (client test {table.client_test})"))
+        if table.mixed_versions:
+            title += f". ⚠ runs from several code versions: {versions_text(table)}"
+        label = table.benchmark + (" ⚠" if table.mixed_versions else "")
+        headers.append(Header(label, title, "num", "desc", table.slug, link=f"benchmarks/{table.slug}"))
+    view = TableView(view_id, headers)
+    for config in summary.configs:
+        cells = [Cell(config, config)]
+        cells += [matrix_cell(summary, table, config) for table in summary.tables]
+        view.rows.append(cells)
+    return view
+
+
+def percent_change(value: float | None) -> str:
+    return MISSING if value is None else f"{100 * value:+.1f} %"
+
+
+def gains_view(summary: SuiteSummary, view_id: str) -> TableView:
+    headers = [Header("Our benchmark", key="benchmark"), Header("Configuration", key="config"),
+               Header("Ours: gain over FedAvg", "(ours − FedAvg) / FedAvg of the headline means in the same "
+                      "table; Welch p against FedAvg's seeds", "num", "desc", "ours"),
+               Header("Paper: gain over FedAvg", "(paper − paper's FedAvg) / paper's FedAvg, same paper table",
+                      "num", "desc", "paper"),
+               Header("Paper source", key="source"), Header("Paper setting", key="setting")]
+    view = TableView(view_id, headers)
+    for gain in summary.gains:
+        ours = Cell(percent_change(gain.ours), _num(gain.ours))
+        if gain.ours is not None:
+            ours.sub = format_p(gain.ours_p) + (" (within seed noise)" if gain.ours_p is None or gain.ours_p >= 0.05
+                                                else "")
+        view.rows.append([
+            Cell(gain.table.benchmark, gain.table.benchmark, link=f"benchmarks/{gain.table.slug}"),
+            Cell(gain.config, gain.config), ours, Cell(percent_change(gain.paper), _num(gain.paper)),
+            Cell(gain.source, gain.source), Cell(gain.setting, gain.setting),
         ])
     return view
+
+
+def short_name(name: str, control: str) -> str:
+    """A variant's name without the part it shares with its control (``.../bias-attack-10`` -> ``bias-attack-10``)."""
+    prefix = control.rsplit("/", 1)[0] + "/" if "/" in control else ""
+    return name[len(prefix):] if prefix and name.startswith(prefix) else name
+
+
+def control_view(group: ControlGroup, view_id: str) -> TableView:
+    """Every configuration under the control and each variant, Δ = variant − control (same configuration,
+    the control's table with the closest task)."""
+    control_label = short_name(group.control, group.control)
+    keys = [HEADLINE] + (["test_acc_worst10"] if any(
+        t.fairness_shown and any(r.stats.get("test_acc_worst10") for r in t.rows)
+        for t in group.control_tables + [t for _, ts in group.variants for t in ts]) else [])
+    headers = [Header("Configuration", key="config")]
+    for key in keys:
+        column = COLUMNS_BY_KEY[key]
+        headers.append(Header(f"control {control_label}: {column.label}", f"{column.title}; the declared control",
+                              "num", "desc", f"control:{key}"))
+    for name, _ in group.variants:
+        for key in keys:
+            column = COLUMNS_BY_KEY[key]
+            headers.append(Header(f"{short_name(name, group.control)}: {column.label} (Δ vs {control_label})",
+                                  f"{column.title}; Δ = this variant − its declared control {group.control}, "
+                                  "same configuration", "num", "desc", f"{name}:{key}"))
+    view = TableView(view_id, headers)
+    for config in group.configs():
+        cells = [Cell(config, config)]
+        control_rows = {}
+        for name, tables in group.variants:
+            row, table = matching_row(tables, config)
+            control_rows[name] = matching_row(group.control_tables, config, like=table)
+        base_row, base_table = matching_row(group.control_tables, config)
+        for key in keys:
+            cells.append(_value_cell(base_row, base_table, key))
+        for name, tables in group.variants:
+            row, table = matching_row(tables, config)
+            control_row, control_table = control_rows[name]
+            for key in keys:
+                cells.append(_value_cell(row, table, key, control_row, control_table))
+        view.rows.append(cells)
+    return view
+
+
+def _value_cell(row: ConfigRow | None, table: BenchmarkTable | None, key: str,
+                control_row: ConfigRow | None = None, control_table: BenchmarkTable | None = None) -> Cell:
+    column = COLUMNS_BY_KEY[key]
+    if row is None or table is None:
+        return Cell(MISSING)
+    if column.fairness and not table.fairness_shown:
+        return Cell(MISSING, note=NO_FAIRNESS_NOTE)
+    stat = row.stats.get(key)
+    if stat is None:
+        return Cell(MISSING)
+    cell = Cell(format_number(stat.mean, column), _num(stat.mean), sub=seeds_text(stat.n))
+    if control_row is not None:
+        base = control_row.stats.get(key)
+        if base is not None and not (column.fairness and not control_table.fairness_shown):
+            cell.text += f" (Δ {format_number(stat.mean - base.mean, column)})"
+        elif control_table is None or base is None:
+            cell.sub += "; no control value"
+    return cell
 
 
 def paper_numbers_view(numbers: list[PaperNumber], known: set[str], table_id: str) -> TableView:
     """One paper's reported numbers (only the metrics it reports) that no benchmark of ours matches."""
     reported = {k for p in numbers for k in p.metrics}
-    columns = [c for c in ALL_COLUMNS if c.key in reported]
+    columns = [c for c in COLUMNS if c.key in reported]
     extra = sorted(reported - {c.key for c in columns})
     headers = [Header("Setting (paper-scale)", key="setting"), Header("Configuration", key="config")]
     headers += [Header(c.label, c.title, "num", "desc" if c.better == "max" else "asc", c.key) for c in columns]
@@ -209,66 +430,35 @@ def escape_markdown_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def cell_markdown(cell: Cell, link_suffix: str = ".md") -> str:
+    """One cell in Markdown: the value (bold when ★), its mark, rank and note, then ± std · n, then
+    any extra values after a semicolon."""
+    text = escape_markdown_cell(cell.text)
+    if cell.code and text != MISSING:
+        text = f"`{text}`"
+    if cell.link:
+        text = f"[{text}]({cell.link}{link_suffix})"
+    if cell.best:
+        text = f"**{text}**"
+    if cell.label:
+        text = f"{cell.label} {text}"
+    parts = [text + cell.note] + [p for p in (cell.symbol, cell.rank) if p]
+    if cell.sub:
+        parts.append(f"({escape_markdown_cell(cell.sub)})")
+    text = " ".join(parts)
+    for extra in cell.extra:
+        text += "; " + cell_markdown(extra, link_suffix)
+    return text
+
+
 def markdown_table(view: TableView, link_suffix: str = ".md") -> str:
-    """A GitHub-flavoured Markdown table of the view; best values in bold with the ★ marker."""
-    lines = ["| " + " | ".join(escape_markdown_cell(h.label) for h in view.headers) + " |",
+    """A GitHub-flavoured Markdown table of the view, with the same marks as the HTML."""
+    labels = []
+    for header in view.headers:
+        label = escape_markdown_cell(header.label)
+        labels.append(f"[{label}]({header.link}{link_suffix})" if header.link else label)
+    lines = ["| " + " | ".join(labels) + " |",
              "|" + "|".join("---:" if h.kind == "num" else "---" for h in view.headers) + "|"]
     for row in view.rows:
-        texts = []
-        for cell in row:
-            text = escape_markdown_cell(cell.text)
-            if cell.code and text != MISSING:
-                text = f"`{text}`"
-            if cell.link:
-                text = f"[{text}]({cell.link}{link_suffix})"
-            if cell.best:
-                text = f"**{text}** {BEST_MARK}"
-            texts.append(text)
-        lines.append("| " + " | ".join(texts) + " |")
+        lines.append("| " + " | ".join(cell_markdown(cell, link_suffix) for cell in row) + " |")
     return "\n".join(lines)
-
-
-
-def variant_groups(tables: list[BenchmarkTable]) -> list[tuple[str, list[BenchmarkTable]]]:
-    """Benchmarks that are variants of one setting: the same key up to its last part
-    (``synthetic/natural/p0.2/fl_logreg/{no-attack, bias-attack-10, dropout-0.5}``)."""
-    groups: dict[str, list[BenchmarkTable]] = {}
-    for table in tables:
-        if "/" in table.key:
-            groups.setdefault(table.key.rsplit("/", 1)[0], []).append(table)
-    return [(prefix, members) for prefix, members in groups.items() if len(members) > 1]
-
-
-def variants_view(prefix: str, tables: list[BenchmarkTable], view_id: str,
-                  keys: tuple[str, ...] = ("test_acc_mean", "test_acc_worst5")) -> TableView:
-    """One row per algorithm configuration, mean and worst-client accuracy under every
-    variant of the setting, and the change from the reference variant (``no-attack`` if
-    there is one, else the first): how an attack or a fault moves each algorithm."""
-    names = [t.key.rsplit("/", 1)[1] for t in tables]
-    reference = names.index("no-attack") if "no-attack" in names else 0
-    order = [reference] + [i for i in range(len(tables)) if i != reference]
-    headers = [Header("Configuration", key="config")]
-    for i in order:
-        for key in keys:
-            column = COLUMNS_BY_KEY[key]
-            change = "" if i == reference else f"; Δ = change from {names[reference]}"
-            headers.append(Header(f"{names[i]}: {column.label}", f"{column.title}{change}", "num",
-                                  "desc" if column.better == "max" else "asc", f"{names[i]}:{key}"))
-    view = TableView(view_id, headers)
-    rows = {t_index: {row.config: row for row in table.rows} for t_index, table in enumerate(tables)}
-    configs = list(dict.fromkeys(row.config for table in tables for row in table.rows))
-    for config in configs:
-        cells = [Cell(config, config)]
-        base = rows[reference].get(config)
-        for i in order:
-            row = rows[i].get(config)
-            for key in keys:
-                column = COLUMNS_BY_KEY[key]
-                value = row.sort_value(key) if row else None
-                text = format_number(value, column) if value is not None else MISSING
-                base_value = base.sort_value(key) if base else None
-                if i != reference and value is not None and base_value is not None:
-                    text += f" (Δ {format_number(value - base_value, column)})"
-                cells.append(Cell(text, _num(value)))
-        view.rows.append(cells)
-    return view

@@ -1,0 +1,173 @@
+"""What the index page says per suite: the algorithm x benchmark matrix, our gains over FedAvg
+beside the paper's, and each variant (attack, fault) against its declared control."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from leaderboard.papers import PaperNumber
+from leaderboard.tables import HEADLINE, BenchmarkTable, ConfigRow, run_time, welch_between
+from leaderboard.tasks import differences
+
+BASELINE = "FedAvg"  # relative gains are over this configuration of the same table
+
+
+@dataclass
+class Gain:
+    """One configuration's relative gain over FedAvg, ours (same table) beside the paper's."""
+
+    table: BenchmarkTable
+    config: str
+    ours: float | None  # (ours - FedAvg) / FedAvg of the headline means
+    ours_p: float | None  # Welch p of the configuration against FedAvg in our table
+    paper: float | None
+    source: str  # the paper's table
+    setting: str  # the paper's setting
+
+
+@dataclass
+class ControlGroup:
+    """The variants of one suite whose declared control is the same benchmark."""
+
+    control: str  # the control's benchmark name
+    control_tables: list[BenchmarkTable]
+    variants: list[tuple[str, list[BenchmarkTable]]]  # (variant benchmark name, its tables)
+
+    def configs(self) -> list[str]:
+        tables = self.control_tables + [t for _, tables in self.variants for t in tables]
+        return list(dict.fromkeys(row.config for t in tables for row in t.rows))
+
+
+@dataclass
+class SuiteSummary:
+    name: str
+    description: str
+    scales: list[str]
+    papers: list[str]
+    tables: list[BenchmarkTable]  # the main table of each benchmark, by benchmark name
+    other_tables: list[BenchmarkTable]  # tables of another task than their benchmark's main one
+    configs: list[str] = field(default_factory=list)  # the matrix's rows, best average rank first
+    gains: list[Gain] = field(default_factory=list)
+    control_groups: list[ControlGroup] = field(default_factory=list)
+
+    def cell(self, table: BenchmarkTable, config: str) -> tuple[ConfigRow | None, BenchmarkTable | None]:
+        """(the row in the benchmark's main table, else None and the other-task table that has it)."""
+        row = table.row(config)
+        if row is not None:
+            return row, None
+        other = next((t for t in table.siblings if t.row(config) is not None), None)
+        return None, other
+
+
+def matrix_order(tables: list[BenchmarkTable]) -> list[str]:
+    """Configurations by their average headline rank over the benchmarks they ran on (unranked last)."""
+    ranks: dict[str, list[int]] = {}
+    for table in tables:
+        for row in table.rows:
+            verdict = row.verdicts.get(HEADLINE)
+            ranks.setdefault(row.config, [])
+            if verdict:
+                ranks[row.config].append(verdict.rank)
+    for table in tables:
+        for sibling in table.siblings:
+            for row in sibling.rows:
+                ranks.setdefault(row.config, [])
+
+    def order(config: str) -> tuple:
+        values = ranks[config]
+        return (not values, sum(values) / len(values) if values else 0.0, config)
+
+    return sorted(ranks, key=order)
+
+
+def baseline_row(table: BenchmarkTable) -> ConfigRow | None:
+    row = table.row(BASELINE)
+    if row is None:
+        candidates = [r for r in table.rows if r.algorithm == BASELINE]
+        row = candidates[0] if len(candidates) == 1 else None
+    return row if row is not None and row.ranked else None
+
+
+def relative(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return (value - base) / base
+
+
+def paper_gains(numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> list[Gain]:
+    """For every paper entry with an ``offline_counterpart`` among these tables and a FedAvg entry in
+    the same paper table and setting: the paper's relative gain beside ours in the counterpart."""
+    by_benchmark = {t.benchmark: t for t in tables}
+    gains = []
+    for number in numbers:
+        table = by_benchmark.get(number.offline_counterpart or "")
+        if table is None or number.algorithm_config == BASELINE or HEADLINE not in number.metrics:
+            continue
+        paper_base = next((n for n in numbers if n.algorithm_config == BASELINE and n.source == number.source
+                           and n.setting == number.setting and HEADLINE in n.metrics), None)
+        if paper_base is None:
+            continue
+        ours_row, ours_base = table.row(number.our_config), baseline_row(table)
+        ours = ours_p = None
+        if ours_row is not None and ours_row.ranked and ours_base is not None:
+            ours = relative(ours_row.stats[HEADLINE].mean, ours_base.stats[HEADLINE].mean)
+            ours_p = welch_between(ours_row, ours_base)
+        gains.append(Gain(table, number.our_config, ours, ours_p,
+                          relative(number.metrics[HEADLINE], paper_base.metrics[HEADLINE]),
+                          number.source, number.setting))
+    return gains
+
+
+def control_groups(tables: list[BenchmarkTable]) -> list[ControlGroup]:
+    """Variant benchmarks (``control`` tag) grouped by the control they declare."""
+    by_name: dict[str, list[BenchmarkTable]] = {}
+    for table in tables:
+        by_name.setdefault(table.benchmark, []).append(table)
+    groups: dict[str, list[str]] = {}
+    for name, named in by_name.items():
+        control = next((t.control for t in named if t.control), "")
+        if control:
+            groups.setdefault(control, []).append(name)
+    return [ControlGroup(control, by_name.get(control, []), [(name, by_name[name]) for name in sorted(names)])
+            for control, names in sorted(groups.items())]
+
+
+def matching_row(tables: list[BenchmarkTable], config: str, like: BenchmarkTable | None = None
+                 ) -> tuple[ConfigRow | None, BenchmarkTable | None]:
+    """The configuration's row among one benchmark's tables: in the table whose task is closest to
+    ``like``'s (fewest differing fields), else in the main table first."""
+    having = [t for t in tables if t.row(config) is not None]
+    if not having:
+        return None, None
+    if like is not None:
+        having.sort(key=lambda t: (task_distance(t, like), not t.main))
+    return having[0].row(config), having[0]
+
+
+def task_distance(table: BenchmarkTable, other: BenchmarkTable) -> int:
+    if table.task.identity == other.task.identity:
+        return 0
+    first, second = differences([table.task, other.task])
+    return first.count(",") + 1 if first else 0
+
+
+def summarize(tables: list[BenchmarkTable], numbers: list[PaperNumber] = ()) -> list[SuiteSummary]:
+    """One summary per suite, suites by name."""
+    summaries = []
+    for suite in sorted({t.suite for t in tables}):
+        suite_tables = [t for t in tables if t.suite == suite]
+        main = sorted((t for t in suite_tables if t.main), key=lambda t: t.benchmark)
+        described = [t for t in suite_tables if t.description]
+        newest = max(described, key=lambda t: max(map(run_time, t.runs))) if described else None
+        summaries.append(SuiteSummary(
+            name=suite,
+            description=newest.description if newest else "",
+            scales=sorted({s for t in suite_tables for s in t.scales}),
+            papers=sorted({p for t in suite_tables for p in t.papers}),
+            tables=main,
+            other_tables=[t for t in suite_tables if not t.main],
+            configs=matrix_order(main),
+            gains=paper_gains(list(numbers), main),
+            control_groups=control_groups(suite_tables),
+        ))
+    return summaries

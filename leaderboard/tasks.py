@@ -1,0 +1,162 @@
+"""What a run was asked to solve (its *task*), so that only runs of one task are ranked together.
+
+``fl-lightning fit`` tags every run with ``task`` (canonical JSON of everything that defines the
+task: data source, partition and its resolved parameters, clients, participation, model, rounds,
+local epochs, batch size, test mode and fraction, dropout, attack) and ``task_key`` (a digest of
+it). Runs logged before those tags existed get a task rebuilt from their MLflow params (the same
+settings, as logged), marked as such; it never equals a tagged task, so the two never mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+TASK_TAG = "task"
+TASK_KEY_TAG = "task_key"
+
+# field -> label on the page, in the order the page lists them (unknown fields follow, sorted)
+TASK_LABELS = {
+    "source": "data source",
+    "source_params": "source parameters",
+    "partition": "partition",
+    "partition_params": "partition parameters",
+    "num_clients": "clients",
+    "fraction": "fraction sampled per round",
+    "model": "model",
+    "num_rounds": "rounds",
+    "local_epochs": "local epochs",
+    "batch_size": "batch size",
+    "test_mode": "test mode",
+    "test_fraction": "test fraction",
+    "local_test_fraction": "local test fraction",
+    "global_test_fraction": "global test fraction",
+    "dropout_prob": "dropout probability",
+    "attack": "attack",
+    "attack_client": "attacking client",
+    "attack_strength": "attack strength",
+}
+# MLflow params (as LightningCLI logs them) that define the task of an untagged run
+PARAM_FIELDS = ("source", "source_params", "partition", "partition_params", "num_clients", "fraction",
+                "backbone", "num_rounds", "local_epochs", "batch_size", "test_mode", "local_test_fraction",
+                "global_test_fraction", "dropout_prob", "attack", "attack_client", "attack_strength")
+NESTED_PARAMS = ("source_params", "partition_params")  # logged flat: partition_params/alpha, ...
+ATTACK_FIELDS = ("attack_client", "attack_strength")
+NO_VALUE = ("", "None", "null", "none")
+
+TAGGED, FROM_PARAMS, UNRECORDED = "tag", "params", "unrecorded"
+SOURCE_TEXT = {
+    TAGGED: "the runs' task tag",
+    FROM_PARAMS: "rebuilt from the runs' MLflow params (runs logged before the task tag existed)",
+    UNRECORDED: "not recorded (no task tag, no task params): grouped by benchmark name only",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: its fields, the key that identifies it, and where they were read from."""
+
+    key: str
+    source: str  # TAGGED, FROM_PARAMS or UNRECORDED
+    fields: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return (self.source, self.key)
+
+
+def canonical_json(fields: Mapping[str, object]) -> str:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def digest(fields: Mapping[str, object]) -> str:
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:12]
+
+
+def _parse_value(text: str) -> object:
+    """A logged param back to a value: JSON where it parses ("10" -> 10), else the text."""
+    if text in NO_VALUE:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def fields_from_params(params: Mapping[str, str]) -> dict[str, object]:
+    """The task fields of an untagged run, from its params (the test fraction that applies only,
+    the attack's client and strength only when there is an attack)."""
+    fields: dict[str, object] = {}
+    for name in PARAM_FIELDS:
+        if name in params:
+            fields["model" if name == "backbone" else name] = _parse_value(params[name])
+    for prefix in NESTED_PARAMS:
+        nested = {k.split("/", 1)[1]: _parse_value(v) for k, v in params.items() if k.startswith(prefix + "/")}
+        if nested:
+            logged_whole = fields.get(prefix)
+            fields[prefix] = {**(logged_whole if isinstance(logged_whole, dict) else {}), **nested}
+    unused_fraction = "local_test_fraction" if fields.get("test_mode") == "global" else "global_test_fraction"
+    fields.pop(unused_fraction, None)
+    if fields.get("attack") is None:
+        for name in ("attack", *ATTACK_FIELDS):
+            fields.pop(name, None)
+    return fields
+
+
+def task_of(tags: Mapping[str, str], params: Mapping[str, str]) -> Task:
+    """The run's task: from its ``task`` tag, else from its params, else unrecorded."""
+    text = tags.get(TASK_TAG)
+    if text:
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            fields = {"task tag (not JSON)": text}
+        if not isinstance(fields, dict):
+            fields = {"task tag": fields}
+        return Task(tags.get(TASK_KEY_TAG) or digest(fields), TAGGED, fields)
+    fields = fields_from_params(params)
+    if fields:
+        return Task(digest(fields), FROM_PARAMS, fields)
+    return Task("unknown", UNRECORDED, {})
+
+
+def format_value(value: object) -> str:
+    """A task value as a reader wants it: ``alpha=0.5, min_size=10``; ``none``; ``[[3], [5]]``."""
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={format_value(v)}" for k, v in sorted(value.items())) or "{}"
+    if isinstance(value, (list, tuple)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def ordered_fields(fields: Mapping[str, object]) -> list[str]:
+    known = [name for name in TASK_LABELS if name in fields]
+    return known + sorted(set(fields) - set(known))
+
+
+def task_lines(task: Task) -> list[tuple[str, str]]:
+    """(label, value) of every field of the task, in reading order."""
+    return [(TASK_LABELS.get(name, name), format_value(task.fields[name])) for name in ordered_fields(task.fields)]
+
+
+def differences(tasks: list[Task]) -> list[str]:
+    """For each task, the short text of what sets it apart from the others (``rounds 20``);
+    empty texts when there is only one task."""
+    if len(tasks) < 2:
+        return [""] * len(tasks)
+    names = ordered_fields({name: None for task in tasks for name in task.fields})
+    varying = [name for name in names
+               if len({canonical_json({"v": task.fields.get(name, "(unset)")}) for task in tasks}) > 1]
+    texts = []
+    for task in tasks:
+        parts = [f"{TASK_LABELS.get(name, name)} {format_value(task.fields.get(name, '(unset)'))}"
+                 for name in varying]
+        if len({t.source for t in tasks}) > 1:
+            parts.append({TAGGED: "task tagged", FROM_PARAMS: "task from params (older runs)",
+                          UNRECORDED: "task not recorded"}[task.source])
+        texts.append(", ".join(parts) or f"task {task.key}")
+    return texts

@@ -50,6 +50,15 @@ class SuiteSummary:
     gains: list[Gain] = field(default_factory=list)
     control_groups: list[ControlGroup] = field(default_factory=list)
 
+    @property
+    def column_labels(self) -> list[str]:
+        return short_labels([t.benchmark for t in self.tables])[0]
+
+    @property
+    def column_pattern(self) -> str:
+        """The benchmark names of the matrix's columns, with … for the part each column shows."""
+        return short_labels([t.benchmark for t in self.tables])[1]
+
     def cell(self, table: BenchmarkTable, config: str) -> tuple[ConfigRow | None, BenchmarkTable | None]:
         """(the row in the benchmark's main table, else None and the other-task table that has it)."""
         row = table.row(config)
@@ -57,6 +66,33 @@ class SuiteSummary:
             return row, None
         other = next((t for t in table.siblings if t.row(config) is not None), None)
         return None, other
+
+
+def common_parts(names: list[str]) -> tuple[int, int]:
+    """How many leading and trailing ``/`` parts all names share (each name keeps at least one part)."""
+    if len(names) < 2:
+        return 0, 0
+    split = [name.split("/") for name in names]
+    shortest = min(len(parts) for parts in split)
+    lead = 0
+    while lead < shortest - 1 and len({parts[lead] for parts in split}) == 1:
+        lead += 1
+    trail = 0
+    while lead + trail < shortest - 1 and len({parts[-1 - trail] for parts in split}) == 1:
+        trail += 1
+    return lead, trail
+
+
+def short_labels(names: list[str]) -> tuple[list[str], str]:
+    """Column labels without the parts every benchmark shares, and the shared pattern
+    (``synthetic/natural/p0.2/fl_logreg/…``); the full names where nothing is shared."""
+    lead, trail = common_parts(names)
+    if not lead and not trail:
+        return list(names), ""
+    split = [name.split("/") for name in names]
+    labels = ["/".join(parts[lead:len(parts) - trail]) for parts in split]
+    pattern = "/".join(split[0][:lead] + ["…"] + (split[0][-trail:] if trail else []))
+    return labels, pattern
 
 
 def matrix_order(tables: list[BenchmarkTable]) -> list[str]:

@@ -312,6 +312,14 @@ class BenchmarkTable:
         return "; ".join(sizes) if sizes else MISSING
 
     @property
+    def client_test_text(self) -> str:
+        """``local: 2-40 samples per client (median 10)``: the client test and its size, said once."""
+        size = self.client_test_size
+        if size.startswith(f"{self.client_test}:"):
+            return size
+        return f"{self.client_test}: {size}" if size != MISSING else f"{self.client_test} (size not recorded)"
+
+    @property
     def description(self) -> str:
         """The suite's description (``suite_description`` tag of the newest run that has it)."""
         described = [r for r in self.runs if r.suite_description]
@@ -449,9 +457,9 @@ def split_by_task(suite: str, benchmark: str, runs: list[RunRecord]) -> list[Ben
         tables[0].runs.extend(strays)
         tables[0].rows = rows_with_strays(tables[0].rows, strays)
     texts = differences([t.task for t in tables])
-    client_tests = {t.client_test for t in tables}
+    shared_task = len({t.task.identity for t in tables}) < len(tables)  # told apart by the client test only
     for index, (table, text) in enumerate(zip(tables, texts)):
-        if len(client_tests) > 1:
+        if shared_task:
             text = ", ".join(part for part in (text, f"client test {table.client_test}") if part)
         table.difference = text
         table.main = index == 0

@@ -150,10 +150,10 @@ def differences(tasks: list[Task]) -> list[str]:
         return [""] * len(tasks)
     names = ordered_fields({name: None for task in tasks for name in task.fields})
     varying = [name for name in names
-               if len({canonical_json({"v": task.fields.get(name, "(unset)")}) for task in tasks}) > 1]
+               if len({canonical_json({"v": task.fields.get(name, "not set")}) for task in tasks}) > 1]
     texts = []
     for task in tasks:
-        parts = [f"{TASK_LABELS.get(name, name)} {format_value(task.fields.get(name, '(unset)'))}"
+        parts = [f"{TASK_LABELS.get(name, name)} {format_value(task.fields.get(name, 'not set'))}"
                  for name in varying]
         if len({t.source for t in tasks}) > 1:
             parts.append({TAGGED: "task tagged", FROM_PARAMS: "task from params (older runs)",

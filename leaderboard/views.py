@@ -75,6 +75,7 @@ class TableView:
     rows: list[list[Cell]] = field(default_factory=list)
     sortable: bool = True
     row_classes: list[str] = field(default_factory=list)
+    css_class: str = ""  # e.g. "matrix": a compact table, not stretched to the page's width
 
 
 def _num(value: float | None) -> str:
@@ -282,16 +283,16 @@ def matrix_cell(summary: SuiteSummary, table: BenchmarkTable, config: str) -> Ce
 def matrix_view(summary: SuiteSummary, view_id: str) -> TableView:
     """Algorithm configuration x benchmark (main tables) of one suite."""
     headers = [Header("Configuration", "algorithm_config; rows by average headline rank", key="config")]
-    for table in summary.tables:
+    for table, label in zip(summary.tables, summary.column_labels):
         fairness = table.fairness_key()
         title = (f"{table.benchmark}: headline mean client accuracy (%) ± std over seeds, n seeds, rank; then "
                  + (f"{FAIRNESS_SHORT[fairness]} ({COLUMNS_BY_KEY[fairness].label}) with its rank" if fairness
                     else f"fairness {NO_FAIRNESS_NOTE} not shown (client test {table.client_test})"))
         if table.mixed_versions:
             title += f". ⚠ runs from several code versions: {versions_text(table)}"
-        label = table.benchmark + (" ⚠" if table.mixed_versions else "")
+        label += " ⚠" if table.mixed_versions else ""
         headers.append(Header(label, title, "num", "desc", table.slug, link=f"benchmarks/{table.slug}"))
-    view = TableView(view_id, headers)
+    view = TableView(view_id, headers, css_class="matrix")
     for config in summary.configs:
         cells = [Cell(config, config)]
         cells += [matrix_cell(summary, table, config) for table in summary.tables]

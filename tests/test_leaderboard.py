@@ -161,9 +161,10 @@ BASE_TASK = {"source": "mnist5k", "source_params": {}, "partition": "shards",
              "test_mode": "local", "local_test_fraction": 0.2, "dropout_prob": 0.0}
 
 
-def task_tags(**changes) -> dict[str, str]:
+def task_tags(drop: tuple[str, ...] = (), **changes) -> dict[str, str]:
     """The ``task`` / ``task_key`` tags of the contract: canonical JSON and a 12-hex digest of it."""
-    text = json.dumps({**BASE_TASK, **changes}, sort_keys=True)
+    fields = {k: v for k, v in {**BASE_TASK, **changes}.items() if k not in drop}
+    text = json.dumps(fields, sort_keys=True)
     return {"task": text, "task_key": hashlib.sha256(text.encode()).hexdigest()[:12]}
 
 
@@ -229,8 +230,8 @@ def log_verdict_runs(client, experiment_id: str) -> dict[str, str]:
                                           metrics={"test_acc_mean": 0.99, "test_acc_worst10": 0.9})
 
     # one shared test set (client test global): DW's identical models would give std 0 and Jain 1
-    cla_global = task_tags(partition="linspace_classes", partition_params={}, num_clients=10, fraction=1.0,
-                           test_mode="global", global_test_fraction=0.2, local_test_fraction=None)
+    cla_global = task_tags(drop=("local_test_fraction",), partition="linspace_classes", partition_params={},
+                           num_clients=10, fraction=1.0, test_mode="global", global_test_fraction=0.2)
     global_tags = {**cla_global, "client_test": "global", "client_test_size": "global: 1,000-sample shared test set"}
     for seed in (0, 1, 2):
         log_run(client, experiment_id, VERDICTS, CLA, "DW", seed, minute=30 + seed,

@@ -193,17 +193,18 @@ def summarize(tables: list[BenchmarkTable], numbers: list[PaperNumber] = ()) -> 
     for suite in sorted({t.suite for t in tables}):
         suite_tables = [t for t in tables if t.suite == suite]
         main = sorted((t for t in suite_tables if t.main), key=lambda t: t.benchmark)
+        papers = sorted({p for t in suite_tables for p in t.papers})
         described = [t for t in suite_tables if t.description]
         newest = max(described, key=lambda t: max(map(run_time, t.runs))) if described else None
         summaries.append(SuiteSummary(
             name=suite,
             description=newest.description if newest else "",
             scales=sorted({s for t in suite_tables for s in t.scales}),
-            papers=sorted({p for t in suite_tables for p in t.papers}),
+            papers=papers,
             tables=main,
             other_tables=[t for t in suite_tables if not t.main],
             configs=matrix_order(main),
-            gains=paper_gains(list(numbers), main),
+            gains=paper_gains([n for n in numbers if n.paper in papers or not papers], main),
             control_groups=control_groups(suite_tables),
         ))
     return summaries

@@ -4,7 +4,11 @@
 
 - ``runs``     reads the runs of an MLflow store (``mlflow.search_runs``) into ``RunRecord``s
 - ``papers``   reads the papers' reported numbers (``benchmarks/<paper>/paper_numbers.yaml``)
-- ``tables``   groups seeds into one row per algorithm configuration, marks the best values
+- ``tasks``    what a run was asked to solve (its ``task`` tag, else its params): only like with like
+- ``stats``    Welch's t-test (Student t via the regularized incomplete beta; no scipy)
+- ``tables``   one table per (suite, benchmark, task, client test); seeds -> rows; ★ / ≈ verdicts
+- ``summary``  per suite: the algorithm x benchmark matrix, gains over FedAvg, variants vs their control
+- ``views``    tables as rows of cells, shared by the HTML and the Markdown twin
 - ``figures``  matplotlib figures (Agg, no pyplot): curves, client distributions, Pareto
 - ``site``     renders the Jinja2 templates into the site and its Markdown twin
 """

@@ -292,7 +292,7 @@ def contract(tmp_path_factory):
     robustness = client.create_experiment(ROBUSTNESS, artifact_location=(tmp / "artifacts").as_uri())
     ids = log_verdict_runs(client, verdicts)
     log_robustness_runs(client, robustness)
-    papers = tmp / "papers" / "fixture"
+    papers = tmp / "papers" / "fedfv"  # the suite's paper tag: its gains are compared
     papers.mkdir(parents=True)
     (papers / "paper_numbers.yaml").write_text(CONTRACT_PAPERS)
     out = tmp / "site"

@@ -6,6 +6,11 @@ backbone by registered model name; anything can be overridden on the command lin
 Without ``--config`` the embedded default runs (``configs/default.yaml``: FedAvg on the
 offline mnist5k digits) and logs to the local MLflow store ``sqlite:///mlruns.db``.
 
+Only ``fit`` is offered: every client is evaluated during the fit, every ``eval_every`` rounds
+and after the last, and logged to the fit's MLflow run. A new run is named after what it is
+(``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``) unless
+``--trainer.logger.init_args.run_name`` names it; a continued run keeps its name.
+
 A checkpoint is saved after every round (``last.ckpt`` beside the per-round one, under
 ``checkpoints/<experiment id>/<run id>/checkpoints/``); ``--ckpt_path`` resumes from it, exactly,
 and the resumed fit keeps logging into the interrupted fit's MLflow run.
@@ -35,11 +40,14 @@ from lightning.pytorch.loggers import MLFlowLogger
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import MLflowRunInfo, RoundProgressBar
 from fl_lightning.callbacks.mlflow_run import saved_runs
+from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+DEFAULT_UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves
+EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
 
 
 class MLflowSaveConfig(SaveConfigCallback):
@@ -175,7 +183,7 @@ def changed_params(tracking_uri: str, run_id: str, hparams: dict[str, Any]) -> d
     from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
     from mlflow.tracking import MlflowClient
 
-    params = _flatten_dict(_convert_params({k: v for k, v in hparams.items() if k != "_class_path"}))
+    params = _flatten_dict(_convert_params({k: v for k, v in hparams.items() if not str(k).startswith("_")}))
     logged = MlflowClient(tracking_uri).get_run(run_id).data.params
     new = {k: str(v)[:250] for k, v in params.items()}
     return {k: (logged[k], value) for k, value in new.items() if k in logged and logged[k] != value}
@@ -209,6 +217,36 @@ class ResumeHint(Callback):
               f"{resume_command(self.args, str(last))}", flush=True)
 
 
+def refused_subcommand(args: list[str]) -> str | None:
+    """The one-line answer to ``fl-lightning validate|test|predict`` (None for anything else)."""
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    if command not in EVALUATION_SUBCOMMANDS:
+        return None
+    return (f"fl-lightning {command}: not a command here; every client is evaluated during `fl-lightning fit` "
+            "every --model.eval_every rounds and after the last, and logged to its MLflow run")
+
+
+def ui_links(tracking_uri: str, experiment_id: str, run_id: str) -> tuple[str, str]:
+    """(the experiment's runs view, the run's page) in the MLflow UI: on the tracking server
+    itself, or where ``mlflow ui`` serves a local store."""
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else DEFAULT_UI_URL
+    runs = f"{base}/#/experiments/{experiment_id}/runs"
+    return runs, f"{runs}/{run_id}"
+
+
+def name_new_runs(loggers: list[Any], model: pl.LightningModule, datamodule: Any) -> None:
+    """Give every MLflow logger that will create a run and has no name for it one that says
+    what the run is (a continued run, ``run_id`` set, keeps its name)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
+
+    for logger in loggers:
+        if not isinstance(logger, MLFlowLogger) or logger._run_id is not None or logger._run_name is not None:
+            continue
+        if MLFLOW_RUN_NAME in (logger.tags or {}):  # named through the logger's tags
+            continue
+        logger._run_name = run_name(model, datamodule, logger.tags)  # read when the run is created
+
+
 def readable_error(error: BaseException) -> str:
     """The class's own message out of jsonargparse's "Does not validate against any of the
     Union subtypes" text (which lists one error per subtype, e.g. FederatedModule | None)."""
@@ -221,8 +259,18 @@ def readable_error(error: BaseException) -> str:
 
 
 class FederatedCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Only ``fit``: evaluation runs inside it (``validate``/``test`` would evaluate data
+        built from the defaults, not the fit's)."""
+        return {"fit": LightningCLI.subcommands()["fit"]}
+
     def parse_arguments(self, parser: Any, args: Any) -> None:
         self.command_args = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        refusal = refused_subcommand(self.command_args)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            raise SystemExit(2)
         name = unknown_algorithm(list(sys.argv[1:] if args is None else args))
         if name is not None:
             parser.error(
@@ -255,7 +303,7 @@ class FederatedCLI(LightningCLI):
             self.parser.error(readable_error(error))
 
     def before_fit(self) -> None:
-        hparams = {**self.model.hparams_initial, **getattr(self.datamodule, "hparams_initial", {})}
+        hparams = loggable_hparams(self.model, self.datamodule)
         for logger in self.trainer.loggers:
             if not isinstance(logger, MLFlowLogger):
                 continue
@@ -268,6 +316,7 @@ class FederatedCLI(LightningCLI):
                 print(f"The resumed fit changes settings of MLflow run {run_id} ({shown}); "
                       "MLflow keeps one value per parameter, so it logs to a new run")
                 logger._run_id = None  # nothing has opened the run yet: the logger creates a new one
+        name_new_runs(self.trainer.loggers, self.model, self.datamodule)
         callbacks: list[Callback] = self.trainer.callbacks  # type: ignore[attr-defined]
         checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
         if len(checkpoints) == 1 and checkpoints[0].save_last is None and checkpoints[0].monitor is None:
@@ -284,13 +333,20 @@ class FederatedCLI(LightningCLI):
             print(f"\nCheckpoint: {checkpoint}")
         for logger in self.trainer.loggers:
             if isinstance(logger, MLFlowLogger):
-                uri = logger._tracking_uri
-                print(
-                    f"\nResults: MLflow run {logger.run_id} in experiment "
-                    f"'{logger._experiment_name}' at {uri}\n"
-                    f"Open them with:  mlflow ui --backend-store-uri {uri}   "
-                    "(then browse http://127.0.0.1:5000)"
-                )
+                print(results_text(logger))
+
+
+def results_text(logger: MLFlowLogger) -> str:
+    """Where a fit's MLflow run is and the links that open it."""
+    uri, run_id = logger._tracking_uri, str(logger.run_id)
+    run = logger.experiment.get_run(run_id)
+    experiment = logger.experiment.get_experiment(run.info.experiment_id)
+    runs_view, run_page = ui_links(uri, experiment.experiment_id, run_id)
+    served = uri.startswith(("http://", "https://"))
+    how = "Open them at:" if served else f"Open them with:  mlflow ui --backend-store-uri {uri}   then browse"
+    return (f"\nResults: MLflow run '{run.info.run_name}' ({run_id}) in experiment "
+            f"'{experiment.name}' at {uri}\n"
+            f"{how}\n  the experiment's runs: {runs_view}\n  this run:              {run_page}")
 
 
 def trainer_defaults() -> dict[str, Any]:
@@ -305,6 +361,7 @@ def trainer_defaults() -> dict[str, Any]:
         "num_sanity_val_steps": 0,
         "log_every_n_steps": 1,
         "enable_model_summary": False,
+        "enable_autolog_hparams": False,  # MLflowRunInfo logs them, without LightningCLI's "_" entries
     }
 
 

@@ -48,7 +48,8 @@ def test_fit_logs_a_complete_run(store, capsys):
     assert tags["algorithm"] == "FedProx"
     assert tags["dataset"] == "mnist5k"
     assert tags["partition"] == "dirichlet"
-    assert json.loads(tags["partition_params"]) == {}  # Dirichlet's defaults: alpha 0.5, min_size 10
+    partition_params = json.loads(tags["partition_params"])  # Dirichlet's defaults, resolved
+    assert partition_params["alpha"] == 0.5 and partition_params["min_size"] == 10
     assert tags["num_clients"] == "20"
     assert tags["participation"] == "0.1"
     assert tags["model"] == "fl_mlp"
@@ -57,6 +58,8 @@ def test_fit_logs_a_complete_run(store, capsys):
     assert run["params.mu"] == "0.01"
     assert run["params.num_rounds"] == "3"
     assert run["params.source"] == "mnist5k"
+    assert run["params.partition_params/alpha"] == "0.5"
+    assert not [k for k in run.index if k.startswith("params._")]  # no LightningCLI internals
 
     client = MlflowClient(tracking_uri=store)
     run_id = run["run_id"]

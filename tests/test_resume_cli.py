@@ -88,6 +88,7 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     assert [r.info.run_id for r in runs] == [run.info.run_id]
     resumed = runs[0]
     assert resumed.info.status == "FINISHED"
+    assert resumed.info.run_name == run.info.run_name  # a continued run keeps its name
     assert resumed.data.tags["resumed_at_round"] == "2"
     logged = history(client, run.info.run_id)
     for key, entries in logged.items():

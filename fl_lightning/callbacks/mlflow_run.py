@@ -1,9 +1,13 @@
-"""Tags and artifacts that make an MLflow run comparable with its neighbours.
+"""Tags, params, inputs and artifacts that make an MLflow run comparable with its neighbours.
 
-Tags: algorithm, dataset, partition (+ parameters), num_clients, participation, model,
-seed, suite, git sha. Artifacts: the partition statistics (table and figure) at the
-start, every client's final metrics (JSON) and a figure of the sorted client accuracies
-at the end (the JSON also when the fit fails).
+Tags: algorithm, dataset, partition, partition_params (defaults filled in), num_clients,
+participation, model, seed, data_seed, the task's (task, task_key, client_test,
+client_test_size, per_client_models: ``run_identity.task_tags``), suite, git sha, machine.
+Params: every hyper-parameter of the module and the data module, none of LightningCLI's
+internal ``_`` entries (when the trainer's own hyper-parameter logging is off, as the CLI
+sets it). Input: the federated split as a dataset (the UI's Dataset column). Artifacts: the
+partition statistics (table and figure) at the start, every client's final metrics (JSON)
+and a figure of the sorted client accuracies at the end (the JSON also when the fit fails).
 
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
 ``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (the CLI passes its
@@ -25,7 +29,14 @@ import numpy as np
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 from matplotlib.figure import Figure
+from mlflow.entities import RunTag
 
+from fl_lightning.callbacks.run_identity import (
+    dataset_input,
+    loggable_hparams,
+    partition_params,
+    task_tags,
+)
 from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
@@ -77,6 +88,7 @@ def mlflow_loggers(trainer: pl.Trainer) -> list[MLFlowLogger]:
 
 
 def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, str]:
+    """The tags a run is found and grouped by (see ``run_identity.task_tags`` for the task's)."""
     model_hp = pl_module.hparams
     data = trainer.datamodule
     data_hp = data.hparams if data is not None else {}
@@ -85,11 +97,11 @@ def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, st
         "algorithm": type(pl_module).__name__,
         "dataset": str(data_hp.get("source", "")),
         "partition": str(data_hp.get("partition", "")),
-        "partition_params": json.dumps(dict(data_hp.get("partition_params") or {}), sort_keys=True),
+        "partition_params": json.dumps(partition_params(data) if data is not None else {}, sort_keys=True),
         "num_clients": str(data_hp.get("num_clients", "")),
         "participation": "full" if fraction >= 1.0 else f"{fraction:g}",
         "model": str(model_hp.get("backbone", "")),
-        "seed": str(model_hp.get("seed", "")),
+        **task_tags(pl_module, data),
         "git_sha": git_sha(),
         "machine": machine_tag(pl_module.device),
     }
@@ -196,12 +208,18 @@ class MLflowRunInfo(Callback):
         if not loggers or not trainer.is_global_zero:
             return
         self._continue_runs(trainer, loggers)
+        if not trainer.enable_autolog_hparams:  # the CLI's default: Lightning would log "_instantiator"
+            hparams = loggable_hparams(pl_module, trainer.datamodule)
+            for any_logger in trainer.loggers:
+                any_logger.log_hyperparams(hparams)
         tags = run_tags(trainer, pl_module)
         data = trainer.datamodule
+        dataset = dataset_input(data) if data is not None else None
         for logger in loggers:
             client, run_id = logger.experiment, logger.run_id
-            for key, value in tags.items():
-                client.set_tag(run_id, key, value)
+            client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
+            if dataset is not None:
+                client.log_inputs(run_id, datasets=[dataset])
             if data is not None and hasattr(data, "partition_table"):
                 client.log_text(run_id, data.partition_table(), "partition/partition_table.txt")
                 client.log_figure(run_id, data.partition_figure(), "partition/partition.png")

@@ -1,0 +1,368 @@
+"""What a run is, in words a person and a leaderboard can compare.
+
+* :func:`run_name`: ``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``: a short
+  unique id (the time and 4 random hex digits), the algorithm configuration, the seed and the
+  data. The id comes first because MLflow's runs list and chart legends show only the first
+  ~24 characters of a name: there, runs must differ before the cut, as in ``git log --oneline``.
+* :func:`task_tags`: the tags that define the task a run solves (``task``, ``task_key``,
+  ``client_test``, ...): runs with the same ``task_key`` are comparable, whatever the
+  algorithm and the seed.
+* :func:`dataset_input`: the federated split as an MLflow dataset input (the UI's Dataset
+  column): its name says source, partition and clients, its digest which samples went where.
+* :func:`loggable_hparams`: the model's and the data's hyper-parameters without LightningCLI's
+  internal entries (``_instantiator``, ``_class_path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+from mlflow.data.dataset_source import DatasetSource
+
+TRAIN_CONTEXT = "train"  # the dataset input's context tag (mlflow.data.context)
+NAME_SEPARATOR = " | "
+# partitioner parameters that bound a search, not the split it finds: left out of dataset names
+SEARCH_ONLY_PARAMS = frozenset({"max_tries"})
+_MAX_RUN_NAME = 250  # MLflow stores run names of up to 250 characters
+
+
+# --------------------------------------------------------------------------- values as text
+
+
+def short_value(value: Any) -> str:
+    """A hyper-parameter value as it reads in a name: ``0.1``, ``1e-05``, ``loss``, ``null``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(short_value(v) for v in value) + "]"
+    return str(value)
+
+
+def call_text(name: str, params: Mapping[str, Any]) -> str:
+    """``name(k=v,...)`` for the parameters that have a value, or ``name`` alone."""
+    given = {k: v for k, v in params.items() if v is not None}
+    if not given:
+        return name
+    return f"{name}(" + ",".join(f"{k}={short_value(v)}" for k, v in given.items()) + ")"
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with integral floats as ints, recursively (``alpha: 1`` and ``alpha: 1.0``,
+    ``fraction: 1`` and ``fraction: 1.0`` define the same task)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- hyper-parameters
+
+
+def loggable_hparams(pl_module: pl.LightningModule, datamodule: Any = None) -> dict[str, Any]:
+    """The hyper-parameters a run logs: the module's and the data module's (which wins on a
+    shared name, as in Lightning), the partition's with its defaults filled in, and none whose
+    name starts with ``_`` (LightningCLI's ``_instantiator`` and ``_class_path``, which stay in
+    the checkpoint for ``load_from_checkpoint``)."""
+    hparams = dict(pl_module.hparams_initial)
+    if datamodule is not None:
+        hparams.update(getattr(datamodule, "hparams_initial", {}))
+        if "partition_params" in hparams:
+            hparams["partition_params"] = partition_params(datamodule)
+    return {k: v for k, v in hparams.items() if not str(k).startswith("_")}
+
+
+def resolved_seed(hparams: Mapping[str, Any], *names: str) -> int | None:
+    """The first of ``names`` that ``hparams`` holds a value for; else the run's seed
+    (``seed_everything``, recorded by Lightning in ``PL_GLOBAL_SEED``); else None."""
+    for name in names:
+        if hparams.get(name) is not None:
+            return int(hparams[name])
+    seed = os.environ.get("PL_GLOBAL_SEED")
+    return int(seed) if seed is not None else None
+
+
+def model_seed(pl_module: pl.LightningModule) -> int | None:
+    return resolved_seed(pl_module.hparams, "seed")
+
+
+def data_seed(datamodule: Any) -> int | None:
+    if datamodule is None:
+        return None
+    return resolved_seed(getattr(datamodule, "hparams", {}), "data_seed", "seed")
+
+
+# --------------------------------------------------------------------------- the algorithm
+
+
+def algorithm_defaults(module_class: type) -> dict[str, Any]:
+    """The algorithm's own hyper-parameters and their defaults: what the class and its
+    parents below ``FederatedModule`` add to the shared settings (lr, fraction, ...)."""
+    from fl_lightning.core.module import FederatedModule
+
+    shared = set(inspect.signature(FederatedModule.__init__).parameters)
+    defaults: dict[str, Any] = {}
+    for cls in module_class.__mro__:
+        if cls is FederatedModule or not issubclass(cls, FederatedModule):
+            break
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            has_default = param.default is not inspect.Parameter.empty
+            if has_default and name not in shared and name not in defaults:
+                defaults[name] = param.default
+    return defaults
+
+
+def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, Any] | None = None) -> str:
+    """``FedFV(alpha=0.2,tau=1)``: the class and its own hyper-parameters that differ from the
+    class defaults (``track_*`` switches only add measurements); the benchmark runner's
+    ``algorithm_config`` tag when it set one."""
+    given = (logger_tags or {}).get("algorithm_config")
+    if given:
+        return str(given)
+    hparams = pl_module.hparams
+    changed = {
+        name: hparams[name]
+        for name, default in algorithm_defaults(type(pl_module)).items()
+        if not name.startswith("track_") and name in hparams and hparams[name] != default
+    }
+    return call_text(type(pl_module).__name__, changed)
+
+
+# --------------------------------------------------------------------------- the data
+
+
+def partition_params(datamodule: Any) -> dict[str, Any]:
+    """The partition's parameters as the run used them: the partitioner's defaults filled in
+    (``dirichlet``: alpha 0.5, min_size 10, ...)."""
+    params = getattr(datamodule, "partition_params", None)
+    if params is None:
+        params = datamodule.hparams.get("partition_params")
+    defaults = partition_defaults(str(datamodule.hparams.get("partition", "")))
+    resolved = {k: v for k, v in defaults.items() if v is not inspect.Parameter.empty}
+    return resolved | dict(params or {})
+
+
+def source_params(datamodule: Any) -> dict[str, Any]:
+    params = getattr(datamodule, "source_params", None)
+    if params is None:
+        params = datamodule.hparams.get("source_params")
+    return dict(params or {})
+
+
+def partition_defaults(partition: str) -> dict[str, Any]:
+    """{parameter: default} of a registered partitioner (required ones map to ``Parameter.empty``)."""
+    from fl_lightning.data.partition import PARTITIONERS
+
+    if partition not in PARTITIONERS:
+        return {}
+    params = list(inspect.signature(PARTITIONERS[partition]).parameters.values())[3:]  # labels, K, seed
+    return {p.name: p.default for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def key_partition_params(partition: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters that tell partitions apart at a glance: the partitioner's first (its
+    main knob: Dirichlet's alpha, the shards count), the required ones and any other that
+    differs from its default."""
+    defaults = partition_defaults(partition)
+    first = next(iter(defaults), None)
+    return {
+        name: value
+        for name, value in params.items()
+        if value is not None and (name == first or defaults.get(name, inspect.Parameter.empty) != value)
+    }
+
+
+def source_text(datamodule: Any) -> str:
+    """``mnist5k``, ``emnist(split=letters)``: the source and its own parameters."""
+    params = {k: v for k, v in source_params(datamodule).items() if k != "num_clients"}
+    return call_text(str(datamodule.hparams.get("source", "")), params)
+
+
+def data_text(datamodule: Any) -> str:
+    """``mnist5k/dirichlet(alpha=0.5)``: the source and the partition with its key parameters."""
+    partition = str(datamodule.hparams.get("partition", ""))
+    key = key_partition_params(partition, partition_params(datamodule))
+    return f"{source_text(datamodule)}/{call_text(partition, key)}"
+
+
+def dataset_name(datamodule: Any) -> str:
+    """``mnist5k/dirichlet(alpha=0.5,min_size=10)/100 clients``: every parameter that shapes the
+    split."""
+    params = {k: v for k, v in partition_params(datamodule).items() if k not in SEARCH_ONLY_PARAMS}
+    partition = call_text(str(datamodule.hparams.get("partition", "")), params)
+    return f"{source_text(datamodule)}/{partition}/{datamodule.hparams.get('num_clients')} clients"
+
+
+# --------------------------------------------------------------------------- the run's name
+
+
+def unique_id() -> str:
+    """``1605-3fa2``: the local time and 4 random hex digits (not from the seeded ``random``:
+    every fit with the same seed would draw the same)."""
+    return f"{time.strftime('%H%M')}-{secrets.token_hex(2)}"
+
+
+def run_name(pl_module: pl.LightningModule, datamodule: Any = None,
+             logger_tags: Mapping[str, Any] | None = None) -> str:
+    """``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``."""
+    seed = model_seed(pl_module)
+    parts = [algorithm_config(pl_module, logger_tags) + ("" if seed is None else f" seed {seed}")]
+    if datamodule is not None:
+        parts.append(data_text(datamodule))
+    return f"{unique_id()} {NAME_SEPARATOR.join(parts)}"[:_MAX_RUN_NAME]
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def applied_test_fraction(data_hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The test fraction that shapes the clients' test data in this ``test_mode``."""
+    if data_hparams.get("test_mode", "local") == "local":
+        return {"local_test_fraction": data_hparams.get("local_test_fraction")}
+    return {"global_test_fraction": data_hparams.get("global_test_fraction")}
+
+
+def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
+    """The settings that define the problem a run solves (not how: no algorithm, no seed)."""
+    model, data = pl_module.hparams, datamodule.hparams
+    settings: dict[str, Any] = {
+        "source": data.get("source"),
+        "source_params": source_params(datamodule),
+        "partition": data.get("partition"),
+        "partition_params": partition_params(datamodule),
+        "num_clients": data.get("num_clients"),
+        "fraction": model.get("fraction"),
+        "model": model.get("backbone"),
+        "num_rounds": model.get("num_rounds"),
+        "local_epochs": model.get("local_epochs"),
+        "batch_size": model.get("batch_size"),
+        "test_mode": data.get("test_mode"),
+        **applied_test_fraction(data),
+        "dropout_prob": model.get("dropout_prob"),
+    }
+    if model.get("attack"):
+        settings |= {key: model.get(key) for key in ("attack", "attack_client", "attack_strength")}
+    return canonical(settings)
+
+
+def task_key(task_json: str) -> str:
+    return hashlib.sha1(task_json.encode()).hexdigest()[:12]
+
+
+def evaluates_per_client_models(pl_module: pl.LightningModule) -> bool:
+    """Whether every client is evaluated with a model of its own (Ditto, CGSV), as
+    ``FederatedModule.evaluate_all_clients`` decides it."""
+    evaluation_params = getattr(pl_module, "evaluation_params", None)
+    params = evaluation_params() if callable(evaluation_params) else None
+    return params is not None and params.dim() == 2
+
+
+def task_tags(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, str]:
+    """``task`` (canonical JSON), ``task_key`` (its sha1, 12 hex digits), ``client_test``,
+    ``client_test_size``, ``per_client_models``, ``seed`` and ``data_seed``."""
+    seed = model_seed(pl_module)
+    tags = {"seed": _text(seed), "per_client_models": str(evaluates_per_client_models(pl_module)).lower()}
+    if datamodule is None:
+        return tags
+    task_json = json.dumps(task(pl_module, datamodule), sort_keys=True)
+    describe = getattr(datamodule, "client_test_description", None)
+    split_seed = data_seed(datamodule)
+    return tags | {
+        "task": task_json,
+        "task_key": task_key(task_json),
+        "client_test": str(datamodule.hparams.get("test_mode", "")),
+        "client_test_size": str(describe()) if callable(describe) else "",
+        "data_seed": _text(seed if split_seed is None else split_seed),
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+# --------------------------------------------------------------------------- the dataset input
+
+
+class FederatedDataSource(DatasetSource):
+    """Where a federated split's samples come from: the source's name and parameters, and the
+    folder its files are read from (torchvision sources). Metadata only: nothing to load."""
+
+    def __init__(self, source: str, source_params: Mapping[str, Any] | None = None,
+                 data_dir: str | None = None) -> None:
+        self.source = source
+        self.source_params = dict(source_params or {})
+        self.data_dir = data_dir
+
+    @staticmethod
+    def _get_source_type() -> str:
+        return "fl_lightning"
+
+    def load(self) -> Any:
+        raise NotImplementedError(
+            "a federated split is rebuilt by fl_lightning.data.FederatedDataModule from the run's params")
+
+    @staticmethod
+    def _can_resolve(raw_source: Any) -> bool:
+        return False
+
+    @classmethod
+    def _resolve(cls, raw_source: Any) -> FederatedDataSource:
+        raise NotImplementedError("FederatedDataSource is built from a data module, not resolved")
+
+    def to_dict(self) -> dict[str, Any]:
+        found = {"source": self.source, "source_params": self.source_params, "data_dir": self.data_dir}
+        return {k: v for k, v in found.items() if v not in (None, {})}
+
+    @classmethod
+    def from_dict(cls, source_dict: dict[Any, Any]) -> FederatedDataSource:
+        return cls(source_dict["source"], source_dict.get("source_params"), source_dict.get("data_dir"))
+
+
+def reads_files(source: str) -> bool:
+    """Whether ``source`` is read from ``data_dir`` (the torchvision ones), not built offline."""
+    from fl_lightning.data import sources
+
+    entry = getattr(sources, "_SOURCES", {}).get(source)  # the registry: fetch is None offline
+    return entry is not None and getattr(entry, "fetch", None) is not None
+
+
+def split_digest(datamodule: Any) -> str:
+    """The data module's digest of which samples went to which client; without one, a digest
+    of every client's train and test labels (the same split gives the same digest)."""
+    digest = getattr(datamodule, "split_digest", None)
+    if callable(digest):
+        return str(digest())
+    sha = hashlib.sha1()
+    for name in ("train_y", "train_sizes", "test_y", "test_sizes", "global_test_y"):
+        tensor = getattr(datamodule, name, None)
+        if tensor is not None:
+            sha.update(name.encode() + tensor.detach().cpu().numpy().tobytes())
+    return sha.hexdigest()[:16]
+
+
+def dataset_input(datamodule: Any) -> Any:
+    """The run's federated split as an MLflow ``DatasetInput`` (context ``train``): metadata
+    only, the samples stay where the data module reads them."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    source_name = str(datamodule.hparams.get("source", ""))
+    data_dir = os.path.abspath(datamodule.hparams.get("data_dir", "data")) if reads_files(source_name) else None
+    source = FederatedDataSource(source_name, source_params(datamodule), data_dir)
+    dataset = Dataset(name=dataset_name(datamodule), digest=split_digest(datamodule),
+                      source_type=source._get_source_type(), source=source.to_json())
+    return DatasetInput(dataset=dataset, tags=[InputTag(key=MLFLOW_DATASET_CONTEXT, value=TRAIN_CONTEXT)])

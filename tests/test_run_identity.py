@@ -1,0 +1,283 @@
+"""What a run is, as MLflow shows it: unique descriptive run names, the split as a dataset input,
+no LightningCLI internals among the params, resolved partition defaults, the task tags the
+leaderboard groups by, and ``fit`` as the only command.
+
+The pure functions are tested on small stand-ins; the end-to-end part (marked ``integration``)
+runs three tiny fits through the CLI into a temporary SQLite store.
+"""
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.tracking import MlflowClient
+
+from fl_lightning.algorithms import FedAvg, FedFV
+from fl_lightning.callbacks import run_identity as identity
+from fl_lightning.cli import main, name_new_runs, ui_links
+from fl_lightning.data.datamodule import FederatedDataModule
+
+NAME = re.compile(r"^(?P<id>\d{4}-[0-9a-f]{4}) (?P<algorithm>.+) seed (?P<seed>\d+) \| (?P<data>.+)$")
+
+
+def data_stub(**hparams):
+    """A stand-in data module: its hyper-parameters and nothing else."""
+    defaults = dict(source="mnist5k", num_clients=100, partition="dirichlet", partition_params={},
+                    test_mode="local", local_test_fraction=0.2, global_test_fraction=0.2, data_seed=0)
+    return SimpleNamespace(hparams=defaults | hparams)
+
+
+def module_stub(**hparams):
+    defaults = dict(backbone="fl_mlp", num_rounds=100, fraction=0.1, local_epochs=1, batch_size=10,
+                    dropout_prob=0.0, attack=None, attack_client=0, attack_strength=10.0, seed=0)
+    return SimpleNamespace(hparams=defaults | hparams)
+
+
+def tiny(cls=FedAvg, **kwargs):
+    return cls(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), **kwargs)
+
+
+# --------------------------------------------------------------------------- names
+
+
+def test_algorithm_config_shows_the_algorithms_own_settings_that_differ_from_its_defaults():
+    assert identity.algorithm_config(tiny(FedAvg, lr=0.3)) == "FedAvg"  # lr is shared, not FedAvg's own
+    assert identity.algorithm_config(tiny(FedFV, tau=1)) == "FedFV(tau=1)"
+    assert identity.algorithm_config(tiny(FedFV, alpha=0.2, tau=1)) == "FedFV(alpha=0.2,tau=1)"
+    runner = {"algorithm_config": "FedFV(alpha=0.1,tau=10)"}  # the benchmark runner's tag wins
+    assert identity.algorithm_config(tiny(FedFV, tau=1), runner) == "FedFV(alpha=0.1,tau=10)"
+
+
+def test_data_text_shows_the_partitions_main_parameter_even_at_its_default():
+    assert identity.data_text(data_stub()) == "mnist5k/dirichlet(alpha=0.5)"
+    assert identity.data_text(data_stub(partition_params={"alpha": 0.1, "min_size": 5})) == (
+        "mnist5k/dirichlet(alpha=0.1,min_size=5)")
+    shards = data_stub(partition="shards", partition_params={"num_shards": 200, "shards_per_client": 2})
+    assert identity.data_text(shards) == "mnist5k/shards(num_shards=200)"
+    assert identity.data_text(data_stub(partition="iid")) == "mnist5k/iid"
+    emnist = data_stub(source="emnist", source_params={"split": "letters"}, partition="iid")
+    assert identity.data_text(emnist) == "emnist(split=letters)/iid"
+
+
+def test_dataset_name_lists_the_parameters_that_shape_the_split_and_the_clients():
+    assert identity.dataset_name(data_stub()) == "mnist5k/dirichlet(alpha=0.5,min_size=10)/100 clients"
+
+
+def test_run_names_say_what_the_run_is_and_differ_between_runs():
+    data = FederatedDataModule(source="digits", num_clients=10, partition="dirichlet")
+    module = tiny(FedFV, tau=1, seed=3)
+    first, second = identity.run_name(module, data), identity.run_name(module, data)
+    assert first[:10] != second[:10]  # MLflow's runs list and chart legends cut names at ~24 characters
+    match = NAME.match(first)
+    assert match, first
+    assert match["algorithm"] == "FedFV(tau=1)" and match["data"] == "digits/dirichlet(alpha=0.5)"
+    assert match["seed"] == "3"
+
+
+def test_only_new_unnamed_runs_are_named():
+    module, data = tiny(), FederatedDataModule(source="digits", num_clients=10, partition="iid")
+    fresh = MLFlowLogger(tracking_uri="sqlite:///unused.db")
+    chosen = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_name="my run")
+    continued = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_id="0123456789abcdef")
+    name_new_runs([fresh, chosen, continued], module, data)
+    assert NAME.match(fresh._run_name) and fresh._run_name.endswith(" FedAvg seed 0 | digits/iid")
+    assert chosen._run_name == "my run"
+    assert continued._run_name is None  # the continued run keeps the name it has
+
+
+# --------------------------------------------------------------------------- params
+
+
+def test_loggable_hparams_leave_out_lightning_cli_internals():
+    module = tiny()
+    module._hparams_initial["_instantiator"] = "lightning.pytorch.cli.instantiate_module"
+    module._hparams_initial["_class_path"] = "fl_lightning.algorithms.FedAvg"
+    data = FederatedDataModule(source="digits", num_clients=10, partition="dirichlet")
+    hparams = identity.loggable_hparams(module, data)
+    assert not [k for k in hparams if k.startswith("_")]
+    assert hparams["lr"] == module.hparams.lr and hparams["source"] == "digits"
+    assert hparams["partition_params"]["alpha"] == 0.5  # the default, resolved
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def tags_of(module, data):
+    return identity.task_tags(module, data)
+
+
+def test_task_tags_define_the_task_not_the_seed():
+    tags = tags_of(module_stub(), data_stub())
+    task = json.loads(tags["task"])
+    assert tags["task"] == json.dumps(task, sort_keys=True)
+    assert set(task) == {"source", "source_params", "partition", "partition_params", "num_clients", "fraction",
+                         "model", "num_rounds", "local_epochs", "batch_size", "test_mode",
+                         "local_test_fraction", "dropout_prob"}
+    assert task["partition_params"]["alpha"] == 0.5 and task["partition_params"]["min_size"] == 10
+    assert re.fullmatch(r"[0-9a-f]{12}", tags["task_key"])
+    assert tags["client_test"] == "local" and tags["per_client_models"] == "false"
+    assert tags["seed"] == "0" and tags["data_seed"] == "0" and tags["client_test_size"] == ""
+
+    other_seed = tags_of(module_stub(seed=1), data_stub(data_seed=1))
+    assert other_seed["task_key"] == tags["task_key"] and other_seed["seed"] == "1" and other_seed["data_seed"] == "1"
+    assert tags_of(module_stub(num_rounds=50), data_stub())["task_key"] != tags["task_key"]
+    assert tags_of(module_stub(fraction=1), data_stub())["task_key"] == tags_of(
+        module_stub(fraction=1.0), data_stub())["task_key"]
+
+
+def test_task_names_the_test_fraction_that_applies_and_an_attack_only_when_set():
+    matched = json.loads(tags_of(module_stub(attack="bias"), data_stub(test_mode="matched"))["task"])
+    assert matched["global_test_fraction"] == 0.2 and "local_test_fraction" not in matched
+    assert (matched["attack"], matched["attack_client"], matched["attack_strength"]) == ("bias", 0, 10)
+    assert "attack" not in json.loads(tags_of(module_stub(), data_stub())["task"])
+
+
+def test_task_tags_read_the_data_modules_own_description_and_per_client_models():
+    import torch
+
+    data = data_stub(data_seed=7)
+    data.client_test_description = lambda: "local: 2-40 samples per client (median 10)"
+    module = module_stub()
+    module.evaluation_params = lambda: torch.zeros(100, 5)  # one model per client (Ditto, CGSV)
+    tags = tags_of(module, data)
+    assert tags["client_test_size"] == "local: 2-40 samples per client (median 10)"
+    assert tags["per_client_models"] == "true" and tags["data_seed"] == "7"
+
+
+# --------------------------------------------------------------------------- the dataset input
+
+
+def test_dataset_input_names_the_split_and_its_source():
+    data = data_stub(source="mnist", data_dir="data")
+    data.split_digest = lambda: "0123456789abcdef"
+    entry = identity.dataset_input(data)
+    assert entry.dataset.name == "mnist/dirichlet(alpha=0.5,min_size=10)/100 clients"
+    assert entry.dataset.digest == "0123456789abcdef"
+    source = json.loads(entry.dataset.source)
+    assert source["source"] == "mnist" and source["data_dir"].endswith("data")  # torchvision: read from data_dir
+    assert [(t.key, t.value) for t in entry.tags] == [("mlflow.data.context", "train")]
+    offline = data_stub()
+    offline.split_digest = lambda: "f" * 16
+    assert "data_dir" not in json.loads(identity.dataset_input(offline).dataset.source)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("command", ["test", "validate", "predict"])
+def test_evaluation_subcommands_are_refused_in_one_line(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--model", "FedAvg"])
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fl-lightning {command}: not a command here") and "fit" in err[0]
+
+
+def test_ui_links_open_the_experiments_runs_view():
+    assert ui_links("sqlite:///mlruns.db", "3", "abc") == (
+        "http://127.0.0.1:5000/#/experiments/3/runs", "http://127.0.0.1:5000/#/experiments/3/runs/abc")
+    assert ui_links("http://mlflow.lab:5000/", "3", "abc")[0] == "http://mlflow.lab:5000/#/experiments/3/runs"
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    """Three tiny fits into one store: ``first`` and ``again`` differ only in num_rounds, ``seed1``
+    only in the seed; {label: Run}, the store's client and the printed output."""
+    folder = tmp_path_factory.mktemp("identity")
+    uri = f"sqlite:///{folder / 'runs.db'}"
+    base = ["fit", f"--trainer.logger.init_args.tracking_uri={uri}", "--model.num_rounds=2",
+            "--model.eval_every=1", "--data.num_clients=10"]
+    extra = {"first": [], "seed1": ["--seed_everything=1"],
+             "again": ["--model.num_rounds=1"]}
+    client, runs, printed = MlflowClient(uri), {}, {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        for label, args in extra.items():
+            before = {r.info.run_id for r in _all_runs(client)}
+            capture = _Capture()
+            with capture:
+                main(base + args)
+            printed[label] = capture.text
+            (runs[label],) = [r for r in _all_runs(client) if r.info.run_id not in before]
+    return runs, client, printed
+
+
+class _Capture:
+    """stdout of an in-process fit (capsys is function-scoped)."""
+
+    def __enter__(self):
+        import contextlib
+        import io
+
+        self.buffer = io.StringIO()
+        self.redirect = contextlib.redirect_stdout(self.buffer)
+        self.redirect.__enter__()
+
+    def __exit__(self, *exc):
+        self.redirect.__exit__(*exc)
+        self.text = self.buffer.getvalue()
+
+
+def _all_runs(client):
+    experiment = client.get_experiment_by_name("fl-lightning")
+    return client.search_runs([experiment.experiment_id]) if experiment else []
+
+
+@pytest.mark.integration
+def test_cli_runs_have_unique_names_that_say_what_they_are(three_runs):
+    runs, _, printed = three_runs
+    names = {label: run.info.run_name for label, run in runs.items()}
+    assert len({name[:10] for name in names.values()}) == 3, names  # distinct where MLflow cuts names
+    for label, name in names.items():
+        match = NAME.match(name)
+        assert match, name
+        assert match["algorithm"] == "FedAvg" and match["data"] == "mnist5k/dirichlet(alpha=0.5)"
+        assert match["seed"] == ("1" if label == "seed1" else "0")
+    first = runs["first"]
+    assert f"#/experiments/{first.info.experiment_id}/runs/{first.info.run_id}" in printed["first"]
+    assert names["first"] in printed["first"]
+
+
+@pytest.mark.integration
+def test_cli_runs_log_the_split_as_a_dataset_input(three_runs):
+    runs, _, _ = three_runs
+    inputs = {label: run.inputs.dataset_inputs for label, run in runs.items()}
+    for entries in inputs.values():
+        assert len(entries) == 1
+        (entry,) = entries
+        assert entry.dataset.name == "mnist5k/dirichlet(alpha=0.5,min_size=10)/10 clients"
+        assert json.loads(entry.dataset.source)["source"] == "mnist5k"
+        assert {t.key: t.value for t in entry.tags} == {"mlflow.data.context": "train"}
+    digests = {label: entries[0].dataset.digest for label, entries in inputs.items()}
+    assert digests["first"] == digests["again"]  # the same split: only num_rounds differs
+    assert digests["seed1"] != digests["first"]
+
+
+@pytest.mark.integration
+def test_cli_runs_log_no_internal_params_and_the_resolved_partition(three_runs):
+    runs, _, _ = three_runs
+    params = runs["first"].data.params
+    assert not [k for k in params if k.startswith("_")], sorted(params)
+    assert params["partition_params/alpha"] == "0.5" and params["partition_params/min_size"] == "10"
+    tags = runs["first"].data.tags
+    assert json.loads(tags["partition_params"])["alpha"] == 0.5
+
+
+@pytest.mark.integration
+def test_cli_runs_carry_the_task_tags(three_runs):
+    runs, _, _ = three_runs
+    tags = {label: run.data.tags for label, run in runs.items()}
+    for label, tag in tags.items():
+        task = json.loads(tag["task"])
+        assert tag["task_key"] == identity.task_key(tag["task"])
+        assert task["partition_params"]["alpha"] == 0.5 and task["num_clients"] == 10
+        assert tag["client_test"] == "local" and tag["per_client_models"] == "false"
+        assert tag["seed"] == tag["data_seed"] == ("1" if label == "seed1" else "0")
+    assert tags["first"]["task_key"] == tags["seed1"]["task_key"]  # seeds of one task
+    assert tags["first"]["task_key"] != tags["again"]["task_key"]  # num_rounds defines the task

@@ -38,7 +38,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
-from fl_lightning.callbacks import MLflowRunInfo, RoundProgressBar
+from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
 from fl_lightning.callbacks.mlflow_run import saved_runs
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 from fl_lightning.core.module import FederatedModule
@@ -355,13 +355,13 @@ def trainer_defaults() -> dict[str, Any]:
             "class_path": "lightning.pytorch.loggers.MLFlowLogger",
             "init_args": {"experiment_name": "fl-lightning", "tracking_uri": DEFAULT_TRACKING_URI},
         },
-        "callbacks": [RoundProgressBar(), MLflowRunInfo()],
+        "callbacks": [RoundProgressBar(), MLflowRunInfo(), LogHyperparameters()],
         "default_root_dir": "checkpoints",  # checkpoints/<experiment id>/<run id>/checkpoints/
         "max_epochs": -1,  # the module sets it to num_rounds when the fit starts
         "num_sanity_val_steps": 0,
         "log_every_n_steps": 1,
         "enable_model_summary": False,
-        "enable_autolog_hparams": False,  # MLflowRunInfo logs them, without LightningCLI's "_" entries
+        "enable_autolog_hparams": False,  # LogHyperparameters logs them, without LightningCLI's "_" entries
     }
 
 

@@ -14,7 +14,8 @@ import pytest
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.algorithms import FedAvg, FedFV
+from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFV
+from fl_lightning.callbacks import LogHyperparameters
 from fl_lightning.callbacks import run_identity as identity
 from fl_lightning.cli import main, name_new_runs, ui_links
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -48,6 +49,11 @@ def test_algorithm_config_shows_the_algorithms_own_settings_that_differ_from_its
     assert identity.algorithm_config(tiny(FedFV, alpha=0.2, tau=1)) == "FedFV(alpha=0.2,tau=1)"
     runner = {"algorithm_config": "FedFV(alpha=0.1,tau=10)"}  # the benchmark runner's tag wins
     assert identity.algorithm_config(tiny(FedFV, tau=1), runner) == "FedFV(alpha=0.1,tau=10)"
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_at_its_defaults_is_named_by_its_class_alone(name):
+    assert identity.algorithm_config(tiny(ALGORITHMS[name])) == name
 
 
 def test_data_text_shows_the_partitions_main_parameter_even_at_its_default():
@@ -99,6 +105,26 @@ def test_loggable_hparams_leave_out_lightning_cli_internals():
     assert not [k for k in hparams if k.startswith("_")]
     assert hparams["lr"] == module.hparams.lr and hparams["source"] == "digits"
     assert hparams["partition_params"]["alpha"] == 0.5  # the default, resolved
+
+
+class RecordingLogger:
+    def __init__(self):
+        self.logged = []
+
+    def log_hyperparams(self, params):
+        self.logged.append(params)
+
+
+@pytest.mark.parametrize("autolog", [False, True])
+def test_log_hyperparameters_logs_to_every_logger_unless_lightning_does(autolog):
+    loggers = [RecordingLogger(), RecordingLogger()]  # e.g. MLflow and TensorBoard
+    data = FederatedDataModule(source="digits", num_clients=10, partition="iid")
+    trainer = SimpleNamespace(enable_autolog_hparams=autolog, is_global_zero=True, loggers=loggers, datamodule=data)
+    LogHyperparameters().on_fit_start(trainer, tiny())
+    if autolog:
+        assert all(not logger.logged for logger in loggers)
+    else:
+        assert all(len(logger.logged) == 1 and logger.logged[0]["source"] == "digits" for logger in loggers)
 
 
 # --------------------------------------------------------------------------- the task
@@ -278,6 +304,7 @@ def test_cli_runs_carry_the_task_tags(three_runs):
         assert tag["task_key"] == identity.task_key(tag["task"])
         assert task["partition_params"]["alpha"] == 0.5 and task["num_clients"] == 10
         assert tag["client_test"] == "local" and tag["per_client_models"] == "false"
+        assert tag["client_test_size"].startswith("local: ")  # the data module's own description
         assert tag["seed"] == tag["data_seed"] == ("1" if label == "seed1" else "0")
     assert tags["first"]["task_key"] == tags["seed1"]["task_key"]  # seeds of one task
     assert tags["first"]["task_key"] != tags["again"]["task_key"]  # num_rounds defines the task

@@ -3,9 +3,7 @@
 Tags: algorithm, dataset, partition, partition_params (defaults filled in), num_clients,
 participation, model, seed, data_seed, the task's (task, task_key, client_test,
 client_test_size, per_client_models: ``run_identity.task_tags``), suite, git sha, machine.
-Params: every hyper-parameter of the module and the data module, none of LightningCLI's
-internal ``_`` entries (when the trainer's own hyper-parameter logging is off, as the CLI
-sets it). Input: the federated split as a dataset (the UI's Dataset column). Artifacts: the
+(Params: ``LogHyperparameters``.) Input: the federated split as a dataset (the UI's Dataset column). Artifacts: the
 partition statistics (table and figure) at the start, every client's final metrics (JSON)
 and a figure of the sorted client accuracies at the end (the JSON also when the fit fails).
 
@@ -31,12 +29,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
-from fl_lightning.callbacks.run_identity import (
-    dataset_input,
-    loggable_hparams,
-    partition_params,
-    task_tags,
-)
+from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
 from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
@@ -208,10 +201,6 @@ class MLflowRunInfo(Callback):
         if not loggers or not trainer.is_global_zero:
             return
         self._continue_runs(trainer, loggers)
-        if not trainer.enable_autolog_hparams:  # the CLI's default: Lightning would log "_instantiator"
-            hparams = loggable_hparams(pl_module, trainer.datamodule)
-            for any_logger in trainer.loggers:
-                any_logger.log_hyperparams(hparams)
         tags = run_tags(trainer, pl_module)
         data = trainer.datamodule
         dataset = dataset_input(data) if data is not None else None

@@ -87,7 +87,9 @@ def test_only_new_unnamed_runs_are_named():
     fresh = MLFlowLogger(tracking_uri="sqlite:///unused.db")
     chosen = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_name="my run")
     continued = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_id="0123456789abcdef")
-    name_new_runs([fresh, chosen, continued], module, data)
+    suite = MLFlowLogger(tracking_uri="sqlite:///unused.db", tags={"algorithm_config": "FedAvg(server_lr=0.5)"})
+    name_new_runs([fresh, chosen, continued, suite], module, data)
+    assert suite._run_name.endswith(" FedAvg(server_lr=0.5) seed 0 | digits/iid")  # the runner's tag
     assert NAME.match(fresh._run_name) and fresh._run_name.endswith(" FedAvg seed 0 | digits/iid")
     assert chosen._run_name == "my run"
     assert continued._run_name is None  # the continued run keeps the name it has

@@ -82,12 +82,13 @@ def test_run_names_say_what_the_run_is_and_differ_between_runs():
     assert match["seed"] == "3"
 
 
-def test_only_new_unnamed_runs_are_named():
+def test_only_new_unnamed_runs_are_named(tmp_path):
     module, data = tiny(), FederatedDataModule(source="digits", num_clients=10, partition="iid")
-    fresh = MLFlowLogger(tracking_uri="sqlite:///unused.db")
-    chosen = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_name="my run")
-    continued = MLFlowLogger(tracking_uri="sqlite:///unused.db", run_id="0123456789abcdef")
-    suite = MLFlowLogger(tracking_uri="sqlite:///unused.db", tags={"algorithm_config": "FedAvg(server_lr=0.5)"})
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    fresh = MLFlowLogger(tracking_uri=uri)
+    chosen = MLFlowLogger(tracking_uri=uri, run_name="my run")
+    continued = MLFlowLogger(tracking_uri=uri, run_id="0123456789abcdef")
+    suite = MLFlowLogger(tracking_uri=uri, tags={"algorithm_config": "FedAvg(server_lr=0.5)"})
     name_new_runs([fresh, chosen, continued, suite], module, data)
     assert suite._run_name.endswith(" FedAvg(server_lr=0.5) seed 0 | digits/iid")  # the runner's tag
     assert NAME.match(fresh._run_name) and fresh._run_name.endswith(" FedAvg seed 0 | digits/iid")

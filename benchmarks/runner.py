@@ -42,6 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -261,29 +262,118 @@ def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
     client.set_terminated(run_id, "FAILED")
 
 
-def run_cell(cell: Cell, tracking_uri: str, threads: int, log_dir: Path) -> tuple[Cell, str, float, str]:
-    """Runs one (cell, seed) as `python -m fl_lightning.cli fit --config ...`; (cell, status, seconds, error)."""
+def _cell_config_file(cell: Cell, tracking_uri: str) -> str:
+    """The cell's LightningCLI config, logging to the suite's experiment, in a temporary file."""
     config = deep_merge(cell.config, {"trainer": {"logger": {
         "class_path": "lightning.pytorch.loggers.MLFlowLogger",
         "init_args": {"experiment_name": cell.suite, "tracking_uri": tracking_uri, "tags": cell.tags},
     }}})
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle, sort_keys=False)
-        config_path = handle.name
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "FL_LIGHTNING_SUITE": cell.suite, "FL_LIGHTNING_THREADS": str(threads)}
+        return handle.name
+
+
+def _thread_env(threads: int) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "FL_LIGHTNING_THREADS": str(threads)}
+
+
+def _start_warm_worker(threads: int) -> None:
+    """A warm worker's initializer: thread counts set before torch is imported; the runner's own
+    command line hidden from LightningCLI (which parses the config it is given)."""
+    os.environ.update(_thread_env(threads))
+    sys.argv = sys.argv[:1]
+
+
+def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
+    """``fl-lightning fit --config`` in this (warm) process, its output in ``log_path``; the exit code."""
+    import traceback
+
+    os.environ["FL_LIGHTNING_SUITE"] = suite
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            from fl_lightning.cli import main as fit_main
+
+            fit_main(["fit", "--config", config_path])
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:  # noqa: BLE001 - recorded in the log and the store, the suite goes on
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    return code
+
+
+class WarmWorkers:
+    """``jobs`` reused worker processes (spawned, thread counts set before torch loads), each
+    retired after ``cells_per_worker`` cells; a pool broken by a dying worker is replaced, so
+    only the cell that worker ran fails."""
+
+    def __init__(self, jobs: int, threads: int, cells_per_worker: int = 20) -> None:
+        import threading
+
+        self.jobs, self.threads, self.cells_per_worker = jobs, threads, cells_per_worker
+        self.lock = threading.Lock()
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> Any:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        retire = {"max_tasks_per_child": self.cells_per_worker} if sys.version_info >= (3, 11) else {}
+        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_warm_worker, initargs=(self.threads,), **retire)
+
+    def run(self, fn: Any, *args: Any) -> int | str:
+        """``fn(*args)`` in a worker: its result, or why its worker died."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        with self.lock:
+            pool = self.pool
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool as error:
+            with self.lock:
+                if self.pool is pool:
+                    self.pool = self._new_pool()
+            return f"its worker process died ({error})"
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+
+
+def run_cell(cell: Cell, tracking_uri: str, threads: int, log_dir: Path,
+             warm_pool: WarmWorkers | None = None) -> tuple[Cell, str, float, str]:
+    """Runs one (cell, seed) as `python -m fl_lightning.cli fit --config ...` (or in a warm worker
+    of ``warm_pool``, which pays Python's and Lightning's start-up once); (cell, status, seconds, error)."""
+    config_path = _cell_config_file(cell, tracking_uri)
     safe = cell.cell.replace("/", "_").replace("|", "__").replace(" ", "")
     log_path = log_dir / f"{safe}__seed{cell.seed}.log"
     started = time.perf_counter()
-    with open(log_path, "w") as log:
-        done = subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
-                              stdout=log, stderr=subprocess.STDOUT, env=env)
+    if warm_pool is not None:
+        returncode = warm_pool.run(_fit_in_this_process, config_path, cell.suite, str(log_path))
+    else:
+        env = {**os.environ, **_thread_env(threads), "FL_LIGHTNING_SUITE": cell.suite}
+        with open(log_path, "w") as log:
+            returncode = subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
+                                        stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     seconds = time.perf_counter() - started
     os.unlink(config_path)
-    if done.returncode == 0:
+    if returncode == 0:
         return cell, "FINISHED", seconds, ""
-    tail = log_path.read_text()[-3000:]
-    error = f"exit code {done.returncode}; log {log_path}:\n{tail}"
+    tail = log_path.read_text()[-3000:] if log_path.exists() else ""
+    error = f"exit code {returncode}; log {log_path}:\n{tail}"
     record_failure(tracking_uri, cell, error)
     return cell, "FAILED", seconds, error
 
@@ -318,7 +408,8 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
     return "\n".join(lines)
 
 
-def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False) -> int:
+def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False,
+              warm: bool = False) -> int:
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
     done = finished_runs(tracking_uri, suite)
@@ -335,13 +426,16 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     threads = max(1, (os.cpu_count() or 1) // jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
+    warm_pool = WarmWorkers(jobs, threads) if warm else None
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_cell, cell, tracking_uri, threads, log_dir) for cell in todo]
+        futures = [pool.submit(run_cell, cell, tracking_uri, threads, log_dir, warm_pool) for cell in todo]
         for number, future in enumerate(as_completed(futures), 1):
             cell, status, seconds, error = future.result()
             outcomes[(cell.cell, cell.seed)] = (status, seconds)
             note = f"  ({error.splitlines()[0]})" if error else ""
             print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
+    if warm_pool is not None:
+        warm_pool.shutdown()
     print(f"\nsuite {suite} done in {time.perf_counter() - started:.0f}s; logs in {log_dir}\n")
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
@@ -361,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     run.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
     run.add_argument("--dry-run", action="store_true", help="list the runs that would run")
+    run.add_argument("--warm-workers", action="store_true",
+                     help="run cells in --jobs reused worker processes (start-up paid once per 20 cells, "
+                          "not once per cell); a worker that dies fails its cell and is replaced")
     sub.add_parser("list", help="list the suites")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -368,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
-    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run)
+    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.warm_workers)
 
 
 if __name__ == "__main__":

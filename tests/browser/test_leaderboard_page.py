@@ -21,12 +21,12 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium import CHROMIUM_FLAGS, MISSING, chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -37,20 +37,11 @@ sync_api = pytest.importorskip(
 )
 
 
-def chromium_path() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "/usr/bin/chromium"):
-        if candidate and (found := shutil.which(candidate)):
-            return found
-    return None
-
-
 CHROMIUM = chromium_path()
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
-    reason="no chromium installed (Debian: apt-get update && apt-get install -y chromium; or set $CHROMIUM)",
+    reason=MISSING,
 )
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 SUITE = "browser-offline"
 ROUNDS = 6

@@ -12,7 +12,6 @@ with the reason, without chromium, playwright or torch. The server is stopped in
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from chromium import CHROMIUM_FLAGS, MISSING, chromium_path
 
 pytest.importorskip("torch", reason="creating runs with fl-lightning needs torch: tox -e integration runs this")
 sync_api = pytest.importorskip(
@@ -28,23 +28,14 @@ sync_api = pytest.importorskip(
 )
 
 
-def chromium_path() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "/usr/bin/chromium"):
-        if candidate and (found := shutil.which(candidate)):
-            return found
-    return None
-
-
 CHROMIUM = chromium_path()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
         CHROMIUM is None,
-        reason="no chromium installed (Debian: apt-get update && apt-get install -y chromium; or set $CHROMIUM)",
+        reason=MISSING,
     ),
 ]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_START_S = 90  # mlflow server on a busy 2-core machine
 PAGE_S = 60
 

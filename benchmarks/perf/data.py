@@ -53,7 +53,7 @@ class RandomImageData(FederatedDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_x is not None:
             return
-        generator = torch.Generator().manual_seed(self.hparams.seed)
+        generator = torch.Generator().manual_seed(self.seed)
         k = self.num_clients
         for split, per_client in (("train", self.samples_per_client), ("test", TEST_SAMPLES_PER_CLIENT)):
             n = k * per_client

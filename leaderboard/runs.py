@@ -9,8 +9,10 @@ with step = completed rounds; the artifact ``clients/final_client_metrics.json``
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -106,8 +108,15 @@ class RunRecord:
 
     @property
     def git_sha(self) -> str:
-        """The code version that ran (``git_sha`` tag), "" when unknown."""
+        """The commit that ran (``git_sha`` tag), "" when unknown."""
         return self.tags.get("git_sha", "")
+
+    @property
+    def code_version(self) -> str:
+        """What decides the run's results: the library's source tree at its commit
+        (``fl_lightning/``, read from this checkout's git), so commits that changed only docs,
+        tests or the leaderboard are one version; the commit itself when git cannot tell."""
+        return library_tree(self.git_sha) or self.git_sha
 
     @property
     def task(self) -> Task:
@@ -186,6 +195,24 @@ class StoreContents:
     all_experiments: list[str]  # every active experiment in the store
     read_experiments: list[str]  # the ones that were read
     runs: list[RunRecord]
+
+
+LIBRARY = "fl_lightning"
+
+
+@functools.cache
+def library_tree(sha: str) -> str:
+    """``LIBRARY@<tree>``: the git tree of the library's folder at commit ``sha`` in the checkout
+    this package lives in; "" for an unknown sha or without git."""
+    if not sha or sha == "unknown":
+        return ""
+    try:
+        found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{sha}:{LIBRARY}"],
+                               cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    tree = found.stdout.strip()
+    return f"{LIBRARY}@{tree[:10]}" if found.returncode == 0 and tree else ""
 
 
 def display_uri(uri: str) -> str:

@@ -336,8 +336,17 @@ class BenchmarkTable:
 
     @property
     def versions(self) -> list[tuple[str, int]]:
-        """(git sha or "unknown", runs) of the runs in the means, most runs first."""
-        return Counter(r.git_sha or "unknown" for r in self.used_runs).most_common()
+        """(code version or "unknown", runs) of the runs in the means, most runs first: the
+        library's source tree at the run's commit (``RunRecord.code_version``)."""
+        return Counter(r.code_version or "unknown" for r in self.used_runs).most_common()
+
+    @property
+    def commits(self) -> dict[str, list[str]]:
+        """code version -> the commits (git sha) of the runs in the means that ran it."""
+        found: dict[str, set[str]] = {}
+        for run in self.used_runs:
+            found.setdefault(run.code_version or "unknown", set()).add(run.git_sha or "unknown")
+        return {version: sorted(shas) for version, shas in found.items()}
 
     @property
     def mixed_versions(self) -> bool:

@@ -219,7 +219,15 @@ def runs_view(table: BenchmarkTable) -> TableView:
 
 
 def versions_text(table: BenchmarkTable) -> str:
-    return "; ".join(f"{sha[:10]} ({n} run{'s' if n != 1 else ''})" for sha, n in table.versions) or MISSING
+    """Each code version with its runs, and the commits that ran it when it is the library's tree."""
+    commits = table.commits
+    parts = []
+    for version, n in table.versions:
+        shas = commits.get(version, [])
+        via = f", commits {', '.join(s[:7] for s in shas)}" if version.startswith("fl_lightning@") else ""
+        shown = version if version.startswith("fl_lightning@") else version[:10]
+        parts.append(f"{shown} ({n} run{'s' if n != 1 else ''}{via})")
+    return "; ".join(parts) or MISSING
 
 
 def index_view(tables: list[BenchmarkTable]) -> TableView:
@@ -236,7 +244,7 @@ def index_view(tables: list[BenchmarkTable]) -> TableView:
                Header("Status", "runs per MLflow status", key="status"),
                Header("Superseded", "older FINISHED runs replaced by a newer run of the same (configuration, seed)",
                       kind="num", first="desc", key="superseded"),
-               Header("Code versions", "git sha of the runs in the means", key="versions")]
+               Header("Code versions", "fl_lightning/ source tree (and commits) of the runs in the means", key="versions")]
     view = TableView("benchmarks", headers)
     for table in tables:
         scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales)

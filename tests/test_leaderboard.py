@@ -935,3 +935,27 @@ def test_store_names():
     assert store_name("sqlite:////home/someone/work/mlruns.db") == "mlruns.db"
     assert store_name("file:///home/someone/mlruns") == "mlruns"
     assert store_name("http://user:secret@mlflow.example.org:5000") == "http://mlflow.example.org:5000"
+
+
+def test_code_version_is_the_library_source_tree_at_the_commit():
+    """Commits that changed only docs, tests or the leaderboard ran the same library code."""
+    import subprocess
+
+    from leaderboard.runs import library_tree
+
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True)
+        return done.stdout.split() if done.returncode == 0 else None
+
+    commits = git("log", "--format=%H", "-n", "200")
+    if not commits or len(commits) < 2:
+        pytest.skip("no git history in this checkout")
+    trees = {sha: git("rev-parse", f"{sha}:fl_lightning") for sha in commits}
+    assert library_tree(commits[0]) == f"fl_lightning@{trees[commits[0]][0][:10]}"
+    assert library_tree("f" * 40) == "" and library_tree("unknown") == ""
+    same = [(a, b) for a, b in zip(commits, commits[1:]) if trees[a] == trees[b]]
+    other = [(a, b) for a, b in zip(commits, commits[1:]) if trees[a] != trees[b]]
+    if same:
+        assert library_tree(same[0][0]) == library_tree(same[0][1])
+    if other:
+        assert library_tree(other[0][0]) != library_tree(other[0][1])

@@ -262,11 +262,19 @@ def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
     client.set_terminated(run_id, "FAILED")
 
 
+def literal_text(text: str) -> str:
+    """``text`` as LightningCLI keeps it: it reads a string given where any value may go as YAML,
+    so "Sec. 5: 100 clients" would become a mapping and "a # b" lose its end. A no-break space
+    after a colon or before a hash reads the same and is plain text to YAML."""
+    return text.replace(": ", ":\u00a0").replace(" #", "\u00a0#")
+
+
 def _cell_config_file(cell: Cell, tracking_uri: str) -> str:
     """The cell's LightningCLI config, logging to the suite's experiment, in a temporary file."""
+    tags = {key: literal_text(value) for key, value in cell.tags.items()}
     config = deep_merge(cell.config, {"trainer": {"logger": {
         "class_path": "lightning.pytorch.loggers.MLFlowLogger",
-        "init_args": {"experiment_name": cell.suite, "tracking_uri": tracking_uri, "tags": cell.tags},
+        "init_args": {"experiment_name": cell.suite, "tracking_uri": tracking_uri, "tags": tags},
     }}})
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle, sort_keys=False)

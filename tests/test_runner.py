@@ -4,7 +4,7 @@ import mlflow
 import pytest
 import yaml
 
-from benchmarks.runner import deep_merge, expand_algorithms, load_suite, main
+from benchmarks.runner import deep_merge, expand_algorithms, literal_text, load_suite, main
 
 pytestmark = pytest.mark.integration
 
@@ -12,6 +12,7 @@ SUITE = {
     "suite": "tiny-offline",
     "paper": "fedfv",
     "scale": "offline",
+    "description": "Tiny: four clients of digits # a comment sign too",
     "seeds": [0],
     "base": {
         "trainer": {"enable_checkpointing": False},
@@ -68,6 +69,9 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
     assert sorted(finished["tags.algorithm_config"]) == ["FedAvg", "FedProx(mu=0.0)", "FedProx(mu=0.1)"]
     assert set(finished["tags.suite"]) == {"tiny-offline"} and set(finished["tags.scale"]) == {"offline"}
     assert set(finished["tags.benchmark"]) == {"digits/iid/full/fl_logreg"}
+    # free text reaches the store as text (LightningCLI would read "Tiny: ..." as a mapping)
+    assert set(finished["tags.suite_description"]) == {literal_text(SUITE["description"])}
+    assert literal_text(SUITE["description"]).replace("\u00a0", " ") == SUITE["description"]
     failed = runs[runs["status"] == "FAILED"]
     assert len(failed) == 1 and "mu" in failed.iloc[0]["tags.error"]
 

@@ -93,6 +93,8 @@ def test_synthetic_clients_get_their_own_test_draws():
         test_mean = drawn.test_x[drawn.test_index[k, :50]].mean(0)
         distances = torch.stack([(test_mean - m).norm() for m in means])
         assert int(distances.argmin()) == k
+    with pytest.raises(ValueError, match="natural clients differ in their inputs too"):
+        FederatedDataModule(source="synthetic", num_clients=10, partition="natural", test_mode="matched")
     with pytest.raises(ValueError, match="needs partition='natural' and test_mode='local'"):
         FederatedDataModule(source="synthetic", num_clients=10, partition="iid",
                             source_params={"test_per_client": 50})

@@ -209,6 +209,12 @@ class FederatedDataModule(LightningDataModule):
             raise ValueError(f"local_test_fraction must be in [0, 1), got {local_fraction}.")
         if not 0 < global_fraction < 1:
             raise ValueError(f"global_test_fraction must be in (0, 1), got {global_fraction}.")
+        if test_mode == "matched" and partition == "natural":
+            raise ValueError(
+                "test_mode='matched' weights a shared test pool by each client's labels, but natural "
+                "clients differ in their inputs too: use test_mode='local' (synthetic: source_params "
+                "{test_per_client: 100} draws each client's own test set)."
+            )
         if self.source_params.get("test_per_client") and (partition != "natural" or test_mode != "local"):
             raise ValueError(
                 f"source_params test_per_client={self.source_params['test_per_client']} draws each natural "

@@ -27,6 +27,8 @@ from typing import Any
 import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
+from fl_lightning.seeding import SEED_ENV, run_seed
+
 TRAIN_CONTEXT = "train"  # the dataset input's context tag (mlflow.data.context)
 NAME_SEPARATOR = " | "
 # partitioner parameters that bound a search, not the split it finds: left out of dataset names
@@ -87,13 +89,12 @@ def loggable_hparams(pl_module: pl.LightningModule, datamodule: Any = None) -> d
 
 
 def resolved_seed(hparams: Mapping[str, Any], *names: str) -> int | None:
-    """The first of ``names`` that ``hparams`` holds a value for; else the run's seed
-    (``seed_everything``, recorded by Lightning in ``PL_GLOBAL_SEED``); else None."""
+    """The first of ``names`` that ``hparams`` holds a value for (the modules record the seed
+    they used); else the run's ``seed_everything`` seed; else None."""
     for name in names:
         if hparams.get(name) is not None:
             return int(hparams[name])
-    seed = os.environ.get("PL_GLOBAL_SEED")
-    return int(seed) if seed is not None else None
+    return run_seed(None) if SEED_ENV in os.environ else None
 
 
 def model_seed(pl_module: pl.LightningModule) -> int | None:
@@ -148,12 +149,15 @@ def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, An
 def partition_params(datamodule: Any) -> dict[str, Any]:
     """The partition's parameters as the run used them: the partitioner's defaults filled in
     (``dirichlet``: alpha 0.5, min_size 10, ...)."""
+    from fl_lightning.data.partition import PARTITIONERS, resolved_partition_params
+
     params = getattr(datamodule, "partition_params", None)
     if params is None:
         params = datamodule.hparams.get("partition_params")
-    defaults = partition_defaults(str(datamodule.hparams.get("partition", "")))
-    resolved = {k: v for k, v in defaults.items() if v is not inspect.Parameter.empty}
-    return resolved | dict(params or {})
+    partition = str(datamodule.hparams.get("partition", ""))
+    if partition not in PARTITIONERS:
+        return dict(params or {})
+    return resolved_partition_params(partition, params or {})
 
 
 def source_params(datamodule: Any) -> dict[str, Any]:

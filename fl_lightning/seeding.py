@@ -9,6 +9,9 @@ whose own seed is left at ``None`` takes that run seed; one given explicitly
 from __future__ import annotations
 
 import os
+from typing import Any
+
+import torch
 
 SEED_ENV = "PL_GLOBAL_SEED"
 
@@ -20,3 +23,18 @@ def run_seed(seed: int | None, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"{name} must be an integer in [0, 2**32), got {seed!r}")
     return seed
+
+
+def global_generator_states() -> dict[str, Any]:
+    """The global CPU (and initialised CUDA) generators' states, for a checkpoint."""
+    states: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_global_generators(states: dict[str, Any]) -> None:
+    """Restores ``global_generator_states()`` (CUDA ones only onto the same number of devices)."""
+    torch.set_rng_state(states["cpu"])
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -165,7 +165,7 @@ CASES = [
     case("unknown-engine", lambda tmp: fedavg(engine="gpu"),
          ValueError, r"unknown engine 'gpu'; valid: 'auto', 'vectorised', 'sequential'"),
     case("unknown-layer-grouping", lambda tmp: fedavg(layer_grouping="layer"),
-         ValueError, r"unknown layer grouping 'layer'; valid: 'tensor', 'module'"),
+         ValueError, r"unknown layer_grouping 'layer'; valid: 'tensor', 'module'"),
     case("unknown-layer-grouping-function",
          lambda tmp: layer_slices(torch.nn.Linear(2, 2), ParameterLayout.of(torch.nn.Linear(2, 2)), "block"),
          ValueError, r"unknown layer grouping 'block'; valid: 'tensor', 'module'"),

@@ -22,7 +22,7 @@ def tiny_agents(cls=CGSV, num_agents=3, **kwargs):
     """A module whose model has D = 4 parameters (logistic regression 1 -> 2: weight 2x1,
     bias 2), with its per-agent state set up for ``num_agents`` agents."""
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(1,), **kwargs)
-    module.reset_agents(num_agents)
+    module.materialise_client_states(num_agents)
     return module
 
 
@@ -37,10 +37,9 @@ def payload(delta_w, num_samples, round_index=0):
 
 
 def run_round(module, round_payload):
-    """aggregate -> w <- w - step -> on_round_end, as FederatedModule.training_step does."""
+    """aggregate -> w <- w - step -> commit_round, as FederatedModule.training_step does."""
     before = module.agent_models.clone()
-    step = module.aggregate(round_payload)
-    module.on_round_end(round_payload, step)
+    step = module.server_round(round_payload)
     return step, module.agent_models - before  # the server step and every v_i
 
 
@@ -123,7 +122,7 @@ def test_round_matches_a_direct_transcription(sparsify):
     torch.manual_seed(0)
     module = CGSV(backbone="fl_mlp", backbone_kwargs={"hidden_sizes": [16]}, num_classes=10,
                   input_shape=(1, 8, 8), sparsify=sparsify, beta=1.5, gamma=0.3)
-    module.reset_agents(5)
+    module.materialise_client_states(5)
     r_before = torch.tensor([0.1, 0.3, 0.2, 0.25, 0.15], dtype=torch.float64)
     module.r.copy_(r_before)
     delta_w = torch.randn(5, module.layout.num_parameters) * torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])[:, None]

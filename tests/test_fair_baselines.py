@@ -139,7 +139,7 @@ def test_fedfa_three_client_round_by_hand(data):
     module.participation[[0, 1, 2]] = torch.tensor([2.0, 0.0, 1.0], dtype=module.participation.dtype)
     rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     p = payload(module, rows, accuracies=[0.5, 0.25, 0.25], clients=[0, 1, 2])
-    step = module.aggregate(p)
+    step = module.server_round(p)
 
     assert module.participation.tolist() == [3, 1, 2, 0, 0, 0]  # f_i counts this round
     acc_info = [-math.log2(a / 1.0 + 1e-6) for a in (0.5, 0.25, 0.25)]  # ≈ (1, 2, 2)
@@ -151,7 +151,7 @@ def test_fedfa_three_client_round_by_hand(data):
     torch.testing.assert_close(step[:2], averaged + 0.5 * momentum)  # w - (w_new - η m)
     torch.testing.assert_close(module.server_momentum[:2], momentum)
 
-    second = module.aggregate(p)  # m <- γ m + (1 - γ) dw with the new weights
+    second = module.server_round(p)  # m <- γ m + (1 - γ) dw with the new weights
     assert module.participation.tolist() == [4, 2, 3, 0, 0, 0]
     weights = module.client_weights(p.accuracies, torch.tensor([4.0, 2.0, 3.0]))
     averaged2 = weights @ rows

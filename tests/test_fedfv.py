@@ -108,7 +108,7 @@ def test_equals_line_by_line_transcription_over_rounds_with_history(data, order,
         expected = paper.step(t, clients.tolist(), grads, loss_list, po)
         external += paper.external_projections
 
-        step = module.aggregate(payload(t, clients, updates, losses))
+        step = module.server_round(payload(t, clients, updates, losses))
 
         assert (step - expected).norm() <= 1e-6 * expected.norm(), f"round {t}"
     assert external > 0, "the rounds must exercise Alg. 3"
@@ -117,7 +117,7 @@ def test_equals_line_by_line_transcription_over_rounds_with_history(data, order,
 def test_history_and_last_rounds_follow_alg1_line4(data):
     module = make_fedfv(data, tau=2)
     updates = torch.randn(3, module.layout.num_parameters, dtype=torch.float64)
-    module.aggregate(payload(4, [5, 0, 9], updates, torch.tensor([0.3, 0.1, 0.2], dtype=torch.float64)))
+    module.server_round(payload(4, [5, 0, 9], updates, torch.tensor([0.3, 0.1, 0.2], dtype=torch.float64)))
     assert torch.equal(module.history[[5, 0, 9]], updates)
     assert module.last_seen.tolist() == [4, -1, -1, -1, -1, 4, -1, -1, -1, 4, -1, -1]
     assert module.history[[1, 2, 3]].abs().sum() == 0
@@ -150,7 +150,7 @@ def test_step_has_the_norm_of_the_mean_update(data):
     module = make_fedfv(data, alpha=0.0, tau=1)
     for t in range(3):
         updates = torch.randn(4, module.layout.num_parameters, dtype=torch.float64)
-        step = module.aggregate(payload(t, [t, t + 1, t + 2, t + 3], updates, torch.rand(4, dtype=torch.float64)))
+        step = module.server_round(payload(t, [t, t + 1, t + 2, t + 3], updates, torch.rand(4, dtype=torch.float64)))
         assert math.isclose(step.norm(), updates.mean(0).norm(), rel_tol=1e-9)
 
 

@@ -20,7 +20,8 @@ def fedlf(slices, num_clients=8, **kwargs):
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedLF(**(params | kwargs))
     module.layer_slices = slices
-    module.register_client_history(num_clients, slices[-1].stop)
+    module.register_client_history(slices[-1].stop)  # the hand-made vectors' d
+    module.materialise_client_states(num_clients)
     return module
 
 

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\
 def fedmdfg(d, num_clients=8, **kwargs):
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedMDFG(**(params | kwargs))
-    module.register_client_history(num_clients, d)
+    module.register_client_history(d)  # the hand-made vectors' d
+    module.materialise_client_states(num_clients)
     return module
 
 

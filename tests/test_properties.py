@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from fl_lightning.algorithms import FedAvg, FedFV, FedLF, FedMGDAPlus, QFedAvg
 from fl_lightning.core.module import RoundPayload
+from fl_lightning.core.payload import as_server_step
 from fl_lightning.core.qp import batched_min_norm_simplex, min_norm_simplex
 from fl_lightning.data.partition import PARTITIONERS, partition
 
@@ -153,7 +154,7 @@ def server_module(name: str, features: int, num_clients: int):
     """An algorithm on fl_logreg (d = 2 * features + 2) with its K-sized state, no Trainer."""
     cls, kwargs = ALGORITHMS[name]
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(features,), fraction=1.0, lr=0.1, **kwargs)
-    module.register_client_history(num_clients, module.layout.num_parameters)
+    module.materialise_client_states(num_clients)
     return module
 
 
@@ -170,10 +171,11 @@ def run_two_rounds(module, first, second):
     for t, (updates, losses, sizes) in enumerate((first, second)):
         m = updates.shape[0]
         payload = round_payload(t, range(offset, offset + m), updates, losses, sizes)
-        step = module.aggregate(payload)
+        proposal = as_server_step(module.aggregate(payload))
+        step = proposal.direction
         steps.append(step)
         if torch.isfinite(step).all():
-            module.on_round_end(payload, step)
+            module.commit_round(payload, proposal)
         offset += m
     return steps
 

@@ -155,9 +155,10 @@ def test_an_offloaded_history_stays_in_host_memory_when_the_module_moves():
     module = module_for(data, cls=FedFV, fraction=0.5, num_rounds=2, tau=1, history_device="cpu")
     fit(module, data)
     history = module.history
+    module.register_buffer("probe", torch.zeros(1))
     module.double()  # every other floating buffer and parameter follows the move/cast
     assert module.history is history and module.history.dtype == torch.float32
-    assert module.layer_conflict_sums.dtype == torch.float64
+    assert module.probe.dtype == torch.float64
     assert next(module.model.parameters()).dtype == torch.float64
 
 
@@ -165,7 +166,7 @@ def test_an_offloaded_history_stays_in_host_memory_when_the_module_moves():
     ("clients_per_chunk", 0, "clients_per_chunk must be an integer >= 1, 'auto' or null"),
     ("clients_per_chunk", "many", "clients_per_chunk must be an integer >= 1, 'auto' or null"),
     ("local_autocast", "int8", "unknown local_autocast 'int8'; valid: null"),
-    ("history_dtype", "int8", "unknown history_dtype 'int8'; valid: float32, bfloat16, float16"),
+    ("history_dtype", "int8", "unknown history_dtype 'int8'; valid: null, 'float32', 'bfloat16', 'float16'"),
     ("history_device", "disk", "unknown history_device 'disk'; valid: 'model', 'cpu'"),
 ])
 def test_scaling_options_are_checked(option, value, message):

@@ -42,12 +42,7 @@ class AFL(FederatedModule):
         self.save_hyperparameters()
         self.register_buffer("averaged_model", torch.zeros(self.layout.num_parameters))  # w̄_t
         self.register_buffer("num_averaged", torch.zeros((), dtype=torch.long))
-
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if not hasattr(self, "mixture"):  # setup runs again for every fit/validate/test
-            num_clients = self.num_clients_total
-            self.register_buffer("mixture", torch.full((num_clients,), 1.0 / num_clients, device=self.device))  # λ
+        self.register_client_state("mixture", init=lambda k: torch.full((k,), 1.0 / k))  # λ, uniform
 
     def on_fit_start(self) -> None:
         super().on_fit_start()

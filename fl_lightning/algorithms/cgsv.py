@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from fl_lightning.core.evaluation import evaluate_clients_stacked
+from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.metrics import pearson
 
 SPARSIFY_MODES = ("per_tensor", "model")
@@ -52,22 +52,17 @@ class AgentModels(FederatedModule):
             raise ValueError(
                 f"{type(self).__name__} needs every agent in every round: set fraction=1.0, got {fraction}"
             )
+        self.register_client_state("agent_models", init=self.initial_models)
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        agents = getattr(self, "agent_models", None)
-        if agents is None or agents.shape[0] != self.num_clients_total:  # keep the state if set up again
-            self.reset_agents(self.num_clients_total)
-
-    def reset_agents(self, num_agents: int) -> None:
-        """w_{i,0} := w_0 for every agent (Sec. 3.1); subclasses add their per-agent state."""
-        self.register_buffer("agent_models", self.global_vector().repeat(num_agents, 1))
+    def initial_models(self, num_agents: int) -> torch.Tensor:
+        """w_{i,0} := w_0 for every agent (Sec. 3.1)."""
+        return self.global_vector().repeat(num_agents, 1)
 
     def train_from(self, round_index: int, shards: Any, start: torch.Tensor) -> torch.Tensor:
         """Local training of the shards' agents from their own flat models ``start`` (m, d);
         returns g_i = start_i − trained_i."""
-        anchor = {n: p for n, p in self.model.named_parameters() if n in self.layout.names}
-        trained = self.local_train(round_index, shards, start=self.layout.unflatten_stacked(start), anchor=anchor)
+        trained = self.local_train(round_index, shards, start=self.layout.unflatten_stacked(start),
+                                   anchor=self.global_params())
         return start - self.layout.flatten_stacked(trained)
 
     def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
@@ -133,14 +128,11 @@ class CGSV(AgentModels):
         if sparsify not in SPARSIFY_MODES:
             raise ValueError(f"unknown sparsify mode {sparsify!r}; valid: {', '.join(map(repr, SPARSIFY_MODES))}")
         self.save_hyperparameters()
+        self.register_client_state("r", dtype=torch.float64)  # r_i, the agents' importance
+        if track_standalone:
+            self.register_client_state("standalone_models", init=self.initial_models)
         self.rho: float | None = None  # ρ and ρ_r of the latest evaluation
         self.rho_r: float | None = None
-
-    def reset_agents(self, num_agents: int) -> None:
-        super().reset_agents(num_agents)
-        self.register_buffer("r", torch.zeros(num_agents, dtype=torch.float64, device=self.agent_models.device))
-        if self.hparams.track_standalone:
-            self.register_buffer("standalone_models", self.agent_models.clone())
 
     def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
         agents = shards.clients
@@ -149,7 +141,7 @@ class CGSV(AgentModels):
         return self.train_from(round_index, shards, self.agent_models[agents])  # g_i = −Δw_i; w_i unchanged
 
     # ------------------------------------------------------------- gradient aggregation step
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
         G = gram(payload.updates)  # <g_i, g_j>, g_i = −Δw_i
         c = self.hparams.gamma / (G.diagonal().sqrt() + 1e-7)  # u_i = −c_i g_i   (1)
         a = self.aggregation_weights(payload)  # u_N = Σ a_i u_i
@@ -157,8 +149,7 @@ class CGSV(AgentModels):
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
-        self.r.copy_(r / r.sum())
-        return combine(a * c, payload.updates)  # −u_N = Σ_i a_i c_i g_i
+        return ServerStep(combine(a * c, payload.updates), new_state={"r": r / r.sum()})  # −u_N = Σ_i a_i c_i g_i
 
     def aggregation_weights(self, payload: RoundPayload) -> torch.Tensor:
         """r_{i,t-1}; in the first round (r = 0) the data-size shares n_i / Σ n_j."""
@@ -227,14 +218,8 @@ class CGSV(AgentModels):
 
     def agent_accuracies(self, params: torch.Tensor) -> torch.Tensor:
         """Test accuracy of one model per agent, on the sets the core evaluates agents on."""
-        data = self.federated_data
-        if int(data.test_sizes.sum()) > 0:
-            sets = (data.test_x, data.test_y, data.test_index, data.test_sizes)
-        else:  # every agent on the shared test set
-            n = data.global_test_y.shape[0]
-            everything = torch.arange(n, device=data.global_test_x.device).expand(params.shape[0], n)
-            sets = (data.global_test_x, data.global_test_y, everything, torch.full_like(everything[:, 0], n))
-        return evaluate_clients_stacked(self.model, self.layout, params, *sets)[1]
+        sets = client_test_sets(self.federated_data, params.shape[0])  # own test sets, else the shared one
+        return FederationEvaluator(self.model, self.layout).stacked(params, sets)[1]
 
 
 class DW(CGSV):

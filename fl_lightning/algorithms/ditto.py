@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
-from fl_lightning.core.local import proximal_term
+from fl_lightning.core.local import with_proximal_term
 
 
 class Ditto(FedAvg):
@@ -29,8 +29,8 @@ class Ditto(FedAvg):
         **kwargs: everything ``FedAvg`` takes.
 
     The personal pass runs ``local_train`` from the stacked v_k with the global model as
-    anchor while ``personal_pass`` is set; only then does ``client_objective`` add the prox,
-    so the global pass is FedAvg's exactly. Both passes of a round see the same minibatches.
+    anchor and ``personal_objective`` (the prox added), so the global pass is FedAvg's
+    exactly. Both passes of a round see the same minibatches.
     """
 
     def __init__(self, *args: Any, lam: float = 0.1, **kwargs: Any) -> None:
@@ -44,35 +44,19 @@ class Ditto(FedAvg):
                 "lower lam or lr"
             )
         self.save_hyperparameters()
-        self.personal_pass = False
+        self.register_client_state("personal_models", init=lambda k: self.global_vector().repeat(k, 1))  # v_k^0 = w^0
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        personal = getattr(self, "personal_models", None)
-        if personal is None or personal.shape[0] != self.num_clients_total:  # keep them if set up again
-            self.reset_personal_models(self.num_clients_total)
-
-    def reset_personal_models(self, num_clients: int) -> None:
-        """v_k^0 = w^0 for every client."""
-        self.register_buffer("personal_models", self.global_vector().repeat(num_clients, 1))
-
-    def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
-        loss = super().client_objective(logits, targets, mask, local_params, global_params)
-        if not self.personal_pass or self.hparams.lam == 0:
-            return loss
-        # h_k(v_k; w^t) = F_k(v_k) + (λ/2) ||v_k − w^t||² for every client's row
-        return loss + 0.5 * self.hparams.lam * proximal_term(local_params, global_params, self.layout.names)
+    def personal_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
+        """h_k(v_k; w^t) = F_k(v_k) + (λ/2) ||v_k − w^t||² for every client's row."""
+        loss = self.client_objective(logits, targets, mask, local_params, global_params)
+        return with_proximal_term(loss, self.hparams.lam, local_params, global_params, self.layout.names)
 
     def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
         updates = super().train_clients(round_index, shards)  # line 5: w_k from w^t, FedAvg's upload
         clients = shards.clients
-        anchor = {n: p for n, p in self.model.named_parameters() if n in self.layout.names}  # w^t
         start = self.layout.unflatten_stacked(self.personal_models[clients])
-        self.personal_pass = True
-        try:  # line 7: the same local steps on h_k(v_k; w^t)
-            personal = self.local_train(round_index, shards, start=start, anchor=anchor)
-        finally:
-            self.personal_pass = False
+        personal = self.local_train(round_index, shards, start=start, anchor=self.global_params(),  # w^t
+                                    objective=self.personal_objective)  # line 7: the same local steps on h_k
         self.personal_models[clients] = self.layout.flatten_stacked(personal)
         drift = (self.personal_models[clients] - self.global_vector()).norm(dim=1)
         self.log_round({"ditto_personal_distance_mean": float(drift.mean())})

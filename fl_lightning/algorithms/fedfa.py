@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 
 
 class FedFa(FederatedModule):
@@ -48,20 +48,18 @@ class FedFa(FederatedModule):
             raise ValueError(f"eta must be > 0, or null for the local learning rate, got {eta}")
         self.save_hyperparameters()
         self.register_buffer("server_momentum", torch.zeros(self.layout.num_parameters))  # m
+        self.register_client_state("participation")  # f_i
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if not hasattr(self, "participation"):  # setup runs again for every fit/validate/test
-            self.register_buffer("participation", torch.zeros(self.num_clients_total, device=self.device))  # f_i
-
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
-        self.participation[payload.clients] += 1  # f_i counts this round too
-        weights = self.client_weights(payload.accuracies, self.participation[payload.clients])  # p_i
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
+        participation = self.participation.clone()
+        participation[payload.clients] += 1  # f_i counts this round too
+        weights = self.client_weights(payload.accuracies, participation[payload.clients])  # p_i
         dw = -(weights.to(payload.updates.dtype) @ payload.updates)  # w_new - w = -Σ_i p_i g_i
-        m, gamma = self.server_momentum, self.hparams.gamma
-        m.mul_(gamma).add_(dw.to(m.dtype), alpha=1 - gamma)  # m <- γ m + (1 - γ) dw
+        gamma = self.hparams.gamma
+        m = self.server_momentum.mul(gamma).add_(dw.to(self.server_momentum.dtype), alpha=1 - gamma)  # m <- γ m + (1 - γ) dw
         eta = self.hparams.eta or self.round_lr(payload.round)
-        return -dw + eta * m.to(dw.dtype)  # w - (w_new - η m)
+        return ServerStep(-dw + eta * m.to(dw.dtype),  # w - (w_new - η m)
+                          new_state={"participation": participation, "server_momentum": m})
 
     def client_weights(self, accuracies: torch.Tensor, frequencies: torch.Tensor) -> torch.Tensor:
         """p_i = (1 - β) ACCinf_i + β Finf_i over the round's clients (float64)."""

@@ -11,15 +11,16 @@ external projections (Alg. 3) act on the single vector g^t and read each history
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
-ORDERS = ("loss", "random", "reverse")
-EXTERNAL_ROUNDS = ("paper", "reference")
+ProjectionOrder = Literal["loss", "random", "reverse"]
+ExternalRounds = Literal["paper", "reference"]
 
 
 class FedFV(FederatedModule):
@@ -58,8 +59,8 @@ class FedFV(FederatedModule):
         *args: Any,
         alpha: float = 0.1,
         tau: int = 10,
-        order: str = "loss",
-        external_rounds: str = "paper",
+        order: ProjectionOrder = "loss",
+        external_rounds: ExternalRounds = "paper",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -67,33 +68,28 @@ class FedFV(FederatedModule):
             raise ValueError(f"alpha must be in [0, 1] (the share of clients that keep their update), got {alpha}")
         if int(tau) != tau or tau < 0:
             raise ValueError(f"tau must be an integer >= 0 (rounds of history; 0 = no external step), got {tau}")
-        if order not in ORDERS:
-            raise ValueError(f"unknown order {order!r}; valid: {', '.join(map(repr, ORDERS))}")
-        if external_rounds not in EXTERNAL_ROUNDS:
-            raise ValueError(
-                f"unknown external_rounds {external_rounds!r}; valid: {', '.join(map(repr, EXTERNAL_ROUNDS))}"
-            )
+        check_choice("order", order, ProjectionOrder)
+        check_choice("external_rounds", external_rounds, ExternalRounds)
         self.save_hyperparameters()
-
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
         # GH: the latest update of every client, and t_k: the round it was sent in (-1: never)
         self.register_client_history()
 
     # ------------------------------------------------------------------------ Alg. 1
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         t, updates = payload.round, payload.updates
-        self.store_history(payload.clients, updates, t)  # line 4: GH
         G = gram(updates)  # G_ij = g_i · g_j
         order = self.projection_order(payload.losses, t)  # line 5: PO_t
         keep = self.keeps_original(payload.losses)
         coeffs = self.mitigate_internal(G, order, keep).mean(dim=0)  # Alg. 2: g^t = (1/m) Σ_i g'_i
-        gt = self.mitigate_external(combine(coeffs, updates), t)  # Alg. 3
+        gt = self.mitigate_external(combine(coeffs, updates), payload)  # Alg. 3
         target_norm = G.sum().clamp(min=0).sqrt() / updates.shape[0]  # ||(1/m) Σ_i g_i||
         norm = gt.double().norm()  # float64: a float32 norm is inf beyond ~1.8e19
         if not norm > 0:
             return torch.zeros_like(gt)
         return (gt.double() * (target_norm / norm)).to(gt.dtype)  # line 10: ||g^t|| = ||(1/m) Σ_i g_i||
+
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+        self.store_history(payload.clients, payload.updates, payload.round)  # line 4: GH
 
     def projection_order(self, losses: torch.Tensor, round_index: int) -> torch.Tensor:
         """PO_t as positions in the round: ascending loss (the paper), random or reverse."""
@@ -137,18 +133,27 @@ class FedFV(FederatedModule):
             return range(t - tau, t) if t >= tau else range(0)
         return range(t - tau + 1, t + 1) if t + 1 >= tau else range(0)
 
-    def mitigate_external(self, gt: torch.Tensor, round_index: int) -> torch.Tensor:
+    def mitigate_external(self, gt: torch.Tensor, payload: RoundPayload) -> torch.Tensor:
         """Alg. 3 on the vector g^t, reading each history row of the visited rounds once.
 
-        The projections are sequential in g^t, so working on g^t itself costs O(h d) for
-        h history rows: less than any Gram matrix of the history (O(h² d)).
+        GH as line 4 leaves it: this round's clients hold this round's updates (stored in the
+        history's dtype), which ``on_round_end`` writes once the step is applied. The
+        projections are sequential in g^t, so working on g^t itself costs O(h d) for h
+        history rows: less than any Gram matrix of the history (O(h² d)).
         """
-        window = self.external_round_window(round_index)
-        in_window = (self.last_seen >= window.start) & (self.last_seen < window.stop)
-        rows = torch.nonzero(in_window).flatten()
-        rows = rows[torch.argsort(self.last_seen[rows], stable=True)]  # grouped by round, oldest first
+        window = self.external_round_window(payload.round)
+        last_seen = self.last_seen.clone()
+        last_seen[payload.clients.to(last_seen.device)] = payload.round  # line 4: t_k <- t for k in S_t
+        rows = torch.nonzero((last_seen >= window.start) & (last_seen < window.stop)).flatten()
+        rows = rows[torch.argsort(last_seen[rows], stable=True)]  # grouped by round, oldest first
         recent = self.history_rows(rows, gt)  # GH[k] of the clients last seen in the window
-        per_round = torch.bincount(self.last_seen[rows] - window.start, minlength=len(window)).tolist()
+        position = torch.full_like(last_seen, -1)
+        position[payload.clients.to(last_seen.device)] = torch.arange(payload.num_clients, device=last_seen.device)
+        current = position[rows] >= 0
+        if bool(current.any()):  # this round's GH rows: its updates, rounded as storing them would
+            stored = payload.updates[position[rows][current].to(gt.device)].to(self.history.dtype)
+            recent[current.to(recent.device)] = stored.to(recent.dtype)
+        per_round = torch.bincount(last_seen[rows] - window.start, minlength=len(window)).tolist()
         for sent in recent.split(per_round):  # line 1: rounds t - i, i = τ, ..., 1; line 4: t_k = t - i
             g_con = ((sent @ gt < 0).to(gt.dtype) @ sent).double()  # lines 5-6: Σ GH[k] with g^t · GH[k] < 0
             dot, squared = gt.double() @ g_con, g_con @ g_con  # float64: no under/overflow for any finite g

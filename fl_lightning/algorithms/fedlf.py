@@ -7,32 +7,19 @@ update conflicts with no online client at any layer (hence none at model level e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import layer_combination, layer_grams
-from fl_lightning.core.local import ClientShards, LocalSGD
+from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.qp import batched_min_norm_simplex, min_norm_simplex
+from fl_lightning.core.training import GradientSignal, full_batch_gradients
 
-GRADIENTS = ("update", "full_batch")
-
-
-def full_batch_gradients(module: FederatedModule, round_index: int, shards: ClientShards) -> torch.Tensor:
-    """Every client's full local gradient ∇F_i(w), (m, d): one full-batch SGD step with lr 1
-    from w gives w − w' = ∇F_i(w) (the FedLF and FedMDFG authors' client signal)."""
-    one_step = LocalSGD(lr=1.0, epochs=1, batch_size=None)
-    trained = module.local_train(round_index, shards, sgd=one_step)
-    return module.global_vector().unsqueeze(0) - module.layout.flatten_stacked(trained)
-
-
-def check_gradient(gradient: str) -> None:
-    if gradient not in GRADIENTS:
-        raise ValueError(
-            f"gradient must be 'update' (g_i = (w - w_i)/lr after local training, the paper) or "
-            f"'full_batch' (the full local gradient at w, the authors' code), got {gradient!r}"
-        )
+QPSolver = Literal["batched", "cvxopt"]
+FairGradient = Literal["paper", "reference"]
 
 
 def fair_coefficients(losses: torch.Tensor) -> torch.Tensor | None:
@@ -93,35 +80,29 @@ class FedLF(FederatedModule):
     def __init__(
         self,
         *args: Any,
-        gradient: str = "update",
+        gradient: GradientSignal = "update",
         global_lr: float = 1.0,
         global_lr_decay: float = 0.999,
-        qp_solver: str = "batched",
+        qp_solver: QPSolver = "batched",
         combine_layers: bool = True,
         zero_tol: float = 1e-3,
-        fair_gradient: str = "paper",
+        fair_gradient: FairGradient = "paper",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        check_gradient(gradient)
+        check_choice("gradient", gradient, GradientSignal)
+        check_choice("qp_solver", qp_solver, QPSolver)
+        check_choice("fair_gradient", fair_gradient, FairGradient)
         if not global_lr > 0:
             raise ValueError(f"global_lr must be > 0 (a multiple of lr; 1.0 = the paper), got {global_lr}")
         if not 0 < global_lr_decay <= 1:
             raise ValueError(f"global_lr_decay must be in (0, 1] (the paper: 0.999), got {global_lr_decay}")
-        if qp_solver not in ("batched", "cvxopt"):
-            raise ValueError(f"qp_solver must be 'batched' or 'cvxopt', got {qp_solver!r}")
         if not 0 < zero_tol < 1:
             raise ValueError(f"zero_tol must be in (0, 1) (default 1e-3), got {zero_tol}")
-        if fair_gradient not in ("paper", "reference"):
-            raise ValueError(f"fair_gradient must be 'paper' or 'reference', got {fair_gradient!r}")
         self.save_hyperparameters()
+        self.register_client_history()  # H_k: every client's last g, and the round it came in
         self.last_round_stats: dict[str, Any] = {}
         self.last_groups: list[tuple[list[int], bool]] = []
-
-    # ------------------------------------------------------------------ state (checkpointed)
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        self.register_client_history()
 
     # ------------------------------------------------------------------------- client side
     def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:

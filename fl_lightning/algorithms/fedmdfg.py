@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
-from fl_lightning.algorithms.fedlf import check_gradient, full_batch_gradients
+from fl_lightning.choices import check_choice
 from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.qp import min_norm_simplex
+from fl_lightning.core.training import GradientSignal, full_batch_gradients
 
 ZERO_SIGNAL = 1e-6  # ||g_i|| at most this: a zero update, left out (the reference's defence)
 ZERO_DIRECTION = 1e-3  # ||Σλ_j V_j|| ≤ this · max_j ||V_j||: Pareto-stationary, no step
@@ -93,7 +94,7 @@ class FedMDFG(FederatedModule):
         *args: Any,
         theta_degrees: float = 11.25,
         line_search_steps: int = 5,
-        gradient: str = "update",
+        gradient: GradientSignal = "update",
         larger_steps: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -102,14 +103,10 @@ class FedMDFG(FederatedModule):
             raise ValueError(f"theta_degrees must be in (0, 90) (the paper: 11.25), got {theta_degrees}")
         if line_search_steps < 0:
             raise ValueError(f"line_search_steps must be >= 0 (the paper: s = 5), got {line_search_steps}")
-        check_gradient(gradient)
+        check_choice("gradient", gradient, GradientSignal)
         self.save_hyperparameters()
+        self.register_client_history()  # every client's last ĝ, and the round it came in
         self.last_round_stats: dict[str, float] = {}
-
-    # ------------------------------------------------------------------ state (checkpointed)
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        self.register_client_history()
 
     # ------------------------------------------------------------------------- client side
     def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:

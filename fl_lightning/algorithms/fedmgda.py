@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fl_lightning.core.gram import combine, gram
-from fl_lightning.core.local import proximal_term
+from fl_lightning.core.local import with_proximal_term
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.qp import box_around, min_norm_simplex
 
@@ -95,10 +95,7 @@ class FedMGDAPlus(FederatedModule):
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         loss = super().client_objective(logits, targets, mask, local_params, global_params)
-        if self.hparams.mu == 0:
-            return loss
-        # (μ/2) ||w_i − w||² for every client i (MGDA-Prox)
-        return loss + 0.5 * self.hparams.mu * proximal_term(local_params, global_params, self.layout.names)
+        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, self.layout.names)  # MGDA-Prox
 
 
 class FedMGDA(FedMGDAPlus):

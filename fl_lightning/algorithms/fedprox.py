@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
-from fl_lightning.core.local import proximal_term
+from fl_lightning.core.local import with_proximal_term
 
 
 class FedProx(FedAvg):
@@ -25,7 +25,4 @@ class FedProx(FedAvg):
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         loss = super().client_objective(logits, targets, mask, local_params, global_params)
-        if self.hparams.mu == 0:
-            return loss
-        # (μ/2) ||w_i − w||² for every client i
-        return loss + 0.5 * self.hparams.mu * proximal_term(local_params, global_params, self.layout.names)
+        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, self.layout.names)

@@ -120,6 +120,15 @@ def proximal_term(
     return torch.stack(squares).sum(dim=0)
 
 
+def with_proximal_term(loss: torch.Tensor, weight: float, local_params: dict[str, torch.Tensor],
+                       anchor: dict[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor:
+    """loss + (weight/2) ||w_i − anchor||² for every client's row (FedProx, Li et al., MLSys 2020,
+    eq. 2; Ditto's personal objective; MGDA-Prox); ``loss`` itself when weight is 0."""
+    if weight == 0:
+        return loss
+    return loss + 0.5 * weight * proximal_term(local_params, anchor, names)
+
+
 def steps_per_epoch(sizes: list[int], batch_size: int | None) -> list[int]:
     """ceil(n_i / B) minibatches per epoch (1 for full batch)."""
     if batch_size is None:

@@ -1,0 +1,25 @@
+"""Closed sets of string settings as ``typing.Literal`` types: LightningCLI lists their values in
+``--help`` and refuses others; ``check_choice`` gives Python callers the same refusal."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Literal
+
+
+def choices_of(annotation: Any) -> list[Any]:
+    """The values a ``Literal[...]`` (or ``Literal[...] | None``) type admits (None included)."""
+    if typing.get_origin(annotation) is Literal:
+        return list(typing.get_args(annotation))
+    values: list[Any] = []
+    for arg in typing.get_args(annotation):
+        values += [None] if arg is type(None) else choices_of(arg)
+    return values
+
+
+def check_choice(name: str, value: Any, annotation: Any) -> None:
+    """Refuses ``value`` when it is not one of ``annotation``'s, naming the valid ones."""
+    valid = sorted(choices_of(annotation), key=lambda v: v is not None)  # null first
+    if value not in valid:
+        shown = ", ".join("null" if v is None else repr(v) for v in valid)
+        raise ValueError(f"unknown {name} {value!r}; valid: {shown}")

@@ -1,0 +1,59 @@
+"""How a ``FederatedModule`` reaches its clients' data: the Trainer's ``FederatedDataModule``
+(or one attached without a Trainer), checked against the model, sliced per client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fl_lightning.core.local import ClientShards
+from fl_lightning.core.training import ClientDataSlicer
+
+
+class FederatedDataLink:
+    """``federated_data``, ``attach_data``, ``check_data`` and ``client_shards`` of ``FederatedModule``."""
+
+    _attached_data: Any = None
+    _slicer: ClientDataSlicer | None = None
+
+    @property
+    def num_clients_total(self) -> int:
+        """K, every client of the federation (known once the data module is attached)."""
+        return int(self.federated_data.num_clients)
+
+    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
+        """The data of ``clients`` (ids on the CPU)."""
+        if self._slicer is None:
+            self._slicer = ClientDataSlicer()
+        return self._slicer.shards(self.federated_data, clients, split)
+
+    @property
+    def federated_data(self) -> Any:
+        """The FederatedDataModule: the trainer's, or one given to ``attach_data``."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        datamodule = datamodule if datamodule is not None else self._attached_data
+        if datamodule is None or not hasattr(datamodule, "train_index"):
+            raise RuntimeError(
+                "FederatedModule needs a FederatedDataModule: call trainer.fit(module, datamodule=...)"
+                " (or module.attach_data(datamodule) to use it without a Trainer)"
+            )
+        return datamodule
+
+    def attach_data(self, datamodule: Any) -> None:
+        """Use ``datamodule`` without a Trainer (notebooks, benchmarks of the server step)."""
+        self._attached_data = datamodule
+
+    def check_data(self) -> None:
+        """Refuses data that does not fit the model (classes, input shape, attacker id); moves it to the model's device."""
+        data = self.federated_data
+        if data.num_classes != self.hparams.num_classes:
+            raise ValueError(f"the model has {self.hparams.num_classes} classes but the data has {data.num_classes}: "
+                             "set model.num_classes to match (the CLI links it automatically)")
+        if tuple(data.input_shape) != tuple(self.hparams.input_shape):
+            raise ValueError(f"the model expects inputs {tuple(self.hparams.input_shape)} but the data has "
+                             f"{tuple(data.input_shape)}: set model.input_shape to match")
+        if self.attacker is not None:
+            self.attacker.check(int(data.train_sizes.shape[0]))
+        if data.train_x.device != self.device:
+            data.to(self.device)

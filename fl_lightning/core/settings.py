@@ -1,0 +1,45 @@
+"""The closed choices of ``FederatedModule``'s settings as ``Literal`` types (LightningCLI lists
+them in ``--help`` and refuses others), and the one place its numbers and choices are checked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from fl_lightning.choices import check_choice
+
+EngineName = Literal["auto", "vectorised", "sequential"]
+Autocast = Literal["bf16", "fp16"]
+HistoryDtype = Literal["float32", "bfloat16", "float16"]
+HistoryDevice = Literal["model", "cpu"]  # "cpu": per-client histories offloaded to host memory
+LayerGrouping = Literal["tensor", "module"]
+Attack = Literal["bias", "scaling"]
+ChunkSize = int | Literal["auto"] | None
+
+CHOICES: dict[str, Any] = {
+    "engine": EngineName,
+    "layer_grouping": LayerGrouping,
+    "local_autocast": Autocast | None,
+    "history_dtype": HistoryDtype | None,
+    "history_device": HistoryDevice,
+    "attack": Attack | None,
+}
+RANGES: dict[str, tuple[Any, str]] = {
+    "num_rounds": (lambda v: v >= 1, ">= 1"),
+    "eval_every": (lambda v: v >= 1, ">= 1"),
+    "fraction": (lambda v: 0 < v <= 1, "in (0, 1] (1.0 = full participation)"),
+    "dropout_prob": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "lr_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+
+
+def check_module_settings(settings: Mapping[str, Any]) -> None:
+    """Refuses a value outside its choices or range, saying what is valid."""
+    for name, choices in CHOICES.items():
+        check_choice(name, settings[name], choices)
+    for name, (valid, rule) in RANGES.items():
+        if not valid(settings[name]):
+            raise ValueError(f"{name} must be {rule}, got {settings[name]}")
+    chunk = settings["clients_per_chunk"]
+    if chunk is not None and chunk != "auto" and (not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {chunk!r}")

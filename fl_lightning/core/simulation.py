@@ -1,0 +1,87 @@
+"""Who takes part in a round: client sampling, simulated dropout and a malicious client.
+
+Every draw is a pure function of (seed, round, purpose), so round t samples, drops and
+shuffles the same clients whether the run was resumed or not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from fl_lightning.core.payload import RoundPayload
+from fl_lightning.core.settings import Attack
+
+_STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3}
+
+
+def round_generator(seed: int, round_index: int, stream: str) -> torch.Generator:
+    """A CPU generator for one purpose in one round, independent of everything before."""
+    mixed = (seed * 1_000_003 + round_index * 7_919 + _STREAMS[stream] * 104_729) % (2**63 - 1)
+    return torch.Generator().manual_seed(mixed)
+
+
+def sample_uniformly(seed: int, round_index: int, num_clients: int, fraction: float) -> torch.Tensor:
+    """S_t: max(1, round(C*K)) of the K clients uniformly without replacement, sorted
+    (McMahan et al., AISTATS 2017, Alg. 1)."""
+    m = max(1, round(fraction * num_clients))
+    if m >= num_clients:
+        return torch.arange(num_clients)
+    chosen = torch.randperm(num_clients, generator=round_generator(seed, round_index, "sampling"))
+    return chosen[:m].sort().values
+
+
+def drop_clients(seed: int, round_index: int, sampled: torch.Tensor, dropout_prob: float) -> torch.Tensor:
+    """The sampled clients that answer; each fails independently with ``dropout_prob``."""
+    if dropout_prob == 0:
+        return sampled
+    draws = torch.rand(len(sampled), generator=round_generator(seed, round_index, "dropout"))
+    return sampled[draws >= dropout_prob]
+
+
+@dataclass(frozen=True)
+class MaliciousClient:
+    """One client that takes part in every round and lies (Hu et al., FedMGDA+, IEEE TNSE
+    2022, Sec. 6.2.2): ``"bias"`` adds ``strength`` to the loss it reports; ``"scaling"``
+    multiplies its loss, and so its update, by ``strength``."""
+
+    kind: Attack
+    client: int = 0
+    strength: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.strength) and self.client >= 0):
+            raise ValueError(
+                f"attack_strength must be finite and attack_client a client id >= 0, got "
+                f"{self.strength} and {self.client}"
+            )
+
+    def check(self, num_clients: int) -> None:
+        """Refuses an attacker id that is not one of the federation's clients."""
+        if self.client >= num_clients:
+            raise ValueError(
+                f"attack_client {self.client} is not a client: there are {num_clients} "
+                f"(ids 0..{num_clients - 1}); set model.attack_client to one of them"
+            )
+
+    def joins(self, sampled: torch.Tensor) -> torch.Tensor:
+        """The sampled clients with the attacker among them (sorted)."""
+        if bool((sampled == self.client).any()):
+            return sampled
+        return torch.cat([sampled, torch.tensor([self.client])]).sort().values
+
+    def corrupt(self, payload: RoundPayload) -> RoundPayload:
+        """The attacker's report: its loss + b (bias), or its loss and update × s (scaling)."""
+        row = payload.clients == self.client
+        if not bool(row.any()):
+            return payload
+        losses = payload.losses.clone()
+        if self.kind == "bias":
+            losses[row] += self.strength
+            return replace(payload, losses=losses)
+        losses[row] *= self.strength
+        updates = payload.updates
+        updates[row] *= self.strength  # J is this round's own tensor: scaled in place
+        return replace(payload, losses=losses, updates=updates)

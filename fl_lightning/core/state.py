@@ -1,0 +1,119 @@
+"""Per-client state declared once: sized by K when the data is known, checkpointed, offloadable.
+
+An algorithm declares each piece of state in its ``__init__`` with
+``register_client_state(name, ...)``; the module creates the (K, ...) buffer when it learns
+K (``setup``), or with the checkpoint's shape when one is loaded before any setup
+(``load_from_checkpoint``). Buffers are checkpointed by Lightning like any other, and a
+state declared with ``offload=True`` stays in host memory when the module moves to a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+HISTORY_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                          "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ClientStateSpec:
+    """One declared piece of per-client state: (K, *per_client_shape) filled with ``fill`` in
+    ``dtype`` (None: the parameters' dtype when it is created), or ``init(K)``."""
+
+    name: str
+    per_client_shape: tuple[int, ...] = ()
+    dtype: torch.dtype | None = None
+    fill: float = 0.0
+    init: Callable[[int], torch.Tensor] | None = None
+    offload: bool = False  # keep in host memory (pinned when a GPU is present)
+
+
+class ClientStateMixin(nn.Module):
+    """``register_client_state`` and the history helpers of ``FederatedModule``."""
+
+    def declared_client_states(self) -> dict[str, ClientStateSpec]:
+        if "_client_state_specs" not in self.__dict__:
+            self.__dict__["_client_state_specs"] = {}
+        return self.__dict__["_client_state_specs"]
+
+    def register_client_state(
+        self,
+        name: str,
+        per_client_shape: tuple[int, ...] = (),
+        dtype: torch.dtype | None = None,
+        fill: float = 0.0,
+        init: Callable[[int], torch.Tensor] | None = None,
+        offload: bool = False,
+    ) -> None:
+        """Declares the buffer ``name`` of shape (K, *per_client_shape) filled with ``fill``
+        (or built by ``init(K)``, e.g. one copy of the global model per client)."""
+        self.declared_client_states()[name] = ClientStateSpec(name, per_client_shape, dtype, fill, init, offload)
+
+    def materialise_client_states(self, num_clients: int) -> None:
+        """Creates every declared state that does not exist yet for these K clients."""
+        for spec in self.declared_client_states().values():
+            current = self._buffers.get(spec.name)
+            if current is not None and current.shape[0] == num_clients:
+                continue  # setup runs again for every fit/validate: keep the state
+            if spec.init is not None:
+                value = spec.init(num_clients)
+            else:
+                dtype = spec.dtype or self._state_reference().dtype
+                value = torch.full((num_clients, *spec.per_client_shape), spec.fill, dtype=dtype)
+            self._register_state(spec, value)
+
+    def materialise_from_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Creates the declared states with the checkpoint's shapes, so ``load_state_dict``
+        can fill them before any setup has told the module K."""
+        for spec in self.declared_client_states().values():
+            saved = state_dict.get(spec.name)
+            if saved is not None and self._buffers.get(spec.name) is None:
+                self._register_state(spec, torch.empty_like(saved, device="cpu"))
+
+    def _register_state(self, spec: ClientStateSpec, value: torch.Tensor) -> None:
+        device = torch.device("cpu") if spec.offload else self._state_reference().device
+        value = value.to(device)
+        if spec.offload and torch.cuda.is_available():
+            value = value.pin_memory()  # asynchronous copies to and from the GPU
+        self.register_buffer(spec.name, value)
+
+    def _state_reference(self) -> torch.Tensor:
+        """A parameter: where new state goes, and its default dtype."""
+        first = next(self.parameters(), None)
+        return first if first is not None else torch.zeros(())
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> Any:
+        # ``.to(device)``/``.cuda()`` move every buffer; offloaded state stays on the host
+        offloaded = {name: self._buffers.pop(name) for name, spec in self.declared_client_states().items()
+                     if spec.offload and name in self._buffers}
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._buffers.update(offloaded)
+        return self
+
+    # ----------------------------------------------------------- last upload per client
+    def register_client_history(self, num_parameters: int | None = None) -> None:
+        """Every client's last upload and the round it came in (−1 = never): the states
+        ``history`` (K, d) and ``last_seen`` (K,) that FedFV, FedLF and FedMDFG keep, stored
+        in the module's ``history_dtype`` and, with ``history_device="cpu"``, in host memory.
+        Read and write them with ``history_rows`` and ``store_history``."""
+        d = num_parameters or self.layout.num_parameters
+        dtype = HISTORY_DTYPES.get(self.hparams.history_dtype or "")  # None: the parameters' dtype
+        self.register_client_state("history", (d,), dtype=dtype, offload=self.hparams.history_device == "cpu")
+        self.register_client_state("last_seen", dtype=torch.long, fill=-1)
+
+    def history_rows(self, clients: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Rows of ``history`` for ``clients``, on ``like``'s device and in its dtype."""
+        rows = self.history[clients.to(self.history.device)]
+        return rows.to(device=like.device, dtype=like.dtype, non_blocking=True)
+
+    def store_history(self, clients: torch.Tensor, updates: torch.Tensor, round_index: int) -> None:
+        """history[clients] <- updates (in the storage dtype/device); last_seen[clients] <- round."""
+        self.history[clients.to(self.history.device)] = updates.to(self.history.device, self.history.dtype)
+        self.last_seen[clients.to(self.last_seen.device)] = round_index

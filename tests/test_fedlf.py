@@ -122,10 +122,10 @@ def test_matches_a_transcription_of_the_paper(fair_gradient, solver):
     slices = slices_of(sizes)
     for seed in range(4):
         g, losses = random_round(seed, 3, sizes, equal_losses=seed == 3)
-        module = fedlf(slices, lr=0.5, global_lr=2.0, global_lr_decay=0.9, qp_solver=solver,
+        module = fedlf(slices, lr=0.5, server_lr=2.0, server_lr_decay=0.9, qp_solver=solver,
                        fair_gradient=fair_gradient)
         t = 3
-        eta = 2.0 * 0.5 * 0.9**t  # η_t = global_lr · lr · decay^t
+        eta = 2.0 * 0.5 * 0.9**t  # η_t = server_lr · lr · decay^t
         ours = module.aggregate(payload(g * module.round_lr(t), losses, t=t))  # updates = η_t g
         theirs = transcribed_step(g, losses, slices, eta, fair_gradient=fair_gradient)
         assert torch.allclose(ours.double(), theirs, atol=1e-5 * theirs.norm()), seed
@@ -147,7 +147,7 @@ def test_batched_and_cvxopt_solvers_give_the_same_direction():
 
 def test_step_has_the_norm_of_the_mean_gradient_times_the_decayed_lr():
     g, losses = random_round(5, 4, [3, 4])
-    module = fedlf(slices_of([3, 4]), lr=0.2, global_lr=1.5, global_lr_decay=0.99)
+    module = fedlf(slices_of([3, 4]), lr=0.2, server_lr=1.5, server_lr_decay=0.99)
     t = 7
     step = module.aggregate(payload(g * module.round_lr(t), losses, t=t))
     expected = 1.5 * 0.2 * 0.99**t * g.mean(0).norm()
@@ -316,7 +316,7 @@ def test_full_batch_signal_is_the_clients_gradient_at_w(data):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(gradient="sgd"), dict(global_lr=0.0), dict(global_lr_decay=1.5), dict(qp_solver="scipy"),
+    [dict(gradient="sgd"), dict(server_lr=0.0), dict(server_lr_decay=1.5), dict(qp_solver="scipy"),
      dict(zero_tol=0.0), dict(fair_gradient="rescaled")],
 )
 def test_bad_hyper_parameters_are_rejected(kwargs):

@@ -1,6 +1,7 @@
-"""One file per federated algorithm; each is a ``FederatedModule`` subclass.
+"""One file per federated algorithm; each is a ``FederatedModule`` subclass registered with
+``@register_algorithm``, which makes it selectable as ``--model <ClassName>``.
 
-``ALGORITHMS`` maps the names the CLI accepts (``--model FedLF``) to the classes.
+``ALGORITHMS`` maps those names to the classes (in the order they were registered).
 """
 
 from fl_lightning.algorithms.afl import AFL
@@ -16,13 +17,10 @@ from fl_lightning.algorithms.fedmdfg import FedMDFG
 from fl_lightning.algorithms.fedmgda import FedAvgN, FedMGDA, FedMGDAPlus, MGDAProx
 from fl_lightning.algorithms.fedprox import FedProx
 from fl_lightning.algorithms.qfedavg import QFedAvg
+from fl_lightning.algorithms.registry import ALGORITHMS, register_algorithm
 
-ALGORITHMS = {
-    cls.__name__: cls
-    for cls in (
-        FedAvg, FedProx, FedFV, FedMGDAPlus, FedMGDA, FedAvgN, MGDAProx, FedLF, FedMDFG,
-        QFedAvg, AFL, FedFa, Ditto, DRFL, FedGini, CGSV, Standalone, DW, RR, EU,
-    )
-}
-
-__all__ = ["ALGORITHMS", *ALGORITHMS]
+__all__ = [
+    "ALGORITHMS", "register_algorithm", "AFL", "CGSV", "DW", "EU", "RR", "Standalone", "Ditto", "DRFL", "FedAvg",
+    "FedFa", "FedFV", "FedGini", "FedLF", "FedMDFG", "FedAvgN", "FedMGDA", "FedMGDAPlus", "MGDAProx", "FedProx",
+    "QFedAvg",
+]

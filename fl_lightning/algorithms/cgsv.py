@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
@@ -72,6 +73,7 @@ class AgentModels(FederatedModule):
         return self.agent_models
 
 
+@register_algorithm
 class Standalone(AgentModels):
     """Every agent trains alone on its own data (CGSV Sec. 4.1, the "standalone" baseline):
     w_i ← w_i − g_i after each round, nothing is aggregated (the server model stays w_0)."""
@@ -83,6 +85,7 @@ class Standalone(AgentModels):
         self.agent_models[payload.clients] -= payload.updates  # keep the local training
 
 
+@register_algorithm
 class CGSV(AgentModels):
     """Fair gradient rewards by the approximate cosine gradient Shapley value (Sec. 3.4).
 
@@ -222,6 +225,7 @@ class CGSV(AgentModels):
         return FederationEvaluator(self.model, self.layout).stacked(params, sets)[1]
 
 
+@register_algorithm
 class DW(CGSV):
     """Dataset-weighted downloads (CGSV Sec. 4.1): q_i in eq. (5) proportional to the agent's
     data size, q_i = ⌊D n_i / max_j n_j⌋. Only the download step changes (the paper's words);
@@ -232,6 +236,7 @@ class DW(CGSV):
         return n / n.max()
 
 
+@register_algorithm
 class EU(CGSV):
     """CGSV with the Euclidean distance instead of the cosine (CGSV Sec. 4.1, "Ours (EU)").
 
@@ -250,6 +255,7 @@ class EU(CGSV):
         return 1 - d / d.sum().clamp(min=1e-12)
 
 
+@register_algorithm
 class RR(CGSV):
     """Round-robin downloads (CGSV Sec. 4.1, after Shokri & Shmatikov 2015 and Chen et al.
     2019: round robin schedules the gradient downloads).

@@ -16,9 +16,11 @@ from typing import Any
 import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.local import with_proximal_term
 
 
+@register_algorithm
 class Ditto(FedAvg):
     """FedAvg whose clients also train personal models v_k with a prox to the global w.
 

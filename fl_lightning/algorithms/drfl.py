@@ -2,7 +2,7 @@
 learning"): every round the clients' models are averaged with weights that grow with their
 training loss, p_i ∝ F_i^q, in place of FedAvg's data-size weights.
 
-What is implemented is the description the FedLF appendix and algorithms.md give
+What is implemented is the description the FedLF appendix gives (Pan et al., AAAI 2024)
 ("a dynamic reweighting strategy", "weights ∝ loss^q"); the paper's biased client selection
 is not (the core samples clients uniformly). With q = 1 this is what the FedLF repository
 runs (weights ∝ loss, normalised)."""
@@ -13,9 +13,11 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 
+@register_algorithm
 class DRFL(FederatedModule):
     """w <- Σ_i p_i w_i with p_i = F_i^q / Σ_j F_j^q over S_t (F_i: training loss at w).
 

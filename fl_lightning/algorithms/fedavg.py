@@ -6,9 +6,11 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 
+@register_algorithm
 class FedAvg(FederatedModule):
     """w <- w - eta_g * sum_i p_i g_i with p_i = n_i / sum_{j in S_t} n_j.
 

@@ -1,7 +1,7 @@
 """FedFa (Huang et al. 2020, "Fairness and accuracy in federated learning"): weights from the
 information quantity of the clients' training accuracies and participation frequencies, and
 momentum on both the clients and the server ("double momentum"). The formulas are those of
-algorithms.md (the FedFV authors' implementation of FedFa)."""
+the FedFV authors' implementation of FedFa (Wang et al., IJCAI 2021, code release)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 
 
+@register_algorithm
 class FedFa(FederatedModule):
     """FedFa: favour rarely-sampled and less accurate clients, with server momentum.
 
@@ -23,7 +25,7 @@ class FedFa(FederatedModule):
     (sums over the round's clients). The clients train with SGD momentum γ: the base
     ``momentum`` defaults to ``gamma`` unless it is given.
 
-    Note: as written (algorithms.md, and the FedFV authors' code), η m is subtracted from
+    Note: as written (the FedFV authors' code), η m is subtracted from
     w_new, and m follows dw = w_new - w, so the server term damps the averaged move rather
     than accelerating it. The FedLF repository instead uses m <- γ m + dw, w <- w + m, and
     drops the -log2 terms; neither is reproduced here.

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload
@@ -23,6 +24,7 @@ ProjectionOrder = Literal["loss", "random", "reverse"]
 ExternalRounds = Literal["paper", "reference"]
 
 
+@register_algorithm
 class FedFV(FederatedModule):
     """Federated fair averaging: mitigate internal and external gradient conflicts.
 

@@ -28,11 +28,13 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 WEIGHTINGS = ("gini", "reference")
 
 
+@register_algorithm
 class FedGini(FederatedModule):
     """w <- w - Σ_k c_k g_k, c_k = ∂/∂F_k of F̄ (1 + λ Gini(F)) over the round's clients.
 

@@ -1,4 +1,4 @@
-"""FedLF (AAAI 2024): layer-wise fair directions (fedlf_appendix.md A.1, Problems (3) and (8)).
+"""FedLF (Pan et al., AAAI 2024): layer-wise fair directions (App. A.1, Problems (3) and (8)).
 
 Every layer l gets its own min-norm direction over the clients' layer slices, the slice of
 the fair-driven gradient g_P and the last gradients of recently absent clients, so the
@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
@@ -36,8 +37,9 @@ def fair_coefficients(losses: torch.Tensor) -> torch.Tensor | None:
     return ((F @ ones) / (ones.norm() * F.norm() ** 2) * F - ones / ones.norm()) / F.norm()
 
 
+@register_algorithm
 class FedLF(FederatedModule):
-    """FedLF, fedlf_appendix.md A.1. Per round t, with X = [g_1..g_m; H_1..H_a]:
+    """FedLF, App. A.1. Per round t, with X = [g_1..g_m; H_1..H_a]:
 
     1. g_i = (w − w_i)/η_t after E local epochs (``gradient="update"``, A.4), or the full
        local gradient at w (``"full_batch"``, the authors' code); F = losses at w.
@@ -63,10 +65,10 @@ class FedLF(FederatedModule):
 
     Args:
         gradient: the client signal, ``"update"`` (paper) or ``"full_batch"`` (authors' code).
-        global_lr: η as a multiple of the clients' ``lr``: η_t = global_lr · lr ·
-            global_lr_decay^t. 1.0 is the paper's setting (the server uses the clients'
-            learning rate, so the step has the size of the averaged update).
-        global_lr_decay: the paper's 0.999 per round.
+        server_lr: η as a multiple of the clients' ``lr`` (as FedAvg's ``server_lr``): η_t =
+            server_lr · lr · server_lr_decay^t. 1.0 is the paper's setting (the server uses the
+            clients' learning rate, so the step has the size of the averaged update).
+        server_lr_decay: the paper's 0.999 per round.
         qp_solver: ``"batched"`` (every layer at once in torch) or ``"cvxopt"`` (one QP per
             layer, the paper's solver, reltol 1e-6).
         combine_layers: step 5 (the paper; the reference code does not combine layers).
@@ -81,8 +83,8 @@ class FedLF(FederatedModule):
         self,
         *args: Any,
         gradient: GradientSignal = "update",
-        global_lr: float = 1.0,
-        global_lr_decay: float = 0.999,
+        server_lr: float = 1.0,
+        server_lr_decay: float = 0.999,
         qp_solver: QPSolver = "batched",
         combine_layers: bool = True,
         zero_tol: float = 1e-3,
@@ -93,10 +95,10 @@ class FedLF(FederatedModule):
         check_choice("gradient", gradient, GradientSignal)
         check_choice("qp_solver", qp_solver, QPSolver)
         check_choice("fair_gradient", fair_gradient, FairGradient)
-        if not global_lr > 0:
-            raise ValueError(f"global_lr must be > 0 (a multiple of lr; 1.0 = the paper), got {global_lr}")
-        if not 0 < global_lr_decay <= 1:
-            raise ValueError(f"global_lr_decay must be in (0, 1] (the paper: 0.999), got {global_lr_decay}")
+        if not server_lr > 0:
+            raise ValueError(f"server_lr must be > 0 (a multiple of lr; 1.0 = the paper), got {server_lr}")
+        if not 0 < server_lr_decay <= 1:
+            raise ValueError(f"server_lr_decay must be in (0, 1] (the paper: 0.999), got {server_lr_decay}")
         if not 0 < zero_tol < 1:
             raise ValueError(f"zero_tol must be in (0, 1) (default 1e-3), got {zero_tol}")
         self.save_hyperparameters()
@@ -116,9 +118,9 @@ class FedLF(FederatedModule):
             return payload.updates / self.round_lr(payload.round)
         return payload.updates
 
-    def server_lr(self, round_index: int) -> float:
-        """η_t = global_lr · lr · global_lr_decay^t."""
-        return self.hparams.global_lr * self.hparams.lr * self.hparams.global_lr_decay**round_index
+    def server_step_size(self, round_index: int) -> float:
+        """η_t = server_lr · lr · server_lr_decay^t."""
+        return self.hparams.server_lr * self.hparams.lr * self.hparams.server_lr_decay**round_index
 
     # ------------------------------------------------------------------------- server side
     def absent_clients(self, payload: RoundPayload) -> tuple[torch.Tensor, int]:
@@ -155,7 +157,7 @@ class FedLF(FederatedModule):
         if u64.norm() == 0:  # Pareto-stationary at every layer group: d = 0
             return torch.zeros_like(u)
         # step 6: ||d|| = ||(1/m) Σ g_i||, w ← w + η_t d, i.e. the server step is −η_t d
-        return (self.server_lr(t) * g.double().mean(dim=0).norm() * u64 / u64.norm()).to(u.dtype)
+        return (self.server_step_size(t) * g.double().mean(dim=0).norm() * u64 / u64.norm()).to(u.dtype)
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         self.store_history(payload.clients, self.client_gradients(payload), payload.round)

@@ -1,5 +1,5 @@
 """FedMDFG (Pan et al., AAAI 2023): multiple gradient descent with fair guidance and a
-step-size line search, as fedlf_appendix.md A.3 describes it (problem (35))."""
+step-size line search, as the FedLF paper's appendix describes it (Pan et al., AAAI 2024, App. A.3, problem (35))."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
@@ -44,8 +45,9 @@ def fair_guidance(losses: torch.Tensor) -> torch.Tensor:
     return h / h.norm()
 
 
+@register_algorithm
 class FedMDFG(FederatedModule):
-    """FedMDFG: MGDA on (F_1, …, F_m, Fᵀh_t) (problem (35) of fedlf_appendix.md A.3).
+    """FedMDFG: MGDA on (F_1, …, F_m, Fᵀh_t) (problem (35) of the FedLF appendix A.3).
 
     Per round t; every detail the appendix leaves open follows the FedMDFG authors' code
     (github.com/zibinpan/FedMDFG) unless said otherwise:

@@ -13,12 +13,14 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import with_proximal_term
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.qp import box_around, min_norm_simplex
 
 
+@register_algorithm
 class FedMGDAPlus(FederatedModule):
     """FedMGDA+: the min-norm convex combination of the (normalised) updates, near λ0.
 
@@ -98,6 +100,7 @@ class FedMGDAPlus(FederatedModule):
         return with_proximal_term(loss, self.hparams.mu, local_params, global_params, self.layout.names)  # MGDA-Prox
 
 
+@register_algorithm
 class FedMGDA(FedMGDAPlus):
     """FedMGDA, the vanilla extension of MGDA to FL: ε = 1 (no box) and no normalisation."""
 
@@ -105,6 +108,7 @@ class FedMGDA(FedMGDAPlus):
         super().__init__(*args, epsilon=epsilon, normalize=normalize, **kwargs)
 
 
+@register_algorithm
 class FedAvgN(FedMGDAPlus):
     """FedAvg-n: FedAvg with weights λ0 = n_i / n on the normalised updates (ε = 0)."""
 
@@ -112,6 +116,7 @@ class FedAvgN(FedMGDAPlus):
         super().__init__(*args, epsilon=epsilon, normalize=normalize, **kwargs)
 
 
+@register_algorithm
 class MGDAProx(FedMGDAPlus):
     """MGDA-Prox: FedMGDA+ whose clients add FedProx's (μ/2)||w_i - w||² (μ = 0.1, Table 5)."""
 

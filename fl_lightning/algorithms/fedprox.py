@@ -7,9 +7,11 @@ from typing import Any
 import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.local import with_proximal_term
 
 
+@register_algorithm
 class FedProx(FedAvg):
     """FedAvg with a proximal term in every client's local objective (FedProx eq. 2).
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 
+@register_algorithm
 class QFedAvg(FederatedModule):
     """q-FedAvg: clients with larger losses F_k get larger steps.
 

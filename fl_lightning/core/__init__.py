@@ -1,8 +1,9 @@
-"""Round mechanics shared by every algorithm: the module, local engines, flat views."""
+"""Round mechanics shared by every algorithm: the module, its contract, local engines, flat views."""
 
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.local import LocalSGD, SequentialEngine, VectorisedEngine
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule
+from fl_lightning.core.payload import RoundPayload, ServerStep
 
 __all__ = [
     "FederatedModule",
@@ -10,5 +11,6 @@ __all__ = [
     "ParameterLayout",
     "RoundPayload",
     "SequentialEngine",
+    "ServerStep",
     "VectorisedEngine",
 ]

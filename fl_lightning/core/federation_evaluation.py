@@ -31,8 +31,9 @@ class FederationEvaluator:
     def shared(self, model: nn.Module, sets: Sets) -> tuple[torch.Tensor, torch.Tensor]:
         """``evaluate_clients`` of one shared model, the clients split across ranks."""
         x, y, index, sizes = sets
-        return across_ranks(self.trainer, int(sizes.shape[0]),
-                            lambda rows: evaluate_clients(model, x, y, index[rows], sizes[rows]))
+        losses, accuracies = across_ranks(self.trainer, int(sizes.shape[0]),
+                                          lambda rows: evaluate_clients(model, x, y, index[rows], sizes[rows]))
+        return losses, accuracies
 
     def stacked(self, params: torch.Tensor, sets: Sets, weights: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +43,8 @@ class FederationEvaluator:
         def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
             return evaluate_clients_stacked(self.model, self.layout, params[rows], x, y, index[rows], sizes[rows],
                                             weights=None if weights is None else weights[rows])
-        return across_ranks(self.trainer, int(sizes.shape[0]), block)
+        losses, accuracies = across_ranks(self.trainer, int(sizes.shape[0]), block)
+        return losses, accuracies
 
     def evaluate(self, data: Any, params: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list]]:
         """(metrics, per-client values): the fairness summary of the clients' test accuracies
@@ -52,18 +54,11 @@ class FederationEvaluator:
         shared = self.shared_model(None if per_client else params)
         metrics: dict[str, float] = {}
         clients: dict[str, list] = {}
-        if getattr(data, "test_class_weights", None) is not None:
-            losses, accuracies, num_test = self.label_matched(data, params if per_client else None, shared)
-            has_test = torch.ones_like(accuracies, dtype=torch.bool)
-        else:
-            sets = client_test_sets(data, params.shape[0] if per_client else None)
-            if sets is None:
-                losses = accuracies = num_test = None
-            else:
-                losses, accuracies = self.stacked(params, sets) if per_client else self.shared(shared, sets)
-                num_test = sets[3]
-                has_test = num_test > 0
-        if accuracies is not None:
+        stacked = params if per_client else None
+        result = self.client_results(data, stacked, shared)
+        if result is not None:
+            losses, accuracies, num_test = result
+            has_test = num_test > 0
             metrics |= fairness_summary(accuracies[has_test], prefix="test_acc_")
             metrics["test_loss_mean"] = float(losses[has_test].mean())
             clients = {
@@ -77,6 +72,17 @@ class FederationEvaluator:
             loss, acc = evaluate_clients(shared, *whole_pool(data, 1))
             metrics |= {"global_test_acc": float(acc[0]), "global_test_loss": float(loss[0])}
         return metrics, clients
+
+    def client_results(self, data: Any, params: torch.Tensor | None, shared: nn.Module
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Every client's test loss, accuracy and number of test samples; None without any test data."""
+        if getattr(data, "test_class_weights", None) is not None:
+            return self.label_matched(data, params, shared)
+        sets = client_test_sets(data, None if params is None else params.shape[0])
+        if sets is None:
+            return None
+        losses, accuracies = self.shared(shared, sets) if params is None else self.stacked(params, sets)
+        return losses, accuracies, sets[3]
 
     def label_matched(self, data: Any, params: torch.Tensor | None, shared: nn.Module
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Min-norm points of convex hulls: quadratic programs over the simplex, in coefficient space.
 
-FedMGDA+ (fedmgda_plus.md eq. (23) and (25), Alg. 1 line 5), FedLF (fedlf_appendix.md A.1,
-Problem (3)) and FedMDFG all need convex weights over vectors v_1..v_n with
+FedMGDA+ (Hu et al., IEEE TNSE 2022, eq. (23) and (25), Alg. 1 line 5), FedLF (Pan et al.,
+AAAI 2024, App. A.1, Problem (3)) and FedMDFG all need convex weights over vectors v_1..v_n with
 
     λ* = argmin_λ ||Σ_j λ_j v_j||² = argmin_λ λᵀ G λ   s.t.  Σ_j λ_j = 1,  λ ≥ 0
                                                          (and lower ≤ λ ≤ upper for FedMGDA+'s box),
@@ -152,7 +152,7 @@ def _project(
 def box_around(
     center: torch.Tensor, epsilon: float
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Bounds of FedMGDA+'s box |λ − center|_∞ ≤ ε (fedmgda_plus.md eq. (25)) within [0, 1].
+    """Bounds of FedMGDA+'s box |λ − center|_∞ ≤ ε (Hu et al., IEEE TNSE 2022, eq. (25)) within [0, 1].
 
     Returns (max(0, center − ε), min(1, center + ε)). ε ≥ 1 constrains nothing on the
     simplex (the paper's "ε = 1 recovers MGDA"), so it returns (None, None); ε = 0 pins λ to
@@ -495,7 +495,7 @@ def batched_min_norm_simplex(
 ) -> torch.Tensor:
     """Solve B independent QPs argmin_λ λᵀ G_b λ over the simplex at once: (B, n, n) -> (B, n).
 
-    For FedLF's per-layer QPs (fedlf_appendix.md Problem (3), one per layer l). In torch, on
+    For FedLF's per-layer QPs (Pan et al., AAAI 2024, App. A.1 Problem (3), one per layer l). In torch, on
     the grams' device (float64 inside, MPS float32), no Python loop over B.
 
     Algorithm: accelerated projected gradient (FISTA) with gradient-based adaptive restart
@@ -615,9 +615,9 @@ def min_norm_simplex(
 ) -> QPResult:
     """argmin_λ λᵀ G λ  s.t.  Σλ = 1, λ ≥ 0, and lower ≤ λ ≤ upper when given.
 
-    FedMGDA+ eq. (25) (fedmgda_plus.md): the box |λ − λ0|_∞ ≤ ε is passed as
+    FedMGDA+ eq. (25): the box |λ − λ0|_∞ ≤ ε is passed as
     ``lower, upper = box_around(λ0, ε)``; ε = 0 returns λ0 exactly, ε ≥ 1 is the plain
-    min-norm problem (23). FedLF Problem (3) (fedlf_appendix.md A.1) is the no-box case
+    min-norm problem (23). FedLF Problem (3) (App. A.1) is the no-box case
     with reltol 1e-6.
 
     solver="cvxopt": ``cvxopt.solvers.qp`` with P = 2G (see ``_solve_with_cvxopt``) and

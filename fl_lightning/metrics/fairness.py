@@ -28,6 +28,7 @@ import warnings
 from typing import Any
 
 import torch
+from torchmetrics.functional import pearson_corrcoef
 
 __all__ = [
     "best_fraction",
@@ -184,9 +185,7 @@ def pearson(x: Any, y: Any) -> torch.Tensor:
             stacklevel=2,
         )
         return nan
-    xc, yc = xt - xt.mean(), yt - yt.mean()
-    r = (xc * yc).sum() / (torch.linalg.vector_norm(xc) * torch.linalg.vector_norm(yc))
-    return r.clamp(-1.0, 1.0)
+    return pearson_corrcoef(xt, yt).clamp(-1.0, 1.0)  # torchmetrics, once it is defined
 
 
 def fairness_summary(values: Any, prefix: str = "") -> dict[str, float]:

@@ -23,17 +23,18 @@ collaboration), :class:`DW` (q_i ∝ data size), :class:`RR` (round-robin downlo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.choices import check_choice
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.metrics import pearson
 
-SPARSIFY_MODES = ("per_tensor", "model")
+Sparsify = Literal["per_tensor", "model"]
 MAX_LOGGED_AGENTS = 20  # per-agent curves (cgsv_r/<i>, cgsv_density/<i>) up to this N
 
 
@@ -117,7 +118,7 @@ class CGSV(AgentModels):
         gamma: float = 0.5,
         alpha: float = 0.95,
         beta: float = 1.0,
-        sparsify: str = "per_tensor",
+        sparsify: Sparsify = "per_tensor",
         track_standalone: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -128,8 +129,7 @@ class CGSV(AgentModels):
             raise ValueError(f"alpha must be in [0, 1) (the paper uses 0.95; 1 would never update r), got {alpha}")
         if not beta > 0:
             raise ValueError(f"beta must be > 0 (paper: 1 to 2; inf = vanilla FL), got {beta}")
-        if sparsify not in SPARSIFY_MODES:
-            raise ValueError(f"unknown sparsify mode {sparsify!r}; valid: {', '.join(map(repr, SPARSIFY_MODES))}")
+        check_choice("sparsify", sparsify, Sparsify)
         self.save_hyperparameters()
         self.register_client_state("r", dtype=torch.float64)  # r_i, the agents' importance
         if track_standalone:

@@ -9,6 +9,7 @@ import torch
 
 import fl_lightning.data.datamodule as datamodule_module
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.data.reports import partition_figure, partition_table
 from fl_lightning.data.sources import load_source
 
 _LOADED = {}
@@ -306,14 +307,14 @@ def test_partition_table_small_and_large():
         partition_params={"classes_per_client": 4},
         num_clients=3,
     )
-    table = small.partition_table()
+    table = partition_table(small)
     lines = table.splitlines()
     assert "partition=pathological" in lines[0] and "n_train" in lines[2] and "c9" in lines[2]
     for k in range(3):
         row = lines[3 + k].split()
         assert int(row[0]) == k and int(row[1]) == int(small.train_sizes[k])
         assert [int(v) for v in row[3:]] == small.class_counts[k].tolist()
-    large = build(source="mnist5k", partition="iid", num_clients=100).partition_table()
+    large = partition_table(build(source="mnist5k", partition="iid", num_clients=100))
     assert (
         "... 85 more clients ..." in large
         and "n_train: min=40" in large
@@ -334,16 +335,16 @@ def test_partition_table_with_many_classes_lists_the_top_ones(tmp_path):
         partition_params={"classes_per_client": 3},
         num_clients=16,
     )
-    lines = data.partition_table().splitlines()
+    lines = partition_table(data).splitlines()
     assert "top classes (count)" in lines[2] and "c46" not in lines[2]
     assert all(int(row.split()[3]) == 3 for row in lines[3:])  # 3 classes held per client
-    assert len(data.partition_figure().axes[0].containers) == 47
+    assert len(partition_figure(data).axes[0].containers) == 47
 
 
 @pytest.mark.parametrize("num_clients", [3, 100])
 def test_partition_figure_has_one_stacked_bar_per_client(num_clients):
     data = build(source="mnist5k", partition="iid", num_clients=num_clients)
-    figure = data.partition_figure()
+    figure = partition_figure(data)
     axes = figure.axes[0]
     assert len(axes.containers) == 10  # one colour (bar series) per class
     heights = np.array([[bar.get_height() for bar in series] for series in axes.containers]).T

@@ -1,10 +1,14 @@
-"""Where clients come from: data sources, partitioners and the federated data module."""
+"""Where clients come from: data sources, partitioners and the federated data module.
+
+Reports on a built split (a text table, a figure) are in :mod:`fl_lightning.data.reports`.
+"""
 
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition import (
     PARTITIONERS,
     class_counts,
     partition,
+    register_partitioner,
     split_train_test,
 )
 from fl_lightning.data.sources import (
@@ -12,6 +16,7 @@ from fl_lightning.data.sources import (
     SourceInfo,
     list_sources,
     load_source,
+    register_source,
     source_info,
 )
 
@@ -24,6 +29,8 @@ __all__ = [
     "list_sources",
     "load_source",
     "partition",
+    "register_partitioner",
+    "register_source",
     "source_info",
     "split_train_test",
 ]

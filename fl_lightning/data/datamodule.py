@@ -11,6 +11,7 @@ After ``setup()`` the module holds, for K clients:
 
 A Lightning epoch is one communication round and the federated module works on these
 tensors directly, so each dataloader yields a single placeholder item per epoch.
+Reports on the split (a text table, a figure) are in :mod:`fl_lightning.data.reports`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -26,8 +27,9 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from fl_lightning.data.partition import (
-    PARTITIONERS,
+    check_num_clients,
     check_partition_params,
+    check_test_fraction,
     resolved_partition_params,
     split_train_test,
 )
@@ -35,6 +37,7 @@ from fl_lightning.data.partition import class_counts as client_class_counts
 from fl_lightning.data.partition import partition as make_partition
 from fl_lightning.data.sources import (
     SourceData,
+    SourceInfo,
     download_source,
     list_sources,
     load_source,
@@ -42,10 +45,8 @@ from fl_lightning.data.sources import (
 )
 from fl_lightning.seeding import run_seed
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-TEST_MODES = ("local", "global", "matched")
+TestMode = Literal["local", "global", "matched"]
+TEST_MODES: tuple[str, ...] = get_args(TestMode)
 _TENSOR_NAMES = (
     "train_x",
     "train_y",
@@ -61,8 +62,6 @@ _TENSOR_NAMES = (
     "global_test_class_index",
     "global_test_class_sizes",
 )
-_TABLE_MAX_ROWS = 20  # larger tables show the first and last clients and a summary
-_TABLE_MAX_CLASS_COLUMNS = 20  # more classes: show "classes held" and the top classes
 
 
 class _RoundMarker(Dataset):
@@ -98,10 +97,14 @@ class FederatedDataModule(LightningDataModule):
     """Clients built from a data source and a partitioner.
 
     Args:
-        source: a name from :func:`fl_lightning.data.sources.list_sources`.
+        source: a data source's name: ``mnist``, ``fashion_mnist``, ``cifar10``,
+            ``cifar100``, ``emnist``, ``mnist5k``, ``digits``, ``synthetic`` or one added with
+            :func:`fl_lightning.data.sources.register_source` (all: ``list_sources()``).
         num_clients: K, the number of clients.
-        partition: a name from ``PARTITIONERS``; ``natural`` keeps the source's own
-            clients (``synthetic``).
+        partition: a partitioner's name: ``iid``, ``dirichlet``, ``pathological``,
+            ``shards``, ``power_law``, ``linspace_classes``, ``class_assignment``, ``natural``
+            (keeps the source's own clients, ``synthetic``) or one added with
+            :func:`fl_lightning.data.partition.register_partitioner`.
         partition_params: the partitioner's parameters, e.g. ``{"alpha": 0.1}``.
         test_mode: ``"local"``: every client keeps ``local_test_fraction`` of its samples
             as its own test set; ``"global"``: one shared test set (the official test
@@ -124,13 +127,28 @@ class FederatedDataModule(LightningDataModule):
             Logged as the hyper-parameter ``data_seed``.
     """
 
+    # The clients' tensors (see the module docstring): None until setup() has built them.
+    train_x: torch.Tensor | None
+    train_y: torch.Tensor | None
+    train_index: torch.Tensor | None
+    train_sizes: torch.Tensor | None
+    test_x: torch.Tensor | None
+    test_y: torch.Tensor | None
+    test_index: torch.Tensor | None
+    test_sizes: torch.Tensor | None
+    global_test_x: torch.Tensor | None
+    global_test_y: torch.Tensor | None
+    test_class_weights: torch.Tensor | None
+    global_test_class_index: torch.Tensor | None
+    global_test_class_sizes: torch.Tensor | None
+
     def __init__(
         self,
         source: str = "mnist5k",
         num_clients: int = 100,
         partition: str = "iid",
         partition_params: dict | None = None,
-        test_mode: str = "local",
+        test_mode: TestMode = "local",
         local_test_fraction: float = 0.2,
         merge_official_splits: bool = True,
         global_test_fraction: float = 0.2,
@@ -142,14 +160,13 @@ class FederatedDataModule(LightningDataModule):
         super().__init__()
         self.save_hyperparameters(ignore=["seed"])
         self.seed = run_seed(seed, "data.seed")
-        self.partition_params = _as_params("partition_params", partition_params, "{alpha: 0.5}")
-        self.source_params = self._checked_source_params(source, num_clients, source_params)
-        info = source_info(source, **self.source_params)
+        params = _as_params("partition_params", partition_params, "{alpha: 0.5}")
+        self.source_params, info = self._checked_source(source, num_clients, source_params)
         self._check_arguments(
-            info, num_clients, partition, test_mode, local_test_fraction, global_test_fraction
+            info, num_clients, partition, params, test_mode, local_test_fraction,
+            global_test_fraction,
         )
-        if partition != "natural":
-            self.partition_params = resolved_partition_params(partition, self.partition_params)
+        self.partition_params = resolved_partition_params(partition, params)
         self._record_resolved_hparams(partition_params=dict(self.partition_params), data_seed=self.seed)
         self.source_info = info
         self.num_clients = num_clients
@@ -165,48 +182,43 @@ class FederatedDataModule(LightningDataModule):
             hparams.update(values)
 
     # ------------------------------------------------------------------ validation
+    # Each input is checked once, where it is owned: source names and parameters by the
+    # source registry, partition names and parameters by the partition registry, num_clients
+    # and the local test fraction by the partition module's checks; here only what combines
+    # them. test_mode is a Literal: the command line refuses other values before this runs.
 
     @staticmethod
-    def _checked_source_params(source: str, num_clients: int, source_params: dict | None) -> dict:
-        if source not in list_sources():
-            raise ValueError(f"unknown data source {source!r}; valid names: {list_sources()}.")
+    def _checked_source(source: str, num_clients: int, source_params) -> tuple[dict, SourceInfo]:
+        """The source's parameters (num_clients passed on to a source with natural clients)
+        and its info; the registry checks the name and the parameters."""
         params = _as_params("source_params", source_params, "{split: letters}")
-        if source_info(source, **params).natural_clients:
+        info = source_info(source, **params)
+        if info.natural_clients:
             given = params.setdefault("num_clients", num_clients)
             if given != num_clients:
                 raise ValueError(
                     f"source_params['num_clients']={given} disagrees with num_clients="
                     f"{num_clients}; drop it from source_params (num_clients is passed on)."
                 )
-        return params
+        return params, info
 
     def _check_arguments(
-        self, info, num_clients, partition, test_mode, local_fraction, global_fraction
+        self, info, num_clients, partition, params, test_mode, local_fraction, global_fraction
     ):
-        if not isinstance(num_clients, int) or num_clients < 1:
-            raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}.")
-        if partition not in PARTITIONERS:
+        check_num_clients(num_clients)
+        natural = partition == "natural"  # the data module passes the source's client ids on
+        check_partition_params(
+            partition, params, supplied=("client_ids",) if natural else (), setting="partition"
+        )
+        if natural and not info.natural_clients:
+            sources = [s for s in list_sources() if source_info(s).natural_clients]
             raise ValueError(
-                f"unknown partition {partition!r}; valid names: {sorted(PARTITIONERS)}."
+                f"partition 'natural' needs a source with its own clients ({sources}); "
+                f"{info.name!r} has none. Choose another partition, e.g. 'dirichlet'."
             )
-        if partition == "natural":
-            if not info.natural_clients:
-                natural = [s for s in list_sources() if source_info(s).natural_clients]
-                raise ValueError(
-                    f"partition 'natural' needs a source with its own clients ({natural}); "
-                    f"{info.name!r} has none. Choose another partition, e.g. 'dirichlet'."
-                )
-            if "client_ids" in self.partition_params:
-                raise ValueError(
-                    "partition_params must not contain 'client_ids': the 'natural' partition "
-                    "takes them from the source."
-                )
-        else:
-            check_partition_params(partition, self.partition_params)
-        if test_mode not in TEST_MODES:
+        if test_mode not in TEST_MODES:  # for Python callers; the CLI checks the Literal
             raise ValueError(f"test_mode must be one of {list(TEST_MODES)}, got {test_mode!r}.")
-        if not 0 <= local_fraction < 1:
-            raise ValueError(f"local_test_fraction must be in [0, 1), got {local_fraction}.")
+        check_test_fraction(local_fraction, "local_test_fraction")
         if not 0 < global_fraction < 1:
             raise ValueError(f"global_test_fraction must be in (0, 1), got {global_fraction}.")
         if test_mode == "matched" and partition == "natural":
@@ -373,40 +385,6 @@ class FederatedDataModule(LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return DataLoader(_RoundMarker(), batch_size=1)
 
-    # ------------------------------------------------------------------ reports
-
-    def partition_table(self) -> str:
-        """A text table of every client's sizes and training class counts."""
-        self._require_setup()
-        counts = self.class_counts
-        train_sizes = self.train_sizes.cpu().numpy()
-        test_sizes = self.test_sizes.cpu().numpy()
-        hp = self.hparams
-        params = f" {self.partition_params}" if self.partition_params else ""
-        held_out = 0 if self.global_test_y is None else len(self.global_test_y)
-        lines = [
-            f"source={hp.source} partition={hp.partition}{params} clients={len(counts)} "
-            f"classes={self.num_classes} test_mode={hp.test_mode}",
-            f"train samples={int(train_sizes.sum())}, local test samples="
-            f"{int(test_sizes.sum())}, global test samples={held_out}",
-        ]
-        header, rows = _client_rows(counts, train_sizes, test_sizes)
-        lines.append(header)
-        if len(rows) > _TABLE_MAX_ROWS:
-            rows = rows[:10] + [f"... {len(rows) - 15} more clients ..."] + rows[-5:]
-        lines += rows
-        if len(counts) > _TABLE_MAX_ROWS:
-            lines.append(_size_summary("n_train", train_sizes))
-            lines.append(_size_summary("classes held", (counts > 0).sum(axis=1)))
-        return "\n".join(lines)
-
-    def partition_figure(self) -> Figure:
-        """Stacked bars of each client's training class counts (one colour per class)."""
-        self._require_setup()
-        return _class_count_figure(
-            self.class_counts, f"{self.hparams.source} / {self.hparams.partition}"
-        )
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -496,70 +474,3 @@ def _pack_clients(x: torch.Tensor, y: torch.Tensor, index_lists: list[np.ndarray
     index = offsets[:, None] + columns[None, :]
     index = torch.where(columns[None, :] < sizes[:, None], index, torch.zeros_like(index))
     return x[order], y[order], index, sizes
-
-
-def _client_rows(counts: np.ndarray, train_sizes, test_sizes) -> tuple[str, list[str]]:
-    num_classes = counts.shape[1]
-    if num_classes <= _TABLE_MAX_CLASS_COLUMNS:
-        header = f"{'client':>6} {'n_train':>7} {'n_test':>6} " + " ".join(
-            f"{f'c{c}':>5}" for c in range(num_classes)
-        )
-        rows = [
-            f"{k:>6} {train_sizes[k]:>7} {test_sizes[k]:>6} "
-            + " ".join(f"{n:>5}" for n in counts[k])
-            for k in range(len(counts))
-        ]
-        return header, rows
-    header = f"{'client':>6} {'n_train':>7} {'n_test':>6} {'classes':>7}  top classes (count)"
-    rows = []
-    for k, row in enumerate(counts):
-        top = [c for c in np.argsort(-row, kind="stable")[:3] if row[c] > 0]
-        rows.append(
-            f"{k:>6} {train_sizes[k]:>7} {test_sizes[k]:>6} {(row > 0).sum():>7}  "
-            + ", ".join(f"{c} ({row[c]})" for c in top)
-        )
-    return header, rows
-
-
-def _size_summary(label: str, values: np.ndarray) -> str:
-    return (
-        f"{label}: min={values.min()} median={np.median(values):g} "
-        f"mean={values.mean():.1f} max={values.max()}"
-    )
-
-
-def _class_count_figure(counts: np.ndarray, title: str) -> Figure:
-    """One bar per client, stacked by class; vertical bars, tick labels thinned for many
-    clients, a legend for up to 20 classes (a colour bar beyond)."""
-    from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
-
-    num_clients, num_classes = counts.shape
-    width = min(16.0, max(6.5, 4.0 + 0.12 * num_clients))  # inches: room for title and legend
-    figure = Figure(figsize=(width, 4.5), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    cmap = colormaps["tab10" if num_classes <= 10 else "tab20" if num_classes <= 20 else "viridis"]
-    clients = np.arange(num_clients)
-    bottom = np.zeros(num_clients)
-    for cls in range(num_classes):
-        colour = cmap(cls if num_classes <= 20 else cls / max(1, num_classes - 1))
-        axes.bar(
-            clients, counts[:, cls], bottom=bottom, width=0.85, color=colour, label=f"class {cls}"
-        )
-        bottom += counts[:, cls]
-    step = max(1, int(np.ceil(num_clients / 25)))
-    axes.set_xticks(clients[::step])
-    axes.set_xlim(-0.6, num_clients - 0.4)
-    axes.set_xlabel("client")
-    axes.set_ylabel("training samples")
-    axes.set_title(f"class counts per client: {title}")
-    if num_classes <= 20:
-        axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="class")
-    else:
-        mappable = ScalarMappable(norm=Normalize(0, num_classes - 1), cmap=cmap)
-        figure.colorbar(mappable, ax=axes, label="class")
-    return figure

@@ -13,6 +13,15 @@ names the parameter to change instead). Each partitioner's docstring says whethe
 Use them through the registry:
 
     >>> clients = partition("dirichlet", labels, num_clients=100, seed=0, alpha=0.1)
+
+Where each input is checked, once: the registry checks the name, the parameters (names,
+types and ranges: :func:`check_partition_params`, which needs no labels), the labels and
+``num_clients``, in the function :func:`register_partitioner` wraps around a partitioner;
+the partitioner itself checks only what depends on the labels (e.g. ``classes_per_client``
+against the number of classes). A new partitioner is a decorated function:
+
+    >>> @register_partitioner("halves")
+    ... def halves(labels, num_clients, seed=0, *, shuffle: bool = True): ...
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
+
+from fl_lightning.data._names import did_you_mean, unknown_name
 
 Partitioner = Callable[..., list[np.ndarray]]
 
@@ -36,15 +47,16 @@ CGSV_POWER_LAW_ALPHA = 1.65911332899
 
 
 def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
-    """Register ``fn`` under ``name``; the registered function validates labels and
-    ``num_clients`` before calling ``fn``."""
+    """Register ``fn`` under ``name``. The registered function checks the parameters
+    (:func:`check_partition_params`), the labels and ``num_clients`` before calling ``fn``,
+    so ``fn`` checks only what depends on the labels."""
 
     def decorate(fn: Partitioner) -> Partitioner:
         @functools.wraps(fn)
         def checked(labels, num_clients: int, seed: int = 0, **params) -> list[np.ndarray]:
-            check_partition_values(name, params)
+            check_partition_params(name, params)
             labels = _as_labels(labels)
-            _check_num_clients(num_clients, len(labels))
+            check_num_clients(num_clients, len(labels))
             return fn(labels, num_clients, seed, **params)
 
         PARTITIONERS[name] = checked
@@ -57,13 +69,12 @@ def partition(
     name: str, labels: np.ndarray, num_clients: int, seed: int = 0, **params
 ) -> list[np.ndarray]:
     """Split ``labels``' positions among ``num_clients`` clients with partitioner ``name``."""
-    check_partition_params(name, params)
-    return PARTITIONERS[name](labels, num_clients, seed, **params)
+    return _lookup(name)(labels, num_clients, seed, **params)
 
 
-def partition_param_names(name: str) -> dict[str, bool]:
+def partition_param_names(name: str, setting: str = "partitioner") -> dict[str, bool]:
     """The parameters partitioner ``name`` takes, each mapped to whether it is required."""
-    fn = _lookup(name)
+    fn = _lookup(name, setting)
     params = list(inspect.signature(fn).parameters.values())[3:]  # after labels, K, seed
     return {p.name: p.default is inspect.Parameter.empty for p in params}
 
@@ -71,37 +82,52 @@ def partition_param_names(name: str) -> dict[str, bool]:
 def resolved_partition_params(name: str, params: Mapping) -> dict:
     """``params`` with partitioner ``name``'s defaults filled in (what the run really used,
     e.g. ``{"alpha": 0.5, "min_size": 10}`` for a Dirichlet partition given ``{}``)."""
-    fn = _lookup(name)
-    defaults = {
+    return {**_defaults(_lookup(name)), **params}
+
+
+def _defaults(fn: Partitioner) -> dict:
+    return {
         p.name: p.default
         for p in list(inspect.signature(fn).parameters.values())[3:]
         if p.default is not inspect.Parameter.empty
     }
-    return {**defaults, **params}
 
 
-def check_partition_params(name: str, params: dict) -> None:
-    """Raise ``ValueError`` if ``params`` has a key partitioner ``name`` does not take, lacks
-    one it requires, or holds a value of the wrong type or range (``check_partition_values``).
+def check_partition_params(
+    name: str, params: Mapping, *, supplied: Collection[str] = (), setting: str = "partitioner"
+) -> None:
+    """Raise ``ValueError`` if ``name`` is no partitioner, or ``params`` has a key partitioner
+    ``name`` does not take, lacks one it requires, or holds a value of the wrong type or range
+    (:func:`check_partition_values`). The message lists the valid names or parameters.
 
-    Needs no labels, so a data module can run it before any data is loaded."""
-    if not isinstance(params, Mapping):
-        raise ValueError(
-            f"partition_params must be a mapping of parameter names to values, e.g. "
-            f"{{'alpha': 0.5}}, got {type(params).__name__} {params!r}."
-        )
-    accepted = partition_param_names(name)
+    Needs no labels, so a data module can run it before any data is loaded. ``supplied``:
+    parameters the caller fills in itself later from the data (the data module's
+    ``client_ids`` for ``natural``): not required in ``params``, and refused there.
+    ``setting``: what the messages call ``name`` (the data module's argument ``partition``)."""
+    accepted = partition_param_names(name, setting)
     described = ", ".join(f"{p} (required)" if req else p for p, req in accepted.items())
     unknown = sorted(set(params) - set(accepted))
     if unknown:
+        defaults = ", ".join(f"{p}={v!r}" for p, v in _defaults(PARTITIONERS[name]).items())
+        hint = "".join(did_you_mean(p, accepted) for p in unknown)
         raise ValueError(
-            f"partitioner {name!r} got unknown parameter(s) {unknown}; "
-            f"it takes: {described or 'no parameters'}."
+            f"{setting} {name!r} got unknown parameter(s) {unknown}; "
+            f"it takes: {described or 'no parameters'}"
+            f"{f' (defaults: {defaults})' if defaults else ''}. "
+            f"Remove them from partition_params.{hint}"
         )
-    missing = [p for p, required in accepted.items() if required and p not in params]
+    given = sorted(set(supplied) & set(params))
+    if given:
+        raise ValueError(
+            f"partition_params must not contain {given}: the {setting} {name!r} takes them "
+            "from the data source. Remove them from partition_params."
+        )
+    missing = [
+        p for p, required in accepted.items() if required and p not in params and p not in supplied
+    ]
     if missing:
         raise ValueError(
-            f"partitioner {name!r} needs parameter(s) {missing}; it takes: {described}. "
+            f"{setting} {name!r} needs parameter(s) {missing}; it takes: {described}. "
             f"Pass them in partition_params, e.g. {{{missing[0]!r}: ...}}."
         )
     check_partition_values(name, params)
@@ -147,6 +173,25 @@ def check_partition_values(name: str, params: Mapping) -> None:
         _check_assignment(params["assignment"])
 
 
+def check_num_clients(num_clients: int, num_samples: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``num_clients`` is an integer >= 1 (and at most
+    ``num_samples``, when given)."""
+    if not _is_integer(num_clients) or num_clients < 1:
+        raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}.")
+    if num_samples is not None and num_clients > num_samples:
+        raise ValueError(
+            f"num_clients={num_clients} is more than the {num_samples} samples to share; "
+            "use fewer clients."
+        )
+
+
+def check_test_fraction(test_fraction: float, setting: str = "test_fraction") -> None:
+    """Raise ``ValueError`` unless ``0 <= test_fraction < 1`` (every client keeps a training
+    sample); ``setting`` is the name the message uses."""
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"{setting} must be in [0, 1), got {test_fraction}.")
+
+
 def _is_integer(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -177,11 +222,17 @@ def _check_assignment(assignment) -> None:
                 f"class_assignment[{client}] = {client_classes!r} must be a list of "
                 f"non-negative integer class ids; assignment looks like {example}."
             )
+        client_classes = [int(c) for c in client_classes]
+        if not client_classes or len(set(client_classes)) != len(client_classes):
+            raise ValueError(
+                f"class_assignment[{client}] = {client_classes} must be a non-empty list of "
+                "distinct class ids."
+            )
 
 
-def _lookup(name: str) -> Partitioner:
+def _lookup(name: str, setting: str = "partitioner") -> Partitioner:
     if name not in PARTITIONERS:
-        raise ValueError(f"unknown partitioner {name!r}; valid names: {sorted(PARTITIONERS)}.")
+        raise unknown_name(setting, name, PARTITIONERS)
     return PARTITIONERS[name]
 
 
@@ -200,16 +251,6 @@ def _as_labels(labels) -> np.ndarray:
     if labels.min() < 0:
         raise ValueError(f"labels must be non-negative class ids, found {labels.min()}.")
     return labels.astype(np.int64, copy=False)
-
-
-def _check_num_clients(num_clients: int, num_samples: int) -> None:
-    if not _is_integer(num_clients) or num_clients < 1:
-        raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}.")
-    if num_clients > num_samples:
-        raise ValueError(
-            f"num_clients={num_clients} is more than the {num_samples} samples to share; "
-            "use fewer clients."
-        )
 
 
 def _finish(clients: Sequence[np.ndarray], how_to_fix: str) -> list[np.ndarray]:
@@ -249,7 +290,7 @@ def _random_subset(num_samples: int, total_size: int | None, rng) -> np.ndarray:
     """A random order of all positions, or of ``total_size`` of them."""
     if total_size is None:
         return rng.permutation(num_samples)
-    if not 1 <= total_size <= num_samples:
+    if total_size > num_samples:  # >= 1: check_partition_values
         raise ValueError(
             f"total_size must be between 1 and the number of samples ({num_samples}), "
             f"got {total_size}; leave it None to use every sample."
@@ -276,7 +317,8 @@ def iid(labels, num_clients, seed=0, *, total_size: int | None = None):
 def dirichlet(
     labels, num_clients, seed=0, *, alpha: float = 0.5, min_size: int = 10, max_tries: int = 100
 ):
-    """Dir(alpha) label skew (Hsu et al. 2019; FedLF's Dir(0.1) / Dir(1.0)); alpha 0.5 by default.
+    """Dir(alpha) label skew (Hsu et al., arXiv:1909.06335, 2019; FedLF, Pan et al., AAAI 2024:
+    Dir(0.1) / Dir(1.0)); alpha 0.5 by default.
 
     For every class, proportions p ~ Dir(alpha * 1_K) over the clients decide how that
     class's samples are cut among them. Draws are repeated until every client holds at
@@ -284,12 +326,6 @@ def dirichlet(
     Small alpha: each client is dominated by few classes and sizes vary; large alpha:
     close to IID. Covers every sample exactly once.
     """
-    if not alpha > 0:
-        raise ValueError(f"dirichlet alpha must be > 0 (e.g. 0.1 or 1.0), got {alpha}.")
-    if min_size < 1 or max_tries < 1:
-        raise ValueError(
-            f"dirichlet needs min_size >= 1 and max_tries >= 1, got {min_size} and {max_tries}."
-        )
     if min_size * num_clients > len(labels):
         raise ValueError(
             f"dirichlet cannot give {num_clients} clients min_size={min_size} samples each "
@@ -322,7 +358,8 @@ def _dirichlet_draw(by_class, num_clients, alpha, rng) -> list[np.ndarray]:
 
 @register_partitioner("pathological")
 def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
-    """Pat-k (FedLF appendix; McMahan et al. 2017): each client holds exactly k classes.
+    """Pat-k (McMahan et al., AISTATS 2017, Sec. 3; FedLF, Pan et al., AAAI 2024, appendix):
+    each client holds exactly k classes.
 
     Classes are dealt greedily: each client in turn takes the k classes with the fewest
     owners so far (random tie-break), so every class gets an owner and owner counts differ
@@ -331,7 +368,7 @@ def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
     """
     classes = np.unique(labels)
     k = classes_per_client
-    if not 1 <= k <= len(classes):
+    if k > len(classes):  # k >= 1: check_partition_values
         raise ValueError(
             f"classes_per_client must be between 1 and the number of classes "
             f"({len(classes)}), got {k}."
@@ -360,7 +397,8 @@ def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
 def shards(
     labels, num_clients, seed=0, *, num_shards: int | None = None, shards_per_client: int = 2
 ):
-    """Sort-and-shard (McMahan et al. 2017; FedFV: 200 shards x 2, FedMGDA+: 500 x 5).
+    """Sort-and-shard (McMahan et al., AISTATS 2017, Sec. 3; FedFV, Wang et al., IJCAI 2021:
+    200 shards x 2; FedMGDA+, Hu et al., IEEE TNSE 2022: 500 x 5).
 
     Samples are sorted by label (random order within a class), cut into ``num_shards``
     equal shards, and each client gets ``shards_per_client`` random shards without
@@ -371,8 +409,6 @@ def shards(
     Uses a disjoint subset: when the pool size N is not a multiple of num_shards,
     N mod num_shards randomly chosen samples are left out (exact coverage otherwise).
     """
-    if shards_per_client < 1:
-        raise ValueError(f"shards_per_client must be >= 1, got {shards_per_client}.")
     if num_shards is None:
         num_shards = num_clients * shards_per_client
     if num_shards != num_clients * shards_per_client:
@@ -415,8 +451,6 @@ def power_law(
     Covers every sample exactly once (or a random subset of ``total_size`` samples; CGSV
     splits 600 * num_clients samples).
     """
-    if not alpha > 0:
-        raise ValueError(f"power_law alpha must be > 0, got {alpha}.")
     rng = np.random.default_rng(seed)
     chosen = _random_subset(len(labels), total_size, rng)
     sizes = power_law_sizes(len(chosen), num_clients, alpha)
@@ -539,7 +573,8 @@ def _largest_feasible_size(owned, available: dict[int, int], upper: int) -> int:
 @register_partitioner("class_assignment")
 def class_assignment(labels, num_clients, seed=0, *, assignment: Sequence[Sequence[int]]):
     """Explicit classes per client, e.g. FedFV's Fashion-MNIST with 3 clients
-    ``[[6], [2], [0]]`` (shirt, pullover, T-shirt; FedFV IJCAI'21 following q-FFL).
+    ``[[6], [2], [0]]`` (shirt, pullover, T-shirt; FedFV, Wang et al., IJCAI 2021, following
+    q-FFL, Li et al., ICLR 2020).
 
     Each class's samples are split evenly among the clients listing it; samples of
     classes nobody lists are unused. Uses a disjoint subset of the pool (exact coverage
@@ -554,11 +589,6 @@ def class_assignment(labels, num_clients, seed=0, *, assignment: Sequence[Sequen
     owners_of_class: dict[int, list[int]] = {}
     for client, client_classes in enumerate(assignment):
         client_classes = [int(c) for c in client_classes]
-        if not client_classes or len(set(client_classes)) != len(client_classes):
-            raise ValueError(
-                f"class_assignment[{client}] = {client_classes} must be a non-empty list of "
-                "distinct class ids."
-            )
         for cls in client_classes:
             if cls not in present:
                 raise ValueError(
@@ -608,8 +638,7 @@ def split_train_test(
     A client with n samples gets round(test_fraction * n) test samples, but always keeps
     at least one training sample (FedFV/FedMGDA+ use 0.2 and 0.1, FedLF 1/6).
     """
-    if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}.")
+    check_test_fraction(test_fraction)
     rng = np.random.default_rng(seed)
     train_lists, test_lists = [], []
     for client, positions in enumerate(client_indices):

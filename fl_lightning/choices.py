@@ -17,9 +17,11 @@ def choices_of(annotation: Any) -> list[Any]:
     return values
 
 
-def check_choice(name: str, value: Any, annotation: Any) -> None:
-    """Refuses ``value`` when it is not one of ``annotation``'s, naming the valid ones."""
+def check_choice(name: str, value: Any, annotation: Any, null_means: str | None = None) -> None:
+    """Refuses ``value`` when it is not one of ``annotation``'s, naming the valid ones
+    (``null_means`` says what None stands for, e.g. "no attacker")."""
     valid = sorted(choices_of(annotation), key=lambda v: v is not None)  # null first
     if value not in valid:
-        shown = ", ".join("null" if v is None else repr(v) for v in valid)
+        null = f"null ({null_means})" if null_means else "null"
+        shown = ", ".join(null if v is None else repr(v) for v in valid)
         raise ValueError(f"unknown {name} {value!r}; valid: {shown}")

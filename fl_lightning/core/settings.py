@@ -16,13 +16,13 @@ LayerGrouping = Literal["tensor", "module"]
 Attack = Literal["bias", "scaling"]
 ChunkSize = int | Literal["auto"] | None
 
-CHOICES: dict[str, Any] = {
-    "engine": EngineName,
-    "layer_grouping": LayerGrouping,
-    "local_autocast": Autocast | None,
-    "history_dtype": HistoryDtype | None,
-    "history_device": HistoryDevice,
-    "attack": Attack | None,
+CHOICES: dict[str, tuple[Any, str | None]] = {  # setting -> (its type, what null means)
+    "engine": (EngineName, None),
+    "layer_grouping": (LayerGrouping, None),
+    "local_autocast": (Autocast | None, "full precision"),
+    "history_dtype": (HistoryDtype | None, "the parameters' dtype"),
+    "history_device": (HistoryDevice, None),
+    "attack": (Attack | None, "no attacker"),
 }
 RANGES: dict[str, tuple[Any, str]] = {
     "num_rounds": (lambda v: v >= 1, ">= 1"),
@@ -35,8 +35,8 @@ RANGES: dict[str, tuple[Any, str]] = {
 
 def check_module_settings(settings: Mapping[str, Any]) -> None:
     """Refuses a value outside its choices or range, saying what is valid."""
-    for name, choices in CHOICES.items():
-        check_choice(name, settings[name], choices)
+    for name, (choices, null_means) in CHOICES.items():
+        check_choice(name, settings[name], choices, null_means)
     for name, (valid, rule) in RANGES.items():
         if not valid(settings[name]):
             raise ValueError(f"{name} must be {rule}, got {settings[name]}")

@@ -8,7 +8,8 @@ import pytest
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.cli import main, resume_command
+from fl_lightning.callbacks.tracking import resume_command
+from fl_lightning.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 

@@ -11,13 +11,13 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFV
 from fl_lightning.callbacks import LogHyperparameters
 from fl_lightning.callbacks import run_identity as identity
-from fl_lightning.cli import main, name_new_runs, ui_links
+from fl_lightning.callbacks.tracking import run_name_for, ui_links
+from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
 
 NAME = re.compile(r"^(?P<id>\d{4}-[0-9a-f]{4}) (?P<algorithm>.+) seed (?P<seed>\d+) \| (?P<data>.+)$")
@@ -82,18 +82,18 @@ def test_run_names_say_what_the_run_is_and_differ_between_runs():
     assert match["seed"] == "3"
 
 
-def test_only_new_unnamed_runs_are_named(tmp_path):
+def test_only_new_unnamed_runs_are_named():
     module, data = tiny(), FederatedDataModule(source="digits", num_clients=10, partition="iid")
-    uri = f"sqlite:///{tmp_path / 'runs.db'}"
-    fresh = MLFlowLogger(tracking_uri=uri)
-    chosen = MLFlowLogger(tracking_uri=uri, run_name="my run")
-    continued = MLFlowLogger(tracking_uri=uri, run_id="0123456789abcdef")
-    suite = MLFlowLogger(tracking_uri=uri, tags={"algorithm_config": "FedAvg(server_lr=0.5)"})
-    name_new_runs([fresh, chosen, continued, suite], module, data)
-    assert suite._run_name.endswith(" FedAvg(server_lr=0.5) seed 0 | digits/iid")  # the runner's tag
-    assert NAME.match(fresh._run_name) and fresh._run_name.endswith(" FedAvg seed 0 | digits/iid")
-    assert chosen._run_name == "my run"
-    assert continued._run_name is None  # the continued run keeps the name it has
+    fresh = run_name_for({}, module, data)  # the init args of an MLflow logger's config
+    chosen = run_name_for({"run_name": "my run"}, module, data)
+    continued = run_name_for({"run_id": "0123456789abcdef"}, module, data)
+    suite = run_name_for({"tags": {"algorithm_config": "FedAvg(server_lr=0.5)"}}, module, data)
+    tagged = run_name_for({"tags": {"mlflow.runName": "named by a tag"}}, module, data)
+    assert suite.endswith(" FedAvg(server_lr=0.5) seed 0 | digits/iid")  # the runner's tag
+    assert NAME.match(fresh) and fresh.endswith(" FedAvg seed 0 | digits/iid")
+    assert chosen == "my run"
+    assert continued is None  # the continued run keeps the name it has
+    assert tagged is None  # MLflow takes the name from the tag
 
 
 # --------------------------------------------------------------------------- params

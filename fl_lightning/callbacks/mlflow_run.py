@@ -8,10 +8,10 @@ partition statistics (table and figure) at the start, every client's final metri
 and a figure of the sorted client accuracies at the end (the JSON also when the fit fails).
 
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
-``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (the CLI passes its
-``run_id`` to the logger). The continued run is marked RUNNING again, its history is made
-whole (the checkpoint's own round, if the process died before logging it) and nothing the
-interrupted process logged past its checkpoint is logged twice.
+``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (``tracking`` builds the
+logger with that ``run_id``, and leaves out what the interrupted process logged past its
+checkpoint). The continued run is marked RUNNING again and its history is made whole: the
+checkpoint's own round is logged if the process died before logging it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
-from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.data.reports import partition_figure, partition_table
 from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
@@ -110,48 +108,51 @@ def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
     return list((checkpoint.get(CHECKPOINT_KEY) or {}).get("runs", []))
 
 
+def unlogged_epoch_metrics(trainer: pl.Trainer) -> dict[str, float]:
+    """The metrics of the running training epoch that Lightning will send to the loggers.
+
+    Reads Lightning's private ``trainer._results`` (the running loop's result collection),
+    here and nowhere else: Lightning sends a round's metrics to the loggers only after that
+    round's checkpoint is written, and no public view holds exactly them. ``trainer.logged_metrics``
+    and ``trainer.callback_metrics`` are cumulative (they still hold, e.g., the evaluation
+    metrics of an earlier round, or a metric this round did not log), so a round restored
+    from them would get values that are not its own.
+    """
+    results = trainer._results
+    if results is None:
+        return {}
+    return {key: float(value) for key, value in results.metrics(on_step=False)["log"].items()}
+
+
 def round_end_metrics(trainer: pl.Trainer) -> dict[str, Any] | None:
     """At the end of a round, the round's metrics that Lightning sends to the loggers only
     after the checkpoint of that round is written ({"step", "metrics"}); None elsewhere."""
-    results = getattr(trainer, "_results", None)  # the fit's result collection (no public view)
-    if not trainer.training or results is None:
+    if not trainer.training:
         return None
     try:
-        logged = {k: float(v) for k, v in results.metrics(on_step=False)["log"].items()}
+        logged = unlogged_epoch_metrics(trainer)
     except (KeyError, RuntimeError, TypeError, ValueError):
         return None
     step = logged.pop("step", None)
     return None if step is None else {"step": int(step), "metrics": logged}
 
 
-def continue_history(logger: MLFlowLogger, rounds_completed: int, round_metrics: dict[str, Any] | None) -> None:
-    """Make the continued run's metric history whole and free of repeats:
-
-    * the metrics of the checkpoint's own round (``round_metrics``) that the run lacks are
-      logged: a process killed just after writing the checkpoint had not logged them yet;
-    * (metric, step) pairs the run already holds past the checkpoint (e.g. the evaluation of
-      the round the process died in) are dropped when the resumed fit logs them again.
-    """
-    client, run_id = logger.experiment, logger.run_id
-    logged = {
-        (metric.key, metric.step)
+def restore_checkpoint_round(logger: MLFlowLogger, rounds_completed: int,
+                             round_metrics: dict[str, Any] | None) -> None:
+    """Log the metrics of the checkpoint's own round (``round_metrics``) that the continued run
+    lacks: a process killed just after writing the checkpoint had not logged them yet."""
+    if not round_metrics or round_metrics["step"] != rounds_completed:  # not a checkpoint at a round's end
+        return
+    client, run_id, step = logger.experiment, logger.run_id, rounds_completed
+    held = {
+        metric.key
         for key in client.get_run(run_id).data.metrics
         for metric in client.get_metric_history(run_id, key)
-        if metric.step >= rounds_completed
+        if metric.step == step
     }
-    if round_metrics and round_metrics["step"] == rounds_completed:  # a checkpoint at a round's end
-        step = round_metrics["step"]
-        missing = {k: v for k, v in round_metrics["metrics"].items() if (k, step) not in logged}
-        if missing:
-            logger.log_metrics(missing, step)
-    later = {(key, step) for key, step in logged if step > rounds_completed}
-    if later:
-        log_metrics = logger.log_metrics
-
-        def log_new_metrics(metrics: dict[str, float], step: int | None = None) -> None:
-            log_metrics({k: v for k, v in metrics.items() if (k, step or 0) not in later}, step)
-
-        logger.log_metrics = log_new_metrics  # type: ignore[method-assign]
+    missing = {key: value for key, value in round_metrics["metrics"].items() if key not in held}
+    if missing:
+        logger.log_metrics(missing, step)
 
 
 class MLflowRunInfo(Callback):
@@ -163,13 +164,14 @@ class MLflowRunInfo(Callback):
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        loggers = mlflow_loggers(trainer) if trainer.is_global_zero else []  # rank 0 writes the file
         checkpoint[CHECKPOINT_KEY] = {
             # rounds done: `processed` already counts the round whose end saves the checkpoint
             "rounds_completed": int(trainer.fit_loop.epoch_progress.current.processed),
             "round_metrics": round_end_metrics(trainer),
             "runs": [
-                {"tracking_uri": lg._tracking_uri, "experiment_id": lg.experiment_id, "run_id": lg.run_id}
-                for lg in mlflow_loggers(trainer)
+                {"tracking_uri": lg.experiment.tracking_uri, "experiment_id": lg.experiment_id, "run_id": lg.run_id}
+                for lg in loggers
                 if lg.run_id is not None
             ],
         }
@@ -179,7 +181,7 @@ class MLflowRunInfo(Callback):
 
     def _continue_runs(self, trainer: pl.Trainer, loggers: list[MLFlowLogger]) -> None:
         """A resumed fit: mark a continued run RUNNING again (it may have been marked FAILED)
-        and skip the steps it already holds; a new run notes where it was resumed from."""
+        and restore its checkpoint's round; a new run notes where it was resumed from."""
         resumed_from, self.resumed_from = self.resumed_from, None
         if resumed_from is None:
             return
@@ -196,7 +198,7 @@ class MLflowRunInfo(Callback):
                 client.update_run(run_id, status="RUNNING")
             if "error" in run.data.tags:  # a failure recorded by the benchmark runner
                 client.delete_tag(run_id, "error")
-            continue_history(logger, rounds, resumed_from.get("round_metrics"))
+            restore_checkpoint_round(logger, rounds, resumed_from.get("round_metrics"))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loggers = mlflow_loggers(trainer)
@@ -211,9 +213,9 @@ class MLflowRunInfo(Callback):
             client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
             if dataset is not None:
                 client.log_inputs(run_id, datasets=[dataset])
-            if isinstance(data, FederatedDataModule):
-                client.log_text(run_id, partition_table(data), "partition/partition_table.txt")
-                client.log_figure(run_id, partition_figure(data), "partition/partition.png")
+            if data is not None and hasattr(data, "partition_table"):
+                client.log_text(run_id, data.partition_table(), "partition/partition_table.txt")
+                client.log_figure(run_id, data.partition_figure(), "partition/partition.png")
 
     def _log_client_metrics(self, trainer: pl.Trainer, pl_module: Any, status: str) -> None:
         if not trainer.is_global_zero:

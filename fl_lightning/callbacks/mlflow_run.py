@@ -30,6 +30,8 @@ from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
+from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.data.reports import partition_figure, partition_table
 from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
@@ -213,9 +215,9 @@ class MLflowRunInfo(Callback):
             client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
             if dataset is not None:
                 client.log_inputs(run_id, datasets=[dataset])
-            if data is not None and hasattr(data, "partition_table"):
-                client.log_text(run_id, data.partition_table(), "partition/partition_table.txt")
-                client.log_figure(run_id, data.partition_figure(), "partition/partition.png")
+            if isinstance(data, FederatedDataModule):
+                client.log_text(run_id, partition_table(data), "partition/partition_table.txt")
+                client.log_figure(run_id, partition_figure(data), "partition/partition.png")
 
     def _log_client_metrics(self, trainer: pl.Trainer, pl_module: Any, status: str) -> None:
         if not trainer.is_global_zero:

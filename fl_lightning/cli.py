@@ -22,22 +22,41 @@ LightningCLI hooks forward to (``before_instantiate_classes``, ``instantiate_tra
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
 from fl_lightning.callbacks.tracking import FitReport, MLflowFitSetup, MLflowSaveConfig
+from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule
+from fl_lightning.core.settings import CHOICES
 from fl_lightning.data.datamodule import FederatedDataModule
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
+# settings renamed so that one name has one meaning across algorithms: (class, old) -> what to use
+RENAMED_SETTINGS = {
+    ("AFL", "lr_w"): "server_lr (a multiple of the local lr now: server_lr = lr_w / lr; 1.0 = the old default)",
+    ("FedLF", "global_lr"): "server_lr (same meaning: a multiple of lr)",
+    ("FedLF", "global_lr_decay"): "server_lr_decay (same meaning)",
+}
+_LITERAL_REJECTED = re.compile(
+    r'Parser key "(?P<key>[^"]+)":\s*Expected a typing\.Literal\[(?P<values>[^\]]*)\]\. Got value: (?P<value>.+)')
+_OPTIONAL_LITERAL_REJECTED = re.compile(  # a Literal[...] | None setting, once reduced to one line
+    r'Parser key "(?P<key>[^"]+)": Does not validate .*?Expected a typing\.Literal\[(?P<values>[^\]]*)\]'
+    r'.*Given value: (?P<value>.+)$')
+_CLASS_PROBLEM = re.compile(r"- Problem with given class_path '[\w.]+':\n(?P<reason>(?: {6,}.*\n?)+)")
+_OPTION_REJECTED = re.compile(r"class_path '(?P<path>[\w.]+)':\s*Option '(?P<key>\w+)' is not accepted")
 
 
 def unknown_algorithm(args: list[str]) -> str | None:
@@ -73,6 +92,62 @@ def readable_error(error: BaseException) -> str:
     reasons = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
     reasons = [r for r in reasons if not r.startswith("Expected a <class 'NoneType'>")]
     return "; ".join(reasons) or text
+
+
+def accepted_settings(class_path: str) -> list[str]:
+    """Every keyword the class at ``class_path`` takes, through its ``**kwargs`` chain."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return []
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        names += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return sorted(set(names) - {"self"})
+
+
+def readable_parse_error(message: str) -> str:
+    """One line for the parse errors a user makes most, instead of jsonargparse's Union dump:
+    a value outside a setting's choices, and a setting the algorithm does not have (renamed, or
+    mistyped: "did you mean")."""
+    problem = _CLASS_PROBLEM.search(message)
+    reduced = problem is not None and _OPTION_REJECTED.search(message) is None
+    if problem is not None and reduced:
+        message = " ".join(line.strip() for line in problem["reason"].splitlines())  # the class's own message
+    rejected = _LITERAL_REJECTED.search(message) or _OPTIONAL_LITERAL_REJECTED.search(message)
+    if rejected is not None:
+        key, value = rejected["key"].rsplit(".", 1)[-1], rejected["value"].strip()
+        if key in CHOICES:
+            try:
+                check_choice(key, value, *CHOICES[key])
+            except ValueError as error:
+                return str(error)
+        return f"unknown {key} {value!r}; valid: {rejected['values']}"
+    if reduced:
+        return message
+    option = _OPTION_REJECTED.search(message)
+    if option is not None:
+        path, key = option["path"], option["key"]
+        name = path.rsplit(".", 1)[-1]
+        if (name, key) in RENAMED_SETTINGS:
+            return f"{name}'s {key} was renamed: use --model.{RENAMED_SETTINGS[name, key]}"
+        close = difflib.get_close_matches(key, accepted_settings(path), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model {name} --help lists them)"
+    return message
+
+
+class ReadableArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, whose errors say in one line what is wrong (``readable_parse_error``)."""
+
+    def error(self, message: str, ex: Exception | None = None) -> Any:
+        return super().error(readable_parse_error(message), ex)
 
 
 class FederatedCLI(LightningCLI):
@@ -148,6 +223,7 @@ def main(args: list[str] | None = None) -> None:
         trainer_defaults=trainer_defaults(sys.argv[1:] if args is None else args),
         parser_kwargs={"fit": {"default_config_files": [str(DEFAULT_CONFIG)]}},
         args=args,
+        parser_class=ReadableArgumentParser,
         auto_configure_optimizers=False,
     )
 

@@ -341,6 +341,12 @@ CASES = [
          SystemExit, r"error: unknown attack 'sybil'; valid: null \(no attacker\), 'bias', 'scaling'", "stderr"),
     case("cli-bad-chunk", lambda tmp: cli_main(["fit", "--model.clients_per_chunk", "0", "--trainer.logger", "false"]),
          SystemExit, r"error: clients_per_chunk must be an integer >= 1, 'auto' or null", "stderr"),
+    case("cli-renamed-setting", lambda tmp: cli_main(["fit", "--model", "FedLF", "--model.global_lr", "2", "--trainer.logger", "false"]),
+         SystemExit, r"error: FedLF's global_lr was renamed: use --model\.server_lr", "stderr"),
+    case("cli-mistyped-setting", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.alpah", "0.2", "--trainer.logger", "false"]),
+         SystemExit, r"error: FedFV has no setting 'alpah'; did you mean 'alpha'\?", "stderr"),
+    case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
+         SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),
          SystemExit, r"File does not exist: '.*nope\.yaml'", "stderr"),
     # ---- leaderboard builder

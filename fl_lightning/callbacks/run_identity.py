@@ -27,6 +27,7 @@ from typing import Any
 import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
+from fl_lightning.data.sources import reads_files
 from fl_lightning.seeding import SEED_ENV, run_seed
 
 TRAIN_CONTEXT = "train"  # the dataset input's context tag (mlflow.data.context)
@@ -334,14 +335,6 @@ class FederatedDataSource(DatasetSource):
     @classmethod
     def from_dict(cls, source_dict: dict[Any, Any]) -> FederatedDataSource:
         return cls(source_dict["source"], source_dict.get("source_params"), source_dict.get("data_dir"))
-
-
-def reads_files(source: str) -> bool:
-    """Whether ``source`` is read from ``data_dir`` (the torchvision ones), not built offline."""
-    from fl_lightning.data import sources
-
-    entry = getattr(sources, "_SOURCES", {}).get(source)  # the registry: fetch is None offline
-    return entry is not None and getattr(entry, "fetch", None) is not None
 
 
 def split_digest(datamodule: Any) -> str:

@@ -148,6 +148,13 @@ def list_sources() -> list[str]:
     return sorted(_SOURCES)
 
 
+def reads_files(name: str) -> bool:
+    """Whether source ``name`` is read from files under ``data_dir`` (it was registered with a
+    ``fetch``), not built offline; False for a name that is not registered."""
+    entry = _SOURCES.get(name)
+    return entry is not None and entry.fetch is not None
+
+
 def source_info(name: str, **params) -> SourceInfo:
     """Shape, class count and splits of source ``name`` (no data is read)."""
     _, _, info = _resolve(name, params)

@@ -139,7 +139,7 @@ def readable_parse_error(message: str) -> str:
             return f"{name}'s {key} was renamed: use --model.{RENAMED_SETTINGS[name, key]}"
         close = difflib.get_close_matches(key, accepted_settings(path), n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model {name} --help lists them)"
+        return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model.help {name} lists them)"
     return message
 
 

@@ -35,11 +35,24 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
-from fl_lightning.callbacks.tracking import FitReport, MLflowFitSetup, MLflowSaveConfig
+from fl_lightning.callbacks.tracking import (
+    FitReport,
+    MLflowFitSetup,
+    MLflowSaveConfig,
+    configured_tracking_uri,
+    is_mlflow_logger_config,
+)
 from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import CHOICES
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.preflight import (
+    PreflightError,
+    check_accelerator,
+    check_checkpoint,
+    check_seed,
+    check_tracking_store,
+)
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
@@ -55,6 +68,9 @@ _LITERAL_REJECTED = re.compile(
 _OPTIONAL_LITERAL_REJECTED = re.compile(  # a Literal[...] | None setting, once reduced to one line
     r'Parser key "(?P<key>[^"]+)": Does not validate .*?Expected a typing\.Literal\[(?P<values>[^\]]*)\]'
     r'.*Given value: (?P<value>.+)$')
+_TYPE_REJECTED = re.compile(r'Parser key "(?P<key>[^"]+)":\s*Expected a <class \'(?P<type>\w+)\'>\. Got value: (?P<value>.+)')
+_KEY_REJECTED = re.compile(r"does not accept option '(?P<key>[\w.]+)'")
+TOP_LEVEL_SETTINGS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "config")
 _CLASS_PROBLEM = re.compile(r"- Problem with given class_path '[\w.]+':\n(?P<reason>(?: {6,}.*\n?)+)")
 _OPTION_REJECTED = re.compile(r"class_path '(?P<path>[\w.]+)':\s*Option '(?P<key>\w+)' is not accepted")
 
@@ -94,6 +110,11 @@ def readable_error(error: BaseException) -> str:
     return "; ".join(reasons) or text
 
 
+def mlflow_logger_configs(logger: Any) -> list[Any]:
+    """The MLFlowLogger entries of a parsed ``trainer.logger`` (one entry, a list, or false)."""
+    return [entry for entry in (logger if isinstance(logger, list) else [logger]) if is_mlflow_logger_config(entry)]
+
+
 def accepted_settings(class_path: str) -> list[str]:
     """Every keyword the class at ``class_path`` takes, through its ``**kwargs`` chain."""
     module, _, name = class_path.rpartition(".")
@@ -110,6 +131,19 @@ def accepted_settings(class_path: str) -> list[str]:
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
     return sorted(set(names) - {"self"})
+
+
+def unknown_setting_message(key: str) -> str:
+    """"did you mean" for a setting no class takes (``modle.class_path``, ``data.num_client``)."""
+    first, _, rest = key.partition(".")
+    if first not in TOP_LEVEL_SETTINGS:
+        close, known = difflib.get_close_matches(first, TOP_LEVEL_SETTINGS, n=1), TOP_LEVEL_SETTINGS
+    else:
+        owner = {"data": "fl_lightning.data.datamodule.FederatedDataModule", "trainer": "lightning.pytorch.Trainer"}
+        known = tuple(accepted_settings(owner.get(first, "")))
+        close = [f"{first}.{name}" for name in difflib.get_close_matches(rest.split(".")[-1], known, n=2)]
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else f"; valid: {', '.join(known)}" if known else ""
+    return f"unknown setting {key!r}{hint}"
 
 
 def readable_parse_error(message: str) -> str:
@@ -131,6 +165,15 @@ def readable_parse_error(message: str) -> str:
         return f"unknown {key} {value!r}; valid: {rejected['values']}"
     if reduced:
         return message
+    wrong_type = _TYPE_REJECTED.search(message)
+    if wrong_type is not None:
+        key, expected, value = wrong_type["key"], wrong_type["type"], wrong_type["value"].strip()
+        if value.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            return f"{key} must be a finite number, got {value}"
+        return f"{key} must be {'an' if expected[0] in 'aeiou' else 'a'} {expected}, got {value!r}"
+    unknown_key = _KEY_REJECTED.search(message)
+    if unknown_key is not None:
+        return unknown_setting_message(unknown_key["key"])
     option = _OPTION_REJECTED.search(message)
     if option is not None:
         path, key = option["path"], option["key"]
@@ -144,10 +187,15 @@ def readable_parse_error(message: str) -> str:
 
 
 class ReadableArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, whose errors say in one line what is wrong (``readable_parse_error``)."""
+    """LightningCLI's parser, whose errors are one line that says what is wrong
+    (``readable_parse_error``), without the usage text (``--help`` shows it)."""
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        return super().error(readable_parse_error(message), ex)
+        message = readable_parse_error(message)
+        if not self.exit_on_error:  # jsonargparse trying an alternative: it catches the error
+            return super().error(message, ex)
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(2)
 
 
 class FederatedCLI(LightningCLI):
@@ -170,6 +218,16 @@ class FederatedCLI(LightningCLI):
                 "(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm)"
             )
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else self.config
+        try:  # before anything is created: no MLflow store touched, no checkpoint folder
+            check_seed(config.get("seed_everything"))
+            check_accelerator(config.trainer.get("accelerator"), config.trainer.get("devices"))
+            check_checkpoint(config.get("ckpt_path"))
+            for entry in mlflow_logger_configs(config.trainer.get("logger")):
+                check_tracking_store(configured_tracking_uri(entry.init_args))
+        except PreflightError as error:
+            parser.error(str(error))
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
@@ -190,7 +248,16 @@ class FederatedCLI(LightningCLI):
             self.parser.error(readable_error(error))
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with its MLflow loggers built for this fit's run (continued or named)."""
+        """The trainer, with its MLflow loggers built for this fit's run (continued or named).
+
+        The data is built first, before the trainer and the fit's MLflow run exist: missing
+        files and partitions the source cannot fill are refused first (``setup`` runs once;
+        the fit reuses it)."""
+        try:
+            self.datamodule.prepare_data()
+            self.datamodule.setup("fit")
+        except (ValueError, FileNotFoundError) as error:
+            self.parser.error(str(error))
         config = self.config_init.get(self.subcommand) if self.subcommand else self.config_init
         loggers = self.mlflow_setup.trainer_loggers(config.trainer.get("logger"), self.model, self.datamodule)
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})

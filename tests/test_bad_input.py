@@ -331,7 +331,7 @@ CASES = [
          SystemExit, r"unknown algorithm 'FedAvgg'; valid: .*FedAvg, .*FedLF.*or the class path of a FederatedModule subclass",
          "stderr"),
     case("cli-wrong-typed-value", lambda tmp: cli_main(["fit", "--data.num_clients", "ten"]),
-         SystemExit, r"data\.num_clients.*Expected a <class 'int'>\. Got value: ten", "stderr"),
+         SystemExit, r"error: data\.num_clients must be an int, got 'ten'", "stderr"),
     # values only the class can check: its own message, not jsonargparse's Union dump
     case("cli-unknown-engine", lambda tmp: cli_main(["fit", "--model.engine", "gpu", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown engine 'gpu'; valid: 'auto', 'vectorised', 'sequential'\n?$", "stderr"),
@@ -390,6 +390,79 @@ def test_bad_input_gets_an_error_that_says_what_to_do(bad: Bad, tmp_path, monkey
         bad.call(tmp_path)
     text = capsys.readouterr().err if bad.stream == "stderr" else str(caught.value)
     assert re.search(bad.match, text, re.S), f"{type(caught.value).__name__}: {text}"
+
+
+# ------------------------------------------------- fl-lightning fit: refused before anything runs
+
+
+def foreign_checkpoint(tmp: Path) -> str:
+    torch.save({"weights": torch.ones(3)}, tmp / "foreign.ckpt")  # a torch archive, not ours
+    return str(tmp / "foreign.ckpt")
+
+
+def garbage_checkpoint(tmp: Path) -> str:
+    (tmp / "garbage.ckpt").write_bytes(np.random.default_rng(0).bytes(4096))
+    return str(tmp / "garbage.ckpt")
+
+
+def typo_config(tmp: Path) -> str:
+    (tmp / "typo.yaml").write_text("modle:\n  class_path: FedAvg\n")
+    return str(tmp / "typo.yaml")
+
+
+FIT_REFUSALS = [  # (id, extra arguments given tmp_path, the one line it must print)
+    ("shards-more-than-samples", lambda tmp: ["--data.partition", "shards", "--data.partition_params",
+                                              '{"num_shards": 100000, "shards_per_client": 1000}'],
+     r"cannot build 100 clients from 'mnist5k' \(5000 samples\).*shards"),
+    ("shards-not-clients-times-per-client", lambda tmp: ["--data.partition", "shards", "--data.partition_params",
+                                                         '{"num_shards": 300, "shards_per_client": 2}'],
+     r"num_shards \(300\) must equal num_clients \* shards_per_client"),
+    ("more-clients-than-samples", lambda tmp: ["--data.num_clients", "100000"],
+     r"num_clients=100000 is more than the 5000 samples to share; use fewer clients"),
+    ("data-files-missing", lambda tmp: ["--data.source", "mnist", "--data.data_dir", str(tmp / "nothing")],
+     r"MNIST not found: .*copy the files there"),
+    ("checkpoint-missing", lambda tmp: ["--ckpt_path", str(tmp / "nope.ckpt")],
+     r"--ckpt_path .*nope\.ckpt: no such file.*last\.ckpt is the latest"),
+    ("checkpoint-random-bytes", lambda tmp: ["--ckpt_path", garbage_checkpoint(tmp)],
+     r"--ckpt_path .*garbage\.ckpt is not a checkpoint \(not a torch archive"),
+    ("checkpoint-foreign", lambda tmp: ["--ckpt_path", foreign_checkpoint(tmp)],
+     r"--ckpt_path .*foreign\.ckpt is not an fl-lightning checkpoint \(it has no state_dict"),
+    ("tracking-server-unreachable", lambda tmp: ["--trainer.logger.init_args.tracking_uri", "http://127.0.0.1:9/"],
+     r"cannot reach the MLflow tracking server http://127\.0\.0\.1:9/ .*sqlite:///mlruns\.db"),
+    ("sqlite-store-folder-missing", lambda tmp: ["--trainer.logger.init_args.tracking_uri",
+                                                 f"sqlite:///{tmp / 'no' / 'such' / 'runs.db'}"],
+     r"the folder of the MLflow store .* does not exist"),
+    ("seed-negative", lambda tmp: ["--seed_everything", "-1"],
+     r"seed_everything must be an integer in \[0, 2\*\*32\), got -1"),
+    ("accelerator-gpu-without-one", lambda tmp: ["--trainer.accelerator", "gpu"],
+     r"--trainer.accelerator gpu asks for a GPU, but this machine has none"),
+    ("config-key-misspelt", lambda tmp: ["--config", typo_config(tmp)],
+     r"unknown setting 'modle\.class_path'; did you mean 'model'\?"),
+    ("lr-nan", lambda tmp: ["--model.lr", "nan"], r"lr must be a finite number, got nan"),
+    ("lr-negative", lambda tmp: ["--model.lr=-1"], r"lr must be > 0, got -1"),
+]
+
+
+@pytest.mark.parametrize(("extra", "match"), [pytest.param(extra, match, id=case_id)
+                                              for case_id, extra, match in FIT_REFUSALS])
+def test_fit_refuses_bad_input_in_one_line_before_any_run_or_checkpoint(extra, match, tmp_path, monkeypatch, capsys):
+    if "accelerator" in str(extra(tmp_path)) and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = ["fit", "--trainer.logger.init_args.tracking_uri", store, "--model.num_rounds", "1", *extra(tmp_path)]
+    with pytest.raises(SystemExit) as caught:
+        cli_main(args)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and re.search(match, errors[0]), err
+    assert not (tmp_path / "checkpoints").exists()  # no checkpoint folder
+    if (tmp_path / "runs.db").exists():  # the store may exist (its tables), never a run
+        from mlflow import MlflowClient
+
+        assert MlflowClient(store).search_runs([e.experiment_id for e in MlflowClient(store).search_experiments()]) == []
 
 
 # --------------------------------------------------------------------------- no state is lost

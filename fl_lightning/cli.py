@@ -213,9 +213,11 @@ class FederatedCLI(LightningCLI):
             raise SystemExit(2)
         name = unknown_algorithm(command_args)
         if name is not None:
+            close = difflib.get_close_matches(name, list(ALGORITHMS), n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             parser.error(
                 f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))} "
-                "(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm)"
+                f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm){hint}"
             )
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")

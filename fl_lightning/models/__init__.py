@@ -26,6 +26,7 @@ Default ``num_classes`` is 10, except 100 for the CIFAR-100 models of FedLF
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +69,9 @@ def create_fl_model(
     """
     valid = list_fl_models()
     if name not in valid:
-        raise ValueError(f"unknown fl-lightning model {name!r}; valid names: {', '.join(valid)}")
+        close = difflib.get_close_matches(str(name), valid, n=2)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"unknown fl-lightning model {name!r}; valid names: {', '.join(valid)}{hint}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
         raise ValueError(
             f"{name}: num_classes must be a positive integer (the number of output logits, e.g. 10), "

@@ -200,12 +200,23 @@ def expand_algorithms(entries: list[dict]) -> list[tuple[str, dict]]:
     return configs
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: where (line, column) and what."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return " ".join(f"{where}{problem}".split())
+
+
 def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
     path = suite_path(name)
     try:
         spec = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SystemExit(f"cannot read suite {name!r} ({path}): {error.strerror or error}; pass a readable "
+                         "suite YAML or one of the names `python -m benchmarks list` prints") from None
     except yaml.YAMLError as error:
-        raise SystemExit(f"suite {name!r} ({path}) is not valid YAML: {error}") from error
+        raise SystemExit(f"suite {name!r} ({path}) is not valid YAML: {yaml_problem(error)}") from None
     _check_suite(repr(name), spec)
     if seeds is not None and (not seeds or not all(type(s) is int for s in seeds)):
         raise SystemExit(f"seeds must be a non-empty list of integers, got {seeds!r}")
@@ -225,15 +236,78 @@ def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
 
 def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
     """(cell, seed, cell_config) of the FINISHED runs in the suite's experiment."""
-    import mlflow
+    from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri)
-    if mlflow.get_experiment_by_name(suite) is None:
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(suite)
+    if experiment is None:
         return set()
-    runs = mlflow.search_runs(experiment_names=[suite], filter_string="attributes.status = 'FINISHED'")
-    if runs.empty or "tags.cell" not in runs or "tags.cell_config" not in runs:
-        return set()
-    return set(zip(runs["tags.cell"], runs["tags.seed"], runs["tags.cell_config"]))
+    done, token = set(), None
+    while True:
+        page = client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'",
+                                  max_results=1000, page_token=token)
+        for run in page:
+            tags = run.data.tags
+            if "cell" in tags and "cell_config" in tags:
+                done.add((tags["cell"], tags.get("seed", ""), tags["cell_config"]))
+        token = page.token
+        if not token:
+            return done
+
+
+def finished_runs_or_exit(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
+    """``finished_runs``; a store MLflow cannot open (e.g. a schema it refuses to migrate) is
+    reported in one line."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return finished_runs(tracking_uri, suite)
+    except MlflowException as error:
+        first = next((line for line in str(error.message).splitlines() if line.strip()), "")
+        raise SystemExit(f"cannot open the store {tracking_uri}: {first}") from None
+
+
+def check_store(tracking_uri: str) -> None:
+    """What would stop the runs from logging to the store, refused before any run starts (a folder
+    that does not exist, a file that is not an MLflow store, a server that does not answer)."""
+    from leaderboard.store import StoreError, check_writable
+
+    try:
+        check_writable(tracking_uri)
+    except StoreError as error:
+        raise SystemExit(str(error)) from None
+
+
+def finished_runs_read_only(tracking_uri: str, suite: str) -> tuple[set[tuple[str, str, str]], str]:
+    """A dry run's view of the store: (finished runs, a note), read without creating or altering
+    it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
+    through a read-only connection, a schema of another MLflow version is not migrated."""
+    from leaderboard.store import (
+        EMPTY,
+        MISSING,
+        NO_EXPERIMENTS,
+        StoreError,
+        check_readable,
+        reading,
+    )
+
+    check_store(tracking_uri)
+    try:
+        state = check_readable(tracking_uri)
+    except StoreError as error:
+        raise SystemExit(str(error)) from None
+    if state in (MISSING, EMPTY, NO_EXPERIMENTS):
+        what = "does not exist yet (a dry run does not create it)" if state == MISSING else "holds no runs yet"
+        return set(), f"the store {tracking_uri} {what}: every run is to run"
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with reading(tracking_uri) as read_uri:
+            return finished_runs(read_uri, suite), ""
+    except MlflowException as error:
+        first = next((line for line in str(error.message).splitlines() if line.strip()), "")
+        raise SystemExit(f"cannot read the store {tracking_uri} without altering it ({first}); "
+                         "run without --dry-run, or pass another --tracking-uri") from None
 
 
 def ensure_experiment(tracking_uri: str, suite: str) -> str:
@@ -420,10 +494,16 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
               warm: bool = False) -> int:
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
-    done = finished_runs(tracking_uri, suite)
+    if dry_run:  # reads the store, never creates or alters it
+        done, note = finished_runs_read_only(tracking_uri, suite)
+    else:
+        check_store(tracking_uri)
+        done, note = finished_runs_or_exit(tracking_uri, suite), ""
     todo = [c for c in cells if (c.cell, str(c.seed), c.config_digest) not in done]
     print(f"suite {suite}: {len(cells)} runs ({len({c.cell for c in cells})} cells x seeds), "
           f"{len(cells) - len(todo)} already finished, {len(todo)} to run with {jobs} job(s)", flush=True)
+    if note:
+        print(f"  ({note})")
     if dry_run:
         for cell in todo:
             print(f"  would run {cell.cell} seed {cell.seed}")
@@ -455,14 +535,21 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description="Run benchmark suites.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    class OneLineParser(argparse.ArgumentParser):
+        """A usage error in one line (what is wrong, where the help is), exit code 2."""
+
+        def error(self, message: str):  # type: ignore[override]
+            self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    parser = OneLineParser(prog="python -m benchmarks", description="Run benchmark suites.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser("run", help="run a suite (resumable)")
     run.add_argument("suite", help=f"one of: {', '.join(list_suites()) or '(none yet)'}")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
     run.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     run.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
-    run.add_argument("--dry-run", action="store_true", help="list the runs that would run")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the runs that would run (reads the store; never creates or alters it)")
     run.add_argument("--warm-workers", action="store_true",
                      help="run cells in --jobs reused worker processes (start-up paid once per 20 cells, "
                           "not once per cell); a worker that dies fails its cell and is replaced")
@@ -472,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(list_suites()))
         return 0
     if args.jobs < 1:
-        parser.error("--jobs must be >= 1")
+        run.error("--jobs must be >= 1")
     return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.warm_workers)
 
 

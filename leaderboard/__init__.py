@@ -1,6 +1,6 @@
 """MLflow runs -> a static leaderboard site (HTML + a Markdown twin, tables and figures).
 
-``python -m leaderboard build [--tracking-uri URI] [--out DIR] [--experiments NAME ...]``
+``python -m leaderboard build [--tracking-uri URI] [--out DIR | --publish] [--experiments NAME ...]``
 
 - ``runs``     reads the runs of an MLflow store (``mlflow.search_runs``) into ``RunRecord``s
 - ``papers``   reads the papers' reported numbers (``benchmarks/<paper>/paper_numbers.yaml``)
@@ -11,8 +11,17 @@
 - ``views``    tables as rows of cells, shared by the HTML and the Markdown twin
 - ``figures``  matplotlib figures (Agg, no pyplot): curves, client distributions, Pareto
 - ``site``     renders the Jinja2 templates into the site and its Markdown twin
+- ``store``    reads a store without creating or altering it (also the runner's ``--dry-run``)
+
+Importing the package loads nothing else: ``leaderboard.store`` stays light (standard library only).
 """
 
-from leaderboard.runs import LeaderboardError
-
 __all__ = ["LeaderboardError"]
+
+
+def __getattr__(name: str):
+    if name == "LeaderboardError":
+        from leaderboard.runs import LeaderboardError
+
+        return LeaderboardError
+    raise AttributeError(f"module 'leaderboard' has no attribute {name!r}")

@@ -1,4 +1,9 @@
-"""``python -m leaderboard build [--tracking-uri URI] [--out DIR] [--experiments NAME ...]``."""
+"""``python -m leaderboard build [--tracking-uri URI] [--out DIR | --publish] [--experiments NAME ...]``.
+
+A build writes ``leaderboard_build/`` in the working directory (git-ignored) unless told where:
+``--out DIR``, or ``--publish`` for the repository's published site ``leaderboard/site/``.
+It only reads the store: a missing or empty SQLite file is reported, never created or migrated.
+"""
 
 from __future__ import annotations
 
@@ -11,25 +16,37 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: no display needed, PNG only
 
+from leaderboard import site  # noqa: E402
 from leaderboard.papers import DEFAULT_ROOT  # noqa: E402
 from leaderboard.runs import LeaderboardError  # noqa: E402
-from leaderboard.site import DEFAULT_OUT, build_site  # noqa: E402
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line (what is wrong, where the help is), exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m leaderboard",
         description="Build the static leaderboard site (HTML + Markdown, tables and figures) from MLflow runs.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     build = commands.add_parser("build", help="read the runs and write the site",
-                                description="Read the runs of an MLflow store and write the leaderboard site.")
+                                description="Read the runs of an MLflow store (without altering it) and write "
+                                            "the leaderboard site.")
     build.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI,
                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else %(default)s)")
-    build.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                       help="output folder; replaced if it holds an earlier build (default: leaderboard/site)")
+    where = build.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path,
+                       help=f"output folder; replaced if it holds an earlier build (default: {site.DEFAULT_OUT}/ "
+                            "in the working directory, git-ignored)")
+    where.add_argument("--publish", action="store_true",
+                       help="write the repository's published site, leaderboard/site/ (replacing it)")
     build.add_argument("--experiments", nargs="+", metavar="NAME",
                        help="experiment (suite) names to read (default: every experiment in the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
@@ -39,8 +56,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
     try:
-        build_site(args.tracking_uri, args.out, args.experiments, args.paper_numbers)
+        site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers)
     except LeaderboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -26,6 +26,16 @@ from mlflow import MlflowClient
 from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
+from leaderboard.store import (
+    EMPTY,
+    EXAMPLE_URIS,
+    MISSING,
+    NO_EXPERIMENTS,
+    StoreError,
+    check_readable,
+    reading,
+    sqlite_file,
+)
 from leaderboard.tasks import Task, task_of
 
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
@@ -236,30 +246,27 @@ def store_name(uri: str) -> str:
     return name or uri.split(":", 1)[0]
 
 
-def check_store_exists(uri: str) -> None:
-    """A sqlite URI naming a file (or a file store naming a folder) that does not exist is a
-    typo, not an empty store."""
-    scheme = urlsplit(uri).scheme
-    if scheme == "file" or (scheme == "" and uri):
-        folder = Path(unquote(urlsplit(uri).path if scheme == "file" else uri))
-        if not folder.exists():
-            raise LeaderboardError(
-                f"no MLflow store at {uri}: the folder {folder.resolve()} does not exist. "
-                "Pass the store the runs were logged to with --tracking-uri "
-                "(e.g. --tracking-uri sqlite:////abs/path/mlruns.db or http://host:5000)."
-            )
-        return
-    if not uri.startswith("sqlite:///"):
-        return
-    path = Path(unquote(uri[len("sqlite:///"):].split("?", 1)[0]))
-    if str(path) in ("", ":memory:"):
-        return
-    if not path.exists():
+def check_store_exists(uri: str) -> str:
+    """The store is there and can be read as it is (``leaderboard.store.check_readable``): a sqlite
+    URI naming a file (or a file store naming a folder) that does not exist is a typo, not an
+    empty store; an empty file is not a store. Returns the store's state (``READY``, or
+    ``NO_EXPERIMENTS`` for MLflow tables without an experiment)."""
+    try:
+        state = check_readable(uri)
+    except StoreError as error:
+        raise LeaderboardError(str(error)) from None
+    path = sqlite_file(uri)
+    if state == MISSING:
         raise LeaderboardError(
             f"no MLflow store at {uri}: the file {path.resolve()} does not exist. "
-            "Pass the store the runs were logged to with --tracking-uri "
-            "(e.g. --tracking-uri sqlite:////abs/path/mlruns.db or http://host:5000)."
+            f"Pass the store the runs were logged to with --tracking-uri ({EXAMPLE_URIS})."
         )
+    if state == EMPTY:
+        raise LeaderboardError(
+            f"the store {uri} is an empty file ({path.resolve()}): nothing was logged to it, and a build does "
+            f"not make it a store. Pass the store the runs were logged to with --tracking-uri ({EXAMPLE_URIS})."
+        )
+    return state
 
 
 @contextmanager
@@ -310,9 +317,16 @@ def _client_metrics(client: MlflowClient, run_id: str, scratch: Path) -> dict | 
     return payload if isinstance(payload, dict) else None
 
 
-def select_experiments(client: MlflowClient, names: Iterable[str] | None) -> tuple[list[str], list[str], list[str]]:
-    """(all experiment names, the selected names, their ids); unknown names -> LeaderboardError."""
-    experiments = client.search_experiments()
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def select_experiments(client: MlflowClient | None,
+                       names: Iterable[str] | None) -> tuple[list[str], list[str], list[str]]:
+    """(all experiment names, the selected names, their ids); unknown names -> LeaderboardError.
+    ``client`` None: a store without experiments."""
+    experiments = client.search_experiments() if client is not None else []
     by_name = {e.name: e.experiment_id for e in experiments}
     all_names = sorted(by_name)
     if not names:
@@ -335,14 +349,26 @@ def load_runs(
     progress: Progress = print,
 ) -> StoreContents:
     """Every run of the selected experiments (all by default), with histories and client metrics."""
-    check_store_exists(tracking_uri)
-    client = MlflowClient(tracking_uri=tracking_uri)
-    all_names, names, ids = select_experiments(client, experiments)
+    if check_store_exists(tracking_uri) == NO_EXPERIMENTS:  # MLflow would add its Default experiment
+        select_experiments(None, experiments)  # an --experiments name is unknown here
+        return StoreContents(tracking_uri, [], [], [])
+    with reading(tracking_uri) as read_uri:  # a SQLite store through a connection that cannot write
+        return _read_store(tracking_uri, read_uri, experiments, progress)
+
+
+def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | None,
+                progress: Progress) -> StoreContents:
+    try:
+        client = MlflowClient(tracking_uri=read_uri)
+        all_names, names, ids = select_experiments(client, experiments)
+    except MlflowException as error:
+        raise LeaderboardError(f"cannot read the MLflow store {display_uri(tracking_uri)}: "
+                               f"{first_line(error.message)}") from None
     id_to_name = dict(zip(ids, names))
     if not ids:
         return StoreContents(tracking_uri, all_names, names, [])
 
-    with using_tracking_uri(tracking_uri):
+    with using_tracking_uri(read_uri):
         found = mlflow.search_runs(experiment_ids=ids, output_format="list", order_by=["start_time ASC"])
     with_runs = sorted({id_to_name.get(r.info.experiment_id, r.info.experiment_id) for r in found})
     progress(f"Read {len(found)} runs from {len(with_runs)} experiment(s) ({', '.join(with_runs) or 'none with runs'}) "

@@ -47,7 +47,9 @@ from leaderboard.views import (
 
 TEMPLATES = Path(__file__).parent / "templates"
 MARKER = ".leaderboard-site"  # written into every built site: only such folders are replaced
-DEFAULT_OUT = Path(__file__).parent / "site"
+# A build goes to a git-ignored folder of the working directory unless asked for the published site.
+DEFAULT_OUT = Path("leaderboard_build")
+PUBLISHED_SITE = Path(__file__).resolve().parent / "site"  # what the repository publishes: --publish
 
 
 @dataclass
@@ -117,16 +119,26 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
     return html, markdown
 
 
-def prepare_output(out: Path) -> Path:
-    """A fresh staging folder next to ``out``; refuses to replace a folder this tool did not build."""
+def check_output(out: Path) -> None:
+    """Refuses to replace a folder this tool did not build (checked before the store is read)."""
     out = out.resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise LeaderboardError(
             f"{out} exists and is not a leaderboard site built by this tool (no {MARKER} file); "
             "choose an empty or new folder with --out."
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+
+
+def prepare_output(out: Path) -> Path:
+    """A fresh staging folder next to ``out``; refuses to replace a folder this tool did not build."""
+    check_output(out)
+    out = out.resolve()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+    except OSError as error:
+        raise LeaderboardError(f"cannot write the site to {out} ({error.strerror or error}); "
+                               "choose a folder you can write with --out.") from None
 
 
 def publish(staging: Path, out: Path) -> None:
@@ -144,6 +156,7 @@ def build_site(
     progress: Progress = print,
 ) -> Path:
     """Read the store, write the site into ``out``; returns the path of ``index.html``."""
+    check_output(Path(out))
     store = load_runs(tracking_uri, experiments, progress)
     paper_numbers, warnings = load_paper_numbers(paper_root)
     for warning in warnings:

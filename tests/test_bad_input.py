@@ -375,6 +375,34 @@ CASES = [
          SystemExit, r"FedProx: grid 'mu' must be a non-empty list of values \(e\.g\. mu: \[0\.1\]\), got 0\.1"),
     case("runner-jobs-zero", lambda tmp: runner.main(["run", "fedfv/offline", "--jobs", "0"]),
          SystemExit, r"--jobs must be >= 1", "stderr"),
+    # ---- read-only commands (runner, leaderboard)
+    # (that no store is created or altered, byte for byte: tests/test_leaderboard.py, tests/test_runner.py)
+    case("leaderboard-empty-sqlite-file",  # touch() is None: `or` goes on to the build's reader
+         lambda tmp: (tmp / "empty.db").touch() or load_runs(f"sqlite:///{tmp / 'empty.db'}", progress=quiet),
+         LeaderboardError, r"the store sqlite:///.*empty\.db is an empty file .*: nothing was logged to it, and a "
+                           r"build does not make it a store\. Pass the store the runs were logged to with --tracking-uri"),
+    case("leaderboard-store-is-a-folder", lambda tmp: load_runs(f"sqlite:///{tmp}", progress=quiet),
+         LeaderboardError, r"\(the store sqlite:///.*\) is a folder, not an MLflow SQLite store; pass the store the "
+                           r"runs were logged to with --tracking-uri"),
+    case("leaderboard-tracking-server-unreachable", lambda tmp: load_runs("http://127.0.0.1:9", progress=quiet),
+         LeaderboardError, r"cannot reach the MLflow tracking server http://127\.0\.0\.1:9 \(.*\): start it .*"
+                           r"or pass a local store with --tracking-uri sqlite:///mlruns\.db"),
+    case("runner-dry-run-store-is-a-folder",
+         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", f"sqlite:///{tmp}"]),
+         SystemExit, r"\(the store sqlite:///.*\) is a folder, not an MLflow SQLite store; pass another store "
+                     r"with --tracking-uri"),
+    case("runner-store-folder-missing",
+         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri",
+                                  f"sqlite:///{tmp / 'no' / 'runs.db'}"]),
+         SystemExit, r"the folder of the MLflow store sqlite:///.*runs\.db does not exist \(.*no\): create it, or "
+                     r"pass another store with --tracking-uri"),
+    case("runner-tracking-server-unreachable",
+         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", "http://127.0.0.1:9"]),
+         SystemExit, r"cannot reach the MLflow tracking server http://127\.0\.0\.1:9 \(.*\): start it .*"
+                     r"or pass a local store with --tracking-uri"),
+    case("runner-seeds-not-integers", lambda tmp: runner.main(["run", "fedfv/offline", "--seeds", "one"]),
+         SystemExit, r"^python -m benchmarks run: error: argument --seeds: invalid int value: 'one' "
+                     r"\(see python -m benchmarks run --help\)\n$", "stderr"),
 ]
 
 

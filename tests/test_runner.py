@@ -110,3 +110,70 @@ def test_cells_seed_through_seed_everything_and_carry_their_controls(tmp_path):
     path.write_text(yaml.safe_dump(suite))
     with pytest.raises(SystemExit, match="control 'no/such/benchmark' is not a benchmark of the suite"):
         load_suite(str(path))
+
+
+def snapshot(path):
+    """The file as it is: bytes and modification time (a write changes one or the other)."""
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def test_a_dry_run_never_creates_or_alters_the_store(tmp_path, monkeypatch, capsys):
+    """No file where there was none; an empty file, a store with runs and a store of an older
+    MLflow schema stay byte for byte as they were; the finished runs are still counted."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SUITE))
+    store = tmp_path / "runs.db"
+    uri = f"sqlite:///{store}"
+
+    def dry_run():
+        code = main(["run", str(path), "--tracking-uri", uri, "--dry-run"])
+        return code, capsys.readouterr().out
+
+    code, out = dry_run()  # no store yet: it is not created
+    assert code == 0 and not store.exists()
+    assert "0 already finished, 3 to run" in out and "does not exist yet" in out and out.count("would run") == 3
+
+    store.touch()  # an empty file: not made a store
+    before = snapshot(store)
+    code, out = dry_run()
+    assert code == 0 and snapshot(store) == before and "3 to run" in out
+
+    store.unlink()  # a store with one finished cell: counted, read without a write
+    client = MlflowClient(uri)
+    cell = load_suite(str(path))[0]
+    run = client.create_run(client.create_experiment(cell.suite), tags=cell.tags)
+    client.set_terminated(run.info.run_id, "FINISHED")
+    before = snapshot(store)
+    code, out = dry_run()
+    assert code == 0 and snapshot(store) == before
+    assert "1 already finished, 2 to run" in out and cell.cell not in out
+
+    connection = sqlite3.connect(store)  # a store of an older MLflow: not migrated
+    connection.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")
+    connection.commit()
+    connection.close()
+    before = snapshot(store)
+    with pytest.raises(SystemExit, match=r"schema of another MLflow version .*`mlflow db upgrade sqlite:///"):
+        dry_run()
+    assert snapshot(store) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db", "tiny.yaml"]  # no logs, no artifacts
+
+
+def test_a_store_error_is_one_line_without_a_traceback(tmp_path):
+    """Through the real command line, before any run starts: the message, exit code 1."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "fedfv/offline", "--dry-run", "--tracking-uri",
+                           f"sqlite:///{tmp_path / 'no' / 'runs.db'}"], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the folder of the MLflow store sqlite:///" in done.stderr and "create it, or pass another store" in done.stderr
+    assert not (tmp_path / "no").exists()

@@ -136,6 +136,7 @@ def accepted_settings(class_path: str) -> list[str]:
 def unknown_setting_message(key: str) -> str:
     """"did you mean" for a setting no class takes (``modle.class_path``, ``data.num_client``)."""
     first, _, rest = key.partition(".")
+    known: tuple[str, ...]
     if first not in TOP_LEVEL_SETTINGS:
         close, known = difflib.get_close_matches(first, TOP_LEVEL_SETTINGS, n=1), TOP_LEVEL_SETTINGS
     else:

@@ -21,11 +21,13 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import lightning.pytorch as pl
 import numpy as np
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
@@ -36,7 +38,39 @@ from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
 #                       "runs": [{"tracking_uri", "experiment_id", "run_id"}, ...]}
+# (tracking_uri: absolute since the store is resolved when the checkpoint is written)
 CHECKPOINT_KEY = "mlflow_runs"
+EXTENDED_TAG = "extended_to_rounds"  # the num_rounds a continued run plans when it differs from its param
+INTERRUPTS = (KeyboardInterrupt, SIGTERMException)  # a fit stopped by Ctrl-C or SIGTERM: its run ends KILLED
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """``uri`` with a local store's path made absolute (against the working directory): a
+    relative ``sqlite:///runs.db`` names another file in another directory, and a checkpoint's
+    record of its store must not. ``file:`` stores and bare paths become ``file:///...``; servers,
+    other databases and absolute SQLite paths are returned as they are."""
+    if uri.startswith("sqlite:///"):
+        path, _, query = uri[len("sqlite:///"):].partition("?")
+        if not path or path == ":memory:" or path.startswith("/"):
+            return uri
+        return f"sqlite:///{Path(unquote(path)).resolve()}" + (f"?{query}" if query else "")
+    if uri.startswith("file:"):
+        rest = uri[len("file:"):]
+        return uri if rest.startswith("//") else Path(unquote(rest)).resolve().as_uri()  # file:./mlruns, file:/abs
+    if urlparse(uri).scheme == "":  # a bare path (MLflow reads it as a file store)
+        return Path(uri).resolve().as_uri()
+    return uri
+
+
+def local_store_missing(uri: str) -> bool:
+    """Whether ``uri`` names a local store that does not exist (opening it would create it)."""
+    absolute = absolute_tracking_uri(uri)
+    if absolute.startswith("sqlite:///"):
+        path = unquote(absolute[len("sqlite:///"):].split("?", 1)[0])
+        return bool(path) and path != ":memory:" and not Path(path).is_file()
+    if absolute.startswith("file:"):
+        return not Path(unquote(urlparse(absolute).path)).is_dir()
+    return False
 
 
 def git_sha() -> str:
@@ -172,7 +206,8 @@ class MLflowRunInfo(Callback):
             "rounds_completed": int(trainer.fit_loop.epoch_progress.current.processed),
             "round_metrics": round_end_metrics(trainer),
             "runs": [
-                {"tracking_uri": lg.experiment.tracking_uri, "experiment_id": lg.experiment_id, "run_id": lg.run_id}
+                {"tracking_uri": absolute_tracking_uri(lg.experiment.tracking_uri),
+                 "experiment_id": lg.experiment_id, "run_id": lg.run_id}
                 for lg in loggers
                 if lg.run_id is not None
             ],
@@ -200,6 +235,9 @@ class MLflowRunInfo(Callback):
                 client.update_run(run_id, status="RUNNING")
             if "error" in run.data.tags:  # a failure recorded by the benchmark runner
                 client.delete_tag(run_id, "error")
+            planned = str(trainer.lightning_module.hparams.get("num_rounds"))
+            if EXTENDED_TAG in run.data.tags or run.data.params.get("num_rounds", planned) != planned:
+                client.set_tag(run_id, EXTENDED_TAG, planned)  # the param keeps the first value
             restore_checkpoint_round(logger, rounds, resumed_from.get("round_metrics"))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -238,4 +276,5 @@ class MLflowRunInfo(Callback):
         self._log_client_metrics(trainer, pl_module, "finished")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._log_client_metrics(trainer, pl_module, f"failed: {type(exception).__name__}: {exception}")
+        how = "killed" if isinstance(exception, INTERRUPTS) else "failed"
+        self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")

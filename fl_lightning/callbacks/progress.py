@@ -55,3 +55,7 @@ class RoundProgressBar(ProgressBar):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """A stopped or failed fit ends its bar too, so that what it prints next starts a line."""
+        self.on_train_end(trainer, pl_module)

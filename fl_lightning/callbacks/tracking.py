@@ -8,33 +8,54 @@ Lightning's :class:`~lightning.pytorch.loggers.MLFlowLogger` opens its run lazil
 these arguments, so :class:`MLflowFitSetup` decides them, in the two LightningCLI hooks the CLI
 forwards to it:
 
-1. ``before_instantiate_classes`` (nothing built yet): create each store's tables and
-   experiment (a lock or retries for fits started together), and point a logger at the run
-   the checkpoint recorded (``init_args.run_id``: the saved ``config.yaml`` names it);
+1. ``before_instantiate_classes`` (nothing built yet): refuse a resume with fewer rounds than
+   its checkpoint completed, before anything is created; set the rounds a resumed fit plans;
+   create each store's tables and experiment (a lock or retries for fits started together), and
+   point a logger at the run the checkpoint recorded (``init_args.run_id``: the saved
+   ``config.yaml`` names it), in the store the checkpoint recorded when none was given (a store
+   given explicitly that lacks the run gets a new run, and a line naming the store to pass);
 2. ``instantiate_trainer`` (the model and the data exist): the trainer's loggers, each built
    with its final ``run_id`` and ``run_name``: a continued run whose params changed gives way
-   to a new run, a new unnamed run is named by :func:`~fl_lightning.callbacks.run_identity.run_name`,
-   and a continued run is logged through :class:`ContinuedRunLogger`, which leaves out the
-   (metric, step) pairs the interrupted fit logged past its checkpoint.
+   to a new run (``num_rounds`` excepted: a resume may extend the run), a new unnamed run is
+   named by :func:`~fl_lightning.callbacks.run_identity.run_name`, and a continued run is
+   logged through :class:`ContinuedRunLogger`, which leaves out the (metric, step) pairs the
+   interrupted fit logged past its checkpoint and the params MLflow keeps from the run's start.
+
+Extending a run: resumed with a larger ``--model.num_rounds``, a fit continues to the new count
+in the same run, bit for bit like an uninterrupted fit of that length (unless the algorithm's
+schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI replaces the model's
+settings with the checkpoint's before any hook, so the CLI reads the requested count first
+(:func:`requested_num_rounds`) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
+per param: the run's ``num_rounds`` param keeps the first value, and the tag
+``extended_to_rounds`` (``mlflow_run.EXTENDED_TAG``) and the ``task`` tag hold the new count.
 
 The rest happens in callbacks, through public Lightning hooks and ``MlflowClient`` calls:
 :class:`~fl_lightning.callbacks.mlflow_run.MLflowRunInfo` (tags, inputs, artifacts, the runs in
 every checkpoint, a continued run marked RUNNING with its checkpoint's round restored),
 :class:`FitReport` (the checkpoint a stopped fit resumes from and the command that does it;
 at the end, the links that open each run in the MLflow UI) and :class:`MLflowSaveConfig`
-(the resolved config as the run's ``config.yaml``).
+(the resolved config as the run's ``config.yaml``). A Ctrl-C or SIGTERM during the fit ends
+the run KILLED, its metrics kept, and prints the resume command again (:class:`FitReport`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import importlib
+import importlib.util
+import io
+import os
 import random
 import shlex
+import signal
+import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,11 +72,23 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from fl_lightning.callbacks.hparams import mlflow_params
-from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, mlflow_loggers, saved_runs
+from fl_lightning.callbacks.mlflow_run import (
+    CHECKPOINT_KEY,
+    INTERRUPTS,
+    absolute_tracking_uri,
+    local_store_missing,
+    mlflow_loggers,
+    saved_runs,
+)
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 
 DEFAULT_UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+# the stores a fit logs to when none is given: the CLI's default (cli.DEFAULT_TRACKING_URI) and
+# MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
+DEFAULT_STORES = ("sqlite:///mlruns.db", "file:./mlruns")
+TRACKING_URI_OPTION = "--trainer.logger.init_args.tracking_uri"
+RESUMABLE_CHANGES = frozenset({"num_rounds"})  # params a continued run may change (it keeps the first value)
 
 
 # --------------------------------------------------------------------------- the store
@@ -99,11 +132,80 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
 
 
 def run_exists(tracking_uri: str, run_id: str) -> bool:
+    """Whether the store holds the run (a local store that does not exist is not created)."""
+    if local_store_missing(tracking_uri):
+        return False
     try:
         MlflowClient(tracking_uri).get_run(run_id)
     except MlflowException:
         return False
     return True
+
+
+def same_store(a: str, b: str) -> bool:
+    return absolute_tracking_uri(a) == absolute_tracking_uri(b)
+
+
+def refuse(message: str) -> None:
+    """A resume that cannot work: one line, exit code 2, before anything is created."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def requested_num_rounds(parser: Any, args: list[str] | None) -> int | None:
+    """The ``num_rounds`` the command line or its ``--config`` files give the model; None when
+    only the defaults do. LightningCLI replaces the model's settings with a resumed checkpoint's
+    right after ``parse_arguments``, so the CLI calls this there, with the parser and arguments
+    it parsed, and passes the count to :class:`MLflowFitSetup` (``num_rounds``)."""
+    quiet = io.StringIO()
+    try:  # parsed again without the defaults; a parse that needs them fails here, quietly
+        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            given = parser.parse_args(args, defaults=False)
+    except (Exception, SystemExit):  # noqa: BLE001 - the real parse has reported any error
+        return None
+    subcommand = given.get("subcommand")
+    config = given.get(subcommand) if subcommand else given
+    model = config.get("model") if isinstance(config, Namespace) else None
+    if not isinstance(model, Namespace):
+        return None
+    init_args = model.get("init_args")
+    value = init_args.get("num_rounds") if isinstance(init_args, Namespace) else model.get("num_rounds")
+    return None if value is None else int(value)
+
+
+def checkpoint_rounds(checkpoint: Mapping[str, Any]) -> tuple[int, int | None]:
+    """(rounds the checkpoint completed, the num_rounds its fit planned)."""
+    record = checkpoint.get(CHECKPOINT_KEY) or {}
+    if "rounds_completed" in record:
+        done = int(record["rounds_completed"])
+    else:  # a checkpoint from elsewhere: the fit loop's count
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+        done = int(progress.get("processed", checkpoint.get("epoch", -1) + 1))
+    planned = (checkpoint.get("hyper_parameters") or {}).get("num_rounds")
+    return done, None if planned is None else int(planned)
+
+
+def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int | None) -> int | None:
+    """The num_rounds a fit resumed from ``checkpoint`` plans: ``requested`` (the command line's),
+    else the checkpoint's; refused (one line, exit 2) when it is fewer than the checkpoint
+    completed, or when nothing is left to train."""
+    done, planned = checkpoint_rounds(checkpoint)
+    rounds = requested if requested is not None else planned
+    if rounds is None:
+        return None
+    if rounds < done:
+        refuse(f"--model.num_rounds {rounds} is fewer than the {done} rounds {ckpt_path} completed: a run cannot "
+               f"be shortened; pass --model.num_rounds {done} or more (more extends the run)")
+    if rounds == done:
+        refuse(f"{ckpt_path} completed all {done} rounds its fit planned, so there is nothing to resume; "
+               f"to extend the run, pass --model.num_rounds with more than {done}")
+    if planned is not None and rounds != planned:
+        print(f"Resuming from {ckpt_path}: the run planned {planned} rounds and completed {done}; it continues to "
+              f"{rounds} (--model.num_rounds)", flush=True)
+    return rounds
 
 
 # --------------------------------------------------------------------------- logger configs
@@ -148,24 +250,44 @@ def logged_after(client: MlflowClient, run_id: str, rounds_completed: int) -> se
 
 class ContinuedRunLogger(MLFlowLogger):
     """An :class:`MLFlowLogger` for a continued run: the (metric, step) pairs of
-    ``already_logged`` are left out of what it logs (MLflow would keep both values)."""
+    ``already_logged`` (what the interrupted fit logged past its checkpoint; MLflow would keep
+    both values) and the params of ``kept_params`` (values MLflow keeps from the run's start,
+    e.g. the ``num_rounds`` of an extended run) are left out of what it logs."""
 
-    def __init__(self, *args: Any, already_logged: Iterable[tuple[str, int]] = (), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, already_logged: Iterable[tuple[str, int]] = (),
+                 kept_params: Iterable[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.already_logged = frozenset(already_logged)
+        self.kept_params = frozenset(kept_params)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics({k: v for k, v in metrics.items() if (k, step or 0) not in self.already_logged}, step)
 
+    def log_hyperparams(self, params: Any) -> None:
+        if self.kept_params and isinstance(params, Mapping):
+            params = {k: v for k, v in params.items() if k not in self.kept_params}
+        super().log_hyperparams(params)
+
 
 @functools.cache
 def continued_run_class(cls: type[MLFlowLogger]) -> type[ContinuedRunLogger]:
-    """``cls`` (MLFlowLogger or a subclass of it) with :class:`ContinuedRunLogger`'s filter."""
+    """``cls`` (MLFlowLogger or a subclass of it) with :class:`ContinuedRunLogger`'s filters."""
     if issubclass(cls, ContinuedRunLogger):
         return cls
     if cls is MLFlowLogger:
         return ContinuedRunLogger
     return type(cls.__name__, (ContinuedRunLogger, cls), {"__module__": cls.__module__})
+
+
+def end_killed(logger: MLFlowLogger) -> None:
+    """Make the ``finalize("failed")`` Lightning calls on ``logger`` after a Ctrl-C or SIGTERM
+    (``on_exception`` first, then every logger's ``finalize``) end its run KILLED instead."""
+    finalize = type(logger).finalize
+
+    def finalize_killed(status: str = "success") -> None:
+        finalize(logger, "KILLED" if status == "failed" else status)
+
+    logger.finalize = finalize_killed  # type: ignore[method-assign]  # this logger, this fit's last call
 
 
 def run_name_for(init_args: Mapping[str, Any], model: pl.LightningModule, datamodule: Any = None) -> str | None:
@@ -185,44 +307,91 @@ def run_name_for(init_args: Mapping[str, Any], model: pl.LightningModule, datamo
 class MLflowFitSetup:
     """The MLflow loggers of one fit, from its parsed config (see the module's docstring)."""
 
-    def __init__(self, config: Namespace, ckpt_path: str | None = None) -> None:
-        """Before the loggers' clients open the stores: create each store and experiment, and
-        point every MLflow logger with no ``run_id`` of its own at the run ``ckpt_path``'s fit
-        logged to, when that run is in the logger's store."""
+    def __init__(self, config: Namespace, ckpt_path: str | None = None, num_rounds: int | None = None) -> None:
+        """Before the loggers' clients open the stores: for a resumed fit (``ckpt_path``), the
+        rounds it plans (``num_rounds``: what the command line asked for, read before LightningCLI
+        replaced the model's settings with the checkpoint's; :func:`requested_num_rounds`) and
+        the run it continues, in the logger's store or the one the checkpoint recorded; a resume
+        that cannot work is refused before anything is created. Then each store and experiment
+        is created, and every MLflow logger with no ``run_id`` of its own points at the run the
+        checkpoint's fit logged to."""
         entries = config.trainer.get("logger")
         self.entries = entries if isinstance(entries, list) else [entries]
+        self.resumed: dict[str, Any] = {}
+        self.continued: set[str] = set()
+        self.moved: set[str] = set()  # runs continued in the store their checkpoint recorded
+        self.elsewhere: set[str] = set()  # runs in their recorded store, not in the one given
+        runs: list[dict[str, str]] = []
+        found: list[dict[str, str] | None] = []
+        if ckpt_path and Path(ckpt_path).is_file():
+            checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+            self.resumed = checkpoint.get(CHECKPOINT_KEY) or {}
+            rounds = resumed_rounds(ckpt_path, checkpoint, num_rounds)
+            model = config.get("model")
+            if rounds is not None and model is not None and model.get("init_args") is not None:
+                model.init_args.num_rounds = rounds
+            runs = saved_runs(checkpoint)
+            found = self._find_runs(ckpt_path, runs)
         for entry in self.mlflow_configs():
             init_args = entry.init_args
             name = None if init_args.get("run_id") else init_args.get("experiment_name")
             open_mlflow_experiment(configured_tracking_uri(init_args), name, init_args.get("artifact_location"))
-        self.resumed: dict[str, Any] = {}
-        self.continued: set[str] = set()
-        if ckpt_path and Path(ckpt_path).is_file():
-            checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
-            self.resumed = checkpoint.get(CHECKPOINT_KEY) or {}
-            self._continue_runs(ckpt_path, saved_runs(checkpoint))
+        if runs:
+            self._continue_runs(ckpt_path or "", runs, found)
 
     def mlflow_configs(self) -> list[Namespace]:
         return [entry for entry in self.entries if is_mlflow_logger_config(entry)]
 
-    def _continue_runs(self, ckpt_path: str, runs: list[dict[str, str]]) -> None:
-        if not runs:
-            return
+    def _find_runs(self, ckpt_path: str, runs: list[dict[str, str]]) -> list[dict[str, str] | None]:
+        """For each MLflow logger (None where it has a run_id of its own), the checkpoint's run it
+        continues: in the logger's store, else in the store the checkpoint recorded, which the
+        logger then logs to when no store was given (a relative default names another file in
+        another directory). A store given explicitly that lacks the run gets a new run (with a
+        line naming the store that holds it), as does a run in neither store."""
+        found: list[dict[str, str] | None] = []
         for entry in self.mlflow_configs():
+            init_args = entry.init_args
+            if init_args.get("run_id") or not runs:
+                found.append(None)
+                continue
+            uri = configured_tracking_uri(init_args)
+            here = next((run for run in runs if run_exists(uri, run["run_id"])), None)
+            if here is not None:
+                found.append(here)
+                continue
+            recorded = next((run for run in runs if not same_store(run["tracking_uri"], uri)
+                             and run_exists(run["tracking_uri"], run["run_id"])), None)
+            if recorded is None:
+                found.append(None)
+                continue
+            if uri not in DEFAULT_STORES:
+                print(f"Resuming from {ckpt_path}: its MLflow run {recorded['run_id']} is in {recorded['tracking_uri']}, "
+                      f"not in {uri}, so the resumed fit logs to a new run in {uri}; to continue that run, pass "
+                      f"{TRACKING_URI_OPTION} {recorded['tracking_uri']}", flush=True)
+                self.elsewhere.add(recorded["run_id"])
+                found.append(None)
+                continue
+            init_args.tracking_uri = recorded["tracking_uri"]
+            self.moved.add(recorded["run_id"])
+            found.append(recorded)
+        return found
+
+    def _continue_runs(self, ckpt_path: str, runs: list[dict[str, str]], found: list[dict[str, str] | None]) -> None:
+        for entry, run in zip(self.mlflow_configs(), found, strict=True):
             init_args = entry.init_args
             if init_args.get("run_id"):
                 continue
             uri = configured_tracking_uri(init_args)
-            candidates = sorted(runs, key=lambda run: run["tracking_uri"] != uri)  # the same store first
-            found = next((run for run in candidates if run_exists(uri, run["run_id"])), None)
-            if found is None:
-                where = ", ".join(f"{run['run_id']} in {run['tracking_uri']}" for run in runs)
-                print(f"Resuming from {ckpt_path}: its MLflow run ({where}) is not in {uri}, so the resumed fit "
-                      "logs to a new run (pass --trainer.logger.init_args.tracking_uri to continue that run)")
+            if run is None:
+                if not self.elsewhere:  # said already when the run is in another store
+                    where = ", ".join(f"{run['run_id']} in {run['tracking_uri']}" for run in runs)
+                    print(f"Resuming from {ckpt_path}: its MLflow run ({where}) is not in {uri}, so the resumed fit "
+                          f"logs to a new run", flush=True)
                 continue
-            init_args.run_id = found["run_id"]
-            self.continued.add(found["run_id"])
-            print(f"Resuming from {ckpt_path}: continuing MLflow run {found['run_id']} in {uri}")
+            init_args.run_id = run["run_id"]
+            self.continued.add(run["run_id"])
+            how = f"{uri} (the store the checkpoint recorded)" if run["run_id"] in self.moved else uri
+            print(f"Resuming from {ckpt_path}: continuing MLflow run {run['run_id']} in {how}", flush=True)
 
     def trainer_loggers(self, built: Any, model: pl.LightningModule, datamodule: Any = None) -> Any:
         """The trainer's ``logger`` argument: ``built`` (LightningCLI's instances of the configured
@@ -238,23 +407,27 @@ class MLflowFitSetup:
         init_args = entry.init_args
         given = (init_args.get("run_id"), init_args.get("run_name"))
         already_logged: set[tuple[str, int]] = set()
+        kept: set[str] = set()
         if given[0] in self.continued:
             client = MlflowClient(configured_tracking_uri(init_args))
             changed = changed_params(client, given[0], loggable_hparams(model, datamodule))
+            kept = set(changed) & RESUMABLE_CHANGES  # e.g. an extended run's num_rounds
+            changed = {k: v for k, v in changed.items() if k not in kept}
             if changed:  # MLflow keeps one value per parameter: logging another fails the fit
                 shown = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in sorted(changed.items()))
                 print(f"The resumed fit changes settings of MLflow run {given[0]} ({shown}); "
-                      "MLflow keeps one value per parameter, so it logs to a new run")
+                      "MLflow keeps one value per parameter, so it logs to a new run", flush=True)
                 init_args.run_id = None  # the saved config.yaml names the run the fit logs to
+                kept = set()
             else:
                 already_logged = logged_after(client, given[0], int(self.resumed.get("rounds_completed", 0)))
         run_id = init_args.get("run_id")
         name = given[1] if run_id else run_name_for(init_args, model, datamodule)
-        if (run_id, name) == given and not already_logged:
+        if (run_id, name) == given and not already_logged and not kept:
             return logger  # built with its final arguments
         kwargs = {**init_args.as_dict(), "run_id": run_id, "run_name": name}
-        if already_logged:
-            return continued_run_class(type(logger))(**kwargs, already_logged=already_logged)
+        if already_logged or kept:
+            return continued_run_class(type(logger))(**kwargs, already_logged=already_logged, kept_params=kept)
         return type(logger)(**kwargs)
 
 
@@ -296,14 +469,123 @@ def resume_command(args: list[str], checkpoint: str) -> str:
     return shlex.join(["fl-lightning", *kept, "--ckpt_path", checkpoint])
 
 
+@functools.cache
+def store_code() -> tuple[str, ...]:
+    """The folders of the code that writes to an MLflow store (MLflow's, SQLAlchemy's)."""
+    folders: list[str] = []
+    for package in ("mlflow", "sqlalchemy"):
+        spec = importlib.util.find_spec(package)
+        folders += [str(Path(path)) + os.sep for path in (spec.submodule_search_locations or [])] if spec else []
+    return tuple(folders)
+
+
+def in_store_call(frame: Any) -> bool:
+    """Whether ``frame`` (the frame a signal interrupted) runs inside a call to the MLflow store."""
+    folders = store_code()
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(folders):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class StopOnSignal:
+    """Ctrl-C (SIGINT) and SIGTERM while a fit trains: stop it with ``KeyboardInterrupt``, the
+    path Lightning ends a fit gracefully by, but never inside a call to the MLflow store: an
+    interrupt there can leave the store's session half done (a SQLite store locked, the run's
+    end refused), so it waits for the call to return (polled every ``RETRY_S`` with SIGALRM).
+    A second Ctrl-C does not wait. SIGTERM first runs the handler it replaces (Lightning's,
+    which notes the signal); Lightning's own SIGTERM path would wait for the round to end and
+    exit with status 0."""
+
+    RETRY_S = 0.01
+
+    def __init__(self, previous_sigterm: Any = None) -> None:
+        self.previous_sigterm = previous_sigterm
+        self.pending: int | None = None
+
+    @classmethod
+    def install(cls) -> StopOnSignal | None:
+        """Handle SIGINT and SIGTERM (the main thread only can); Lightning restores the
+        process's handlers when the fit ends."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        stopper = cls(signal.getsignal(signal.SIGTERM))
+        signal.signal(signal.SIGINT, stopper)
+        signal.signal(signal.SIGTERM, stopper)
+        if hasattr(signal, "setitimer"):
+            signal.signal(signal.SIGALRM, stopper.retry)
+        return stopper
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM and callable(self.previous_sigterm):
+            self.previous_sigterm(signum, frame)
+        forced = self.pending == signal.SIGINT and signum == signal.SIGINT
+        self.pending = signum
+        self.stop(frame, wait=not forced)
+
+    def retry(self, signum: int, frame: Any) -> None:
+        if self.pending is not None:
+            self.stop(frame)
+
+    def stop(self, frame: Any = None, wait: bool = True) -> None:
+        """Raise the pending interrupt, unless ``frame`` is inside a store call (then later)."""
+        if self.pending is None:
+            return
+        if wait and frame is not None and hasattr(signal, "setitimer") and in_store_call(frame):
+            signal.setitimer(signal.ITIMER_REAL, self.RETRY_S)
+            return
+        self.cancel()
+        name = signal.Signals(self.pending).name
+        self.pending = None
+        raise KeyboardInterrupt(f"stopped by {name}")
+
+    def cancel(self) -> None:
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def interrupted(exception: BaseException) -> bool:
+    """Whether ``exception`` is a Ctrl-C or SIGTERM, or was raised while handling one."""
+    seen: set[int] = set()
+    current: BaseException | None = exception
+    while current is not None and id(current) not in seen:
+        if isinstance(current, INTERRUPTS):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def release_interrupted_calls(exception: BaseException) -> None:
+    """Free what the calls an interrupt cut short still hold through the exception's traceback:
+    a SQLite query stopped mid-way keeps its statement, and with it a lock on the store, while
+    its cursor lives, and the store would then refuse the run's end ("database is locked")."""
+    traceback.clear_frames(exception.__traceback__)
+    gc.collect()
+
+
+def last_checkpoint(trainer: pl.Trainer) -> Path | None:
+    """Where the fit's checkpoint callback keeps ``last.ckpt`` (absolute; None without one)."""
+    checkpoint = trainer.checkpoint_callback
+    if not isinstance(checkpoint, ModelCheckpoint) or not checkpoint.dirpath:
+        return None
+    return (Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}").absolute()
+
+
 class FitReport(Callback):
     """What a command-line fit says (rank 0): at the start, the checkpoint a stopped or killed
-    fit resumes from and the command that resumes it; at the end, the last checkpoint and the
-    MLflow UI links of every run. A lone default ``ModelCheckpoint`` also keeps ``last.ckpt``,
-    every round (Lightning's ``save_last``)."""
+    fit resumes from and the command that resumes it; when it stops, the command again; at the
+    end, the last checkpoint and the MLflow UI links of every run. A lone default
+    ``ModelCheckpoint`` also keeps ``last.ckpt``, every round (Lightning's ``save_last``).
+
+    Ctrl-C and SIGTERM stop the fit the same way (SIGTERM raises ``KeyboardInterrupt`` while the
+    fit trains): Lightning ends it (exit status 1) and its MLflow runs end KILLED, their metrics
+    kept (:func:`end_killed`)."""
 
     def __init__(self, command_args: list[str]) -> None:
         self.command_args = [str(arg) for arg in command_args]
+        self.stopper: StopOnSignal | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         checkpoints = [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)]  # type: ignore[attr-defined]
@@ -311,12 +593,39 @@ class FitReport(Callback):
             checkpoints[0].save_last = True
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        checkpoint = trainer.checkpoint_callback
-        if not trainer.is_global_zero or not isinstance(checkpoint, ModelCheckpoint) or not checkpoint.dirpath:
+        last = last_checkpoint(trainer)
+        if not trainer.is_global_zero or last is None:
             return
-        last = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
         print(f"Checkpoint after every round: {last}\nIf the fit stops, resume it with:  "
               f"{resume_command(self.command_args, str(last))}", flush=True)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Ctrl-C and SIGTERM stop the fit (:class:`StopOnSignal`). Installed now, after
+        Lightning's own SIGTERM handler, which it runs first."""
+        self.stopper = StopOnSignal.install()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.stopper is not None:
+            self.stopper.stop()  # a signal still waiting for a store call stops the fit here
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self.stopper is not None:
+            self.stopper.pending = None
+            self.stopper.cancel()
+        stopped = interrupted(exception)
+        if stopped:
+            release_interrupted_calls(exception)
+            for logger in mlflow_loggers(trainer):
+                end_killed(logger)  # Lightning finalizes the loggers next, as "failed"
+        last = last_checkpoint(trainer)
+        if not trainer.is_global_zero or last is None:
+            return
+        how = "was stopped" if stopped else f"failed ({type(exception).__name__})"
+        if last.is_file():
+            print(f"\nThe fit {how}; its last checkpoint is {last}\nresume it with:  "
+                  f"{resume_command(self.command_args, str(last))}", flush=True)
+        else:
+            print(f"\nThe fit {how} before its first checkpoint: nothing to resume", flush=True)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:  # under DDP, rank 0 reports

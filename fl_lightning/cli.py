@@ -41,6 +41,7 @@ from fl_lightning.callbacks.tracking import (
     MLflowSaveConfig,
     configured_tracking_uri,
     is_mlflow_logger_config,
+    requested_num_rounds,
 )
 from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule
@@ -223,6 +224,8 @@ class FederatedCLI(LightningCLI):
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
+        # the rounds asked for, read before LightningCLI replaces the model's settings with a checkpoint's
+        self.requested_rounds = requested_num_rounds(parser, args) if config.get("ckpt_path") else None
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
             check_accelerator(config.trainer.get("accelerator"), config.trainer.get("devices"))
@@ -240,7 +243,7 @@ class FederatedCLI(LightningCLI):
         """The MLflow stores and the run a checkpoint continues, before the loggers are built."""
         config = self.config.get(self.subcommand) if self.subcommand else self.config
         ckpt_path = config.get("ckpt_path") if self.subcommand == "fit" else None
-        self.mlflow_setup = MLflowFitSetup(config, ckpt_path)
+        self.mlflow_setup = MLflowFitSetup(config, ckpt_path, num_rounds=self.requested_rounds)
 
     def instantiate_classes(self) -> None:
         """A wrong value that only the class itself can check (``--model.engine gpu``, an

@@ -198,7 +198,7 @@ class ConfigRow:
         if not rounds:
             return MISSING
         text = str(rounds[0]) if min(rounds) == max(rounds) else f"{min(rounds)}–{max(rounds)}"
-        planned = {r.params.get("num_rounds") for r in self.used_runs} - {None}
+        planned = {r.tags.get("extended_to_rounds") or r.params.get("num_rounds") for r in self.used_runs} - {None}
         if len(planned) == 1:
             text += f" / {planned.pop()}"
         return text

@@ -54,27 +54,6 @@ def store(tmp_path, monkeypatch):
     return f"sqlite:///{tmp_path / 'runs.db'}"
 
 
-@pytest.fixture(autouse=True)
-def requested_rounds_hook(monkeypatch):
-    """The CLI reads ``--model.num_rounds`` before LightningCLI replaces the model's settings
-    with a checkpoint's, and passes it to MLflowFitSetup (``tracking.requested_num_rounds``);
-    wired here as the CLI wires it, for as long as cli.py does not."""
-    if "requested_num_rounds" in Path(cli.__file__).read_text():
-        return
-    requested: dict[str, int | None] = {"rounds": None}
-    parse_arguments = cli.FederatedCLI.parse_arguments
-
-    def parse_and_note_rounds(self, parser, args):
-        parse_arguments(self, parser, args)
-        requested["rounds"] = tracking.requested_num_rounds(parser, args)
-
-    def setup(config, ckpt_path=None):
-        return tracking.MLflowFitSetup(config, ckpt_path, num_rounds=requested["rounds"])
-
-    monkeypatch.setattr(cli.FederatedCLI, "parse_arguments", parse_and_note_rounds)
-    monkeypatch.setattr(cli, "MLflowFitSetup", setup)
-
-
 def fit_args(uri, rounds, *extra):
     store = [f"--trainer.logger.init_args.tracking_uri={uri}"] if uri else []
     return [

@@ -494,9 +494,8 @@ class StopOnSignal:
     path Lightning ends a fit gracefully by, but never inside a call to the MLflow store: an
     interrupt there can leave the store's session half done (a SQLite store locked, the run's
     end refused), so it waits for the call to return (polled every ``RETRY_S`` with SIGALRM).
-    A second Ctrl-C does not wait. SIGTERM first runs the handler it replaces (Lightning's,
-    which notes the signal); Lightning's own SIGTERM path would wait for the round to end and
-    exit with status 0."""
+    A second Ctrl-C does not wait. SIGTERM replaces Lightning's own handler, whose path waits
+    for the round to end and exits with status 0 (a stopped fit would look finished)."""
 
     RETRY_S = 0.01
 
@@ -518,8 +517,6 @@ class StopOnSignal:
         return stopper
 
     def __call__(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGTERM and callable(self.previous_sigterm):
-            self.previous_sigterm(signum, frame)
         forced = self.pending == signal.SIGINT and signum == signal.SIGINT
         self.pending = signum
         self.stop(frame, wait=not forced)
@@ -531,6 +528,10 @@ class StopOnSignal:
     def stop(self, frame: Any = None, wait: bool = True) -> None:
         """Raise the pending interrupt, unless ``frame`` is inside a store call (then later)."""
         if self.pending is None:
+            return
+        if sys.exc_info()[0] is not None:  # the fit is already ending on an exception (e.g. Lightning's
+            self.cancel()                   # SIGTERMException): let it end, do not cut its handling short
+            self.pending = None
             return
         if wait and frame is not None and hasattr(signal, "setitimer") and in_store_call(frame):
             signal.setitimer(signal.ITIMER_REAL, self.RETRY_S)

@@ -22,6 +22,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
+from test_resume_cli import dying_logger  # tests/ is on the path (pytest prepend import mode)
 
 from fl_lightning import cli
 from fl_lightning.callbacks import tracking
@@ -140,19 +141,6 @@ def test_fewer_rounds_than_the_checkpoint_completed_are_refused_before_anything_
     assert [r.info.run_id for r in runs_of(store)] == [run.info.run_id]
     assert MlflowClient(store).get_run(run.info.run_id).info.status == "FINISHED"
     assert sorted(str(p) for p in (tmp_path / "checkpoints").rglob("*")) == before
-
-
-def dying_logger(round_number):
-    """MLFlowLogger.log_metrics that kills the fit when it logs the training metrics of
-    ``round_number`` (after that round's checkpoint was written)."""
-    log_metrics = MLFlowLogger.log_metrics
-
-    def log_or_die(self, metrics, step=None):
-        if step == round_number and "train_loss" in metrics:
-            raise RuntimeError("simulated crash")
-        return log_metrics(self, metrics, step)
-
-    return log_or_die
 
 
 def crashed_fit(args, capsys, monkeypatch):

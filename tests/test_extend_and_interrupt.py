@@ -135,7 +135,7 @@ def test_fewer_rounds_than_the_checkpoint_completed_are_refused_before_anything_
     capsys.readouterr()
 
     error = refused(capsys, fit_args(store, 2, "--ckpt_path", str(checkpoint)))
-    assert "--model.num_rounds 2 is fewer than the 3 rounds" in error and "pass --model.num_rounds 3 or more" in error
+    assert "--model.num_rounds 2 is fewer than the 3 rounds" in error and "pass more than 3 to extend it" in error
     error = refused(capsys, fit_args(store, 3, "--ckpt_path", str(checkpoint)))  # nothing left to train
     assert "nothing to resume" in error and "more than 3" in error
     assert [r.info.run_id for r in runs_of(store)] == [run.info.run_id]

@@ -198,7 +198,7 @@ def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int
         return None
     if rounds < done:
         refuse(f"--model.num_rounds {rounds} is fewer than the {done} rounds {ckpt_path} completed: a run cannot "
-               f"be shortened; pass --model.num_rounds {done} or more (more extends the run)")
+               f"be shortened; pass more than {done} to extend it, or leave --model.num_rounds out to finish it")
     if rounds == done:
         refuse(f"{ckpt_path} completed all {done} rounds its fit planned, so there is nothing to resume; "
                f"to extend the run, pass --model.num_rounds with more than {done}")

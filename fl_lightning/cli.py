@@ -100,10 +100,9 @@ def refused_subcommand(args: list[str]) -> str | None:
             "every --model.eval_every rounds and after the last, and logged to its MLflow run")
 
 
-def readable_error(error: BaseException) -> str:
-    """The class's own message out of jsonargparse's "Does not validate against any of the
-    Union subtypes" text (which lists one error per subtype, e.g. FederatedModule | None)."""
-    text = str(error)
+def union_reasons(text: str) -> str:
+    """The subtypes' own errors out of jsonargparse's "Does not validate against any of the Union
+    subtypes" text (one line per subtype, e.g. FederatedModule | None), the NoneType one left out."""
     if "Does not validate against any of the Union subtypes" not in text:
         return text
     reasons = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
@@ -156,7 +155,7 @@ def readable_parse_error(message: str) -> str:
     reduced = problem is not None and _OPTION_REJECTED.search(message) is None
     if problem is not None and reduced:
         message = " ".join(line.strip() for line in problem["reason"].splitlines())  # the class's own message
-    rejected = _LITERAL_REJECTED.search(message) or _OPTIONAL_LITERAL_REJECTED.search(message)
+    rejected = _LITERAL_REJECTED.search(message) or _OPTIONAL_LITERAL_REJECTED.search(" ".join(message.split()))
     if rejected is not None:
         key, value = rejected["key"].rsplit(".", 1)[-1], rejected["value"].strip()
         if key in CHOICES:
@@ -185,7 +184,7 @@ def readable_parse_error(message: str) -> str:
         close = difflib.get_close_matches(key, accepted_settings(path), n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model.help {name} lists them)"
-    return message
+    return union_reasons(message)
 
 
 class ReadableArgumentParser(LightningArgumentParser):
@@ -251,7 +250,7 @@ class FederatedCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as error:
-            self.parser.error(readable_error(error))
+            self.parser.error(str(error))  # made readable by the parser (readable_parse_error)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with its MLflow loggers built for this fit's run (continued or named).

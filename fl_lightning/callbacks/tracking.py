@@ -499,8 +499,7 @@ class StopOnSignal:
 
     RETRY_S = 0.01
 
-    def __init__(self, previous_sigterm: Any = None) -> None:
-        self.previous_sigterm = previous_sigterm
+    def __init__(self) -> None:
         self.pending: int | None = None
 
     @classmethod
@@ -509,7 +508,7 @@ class StopOnSignal:
         process's handlers when the fit ends."""
         if threading.current_thread() is not threading.main_thread():
             return None
-        stopper = cls(signal.getsignal(signal.SIGTERM))
+        stopper = cls()
         signal.signal(signal.SIGINT, stopper)
         signal.signal(signal.SIGTERM, stopper)
         if hasattr(signal, "setitimer"):

@@ -1,4 +1,4 @@
-"""``fl-lightning fit --config X.yaml``: LightningCLI over federated algorithms and data.
+"""The LightningCLI behind ``fl-lightning fit --config X.yaml``: federated algorithms and data.
 
 The algorithm is chosen by class path (``--model FedProx`` or
 ``--model fl_lightning.algorithms.FedProx``), the data by source/partition names, the
@@ -15,7 +15,9 @@ A checkpoint is saved after every round (``last.ckpt`` beside the per-round one,
 ``checkpoints/<experiment id>/<run id>/checkpoints/``); ``--ckpt_path`` resumes from it, exactly,
 and the resumed fit keeps logging into the interrupted fit's MLflow run.
 
-This module is the LightningCLI wiring only: parsing, the one command, one-line errors. The
+This module is the LightningCLI wiring only: parsing, the one command, one-line errors
+(``fl_lightning.cli`` is the console script: it answers the top-level ``--help`` without
+importing Lightning, and hands everything else to :func:`run`). The
 MLflow stores, runs, names and resumes are :mod:`fl_lightning.callbacks.tracking`'s, which two
 LightningCLI hooks forward to (``before_instantiate_classes``, ``instantiate_trainer``).
 """
@@ -27,7 +29,6 @@ import importlib
 import inspect
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
@@ -44,6 +45,7 @@ from fl_lightning.callbacks.tracking import (
     requested_num_rounds,
 )
 from fl_lightning.choices import check_choice
+from fl_lightning.cli import DEFAULT_CONFIG, DEFAULT_TRACKING_URI
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import CHOICES
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -55,8 +57,6 @@ from fl_lightning.preflight import (
     check_tracking_store,
 )
 
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
 # settings renamed so that one name has one meaning across algorithms: (class, old) -> what to use
 RENAMED_SETTINGS = {
@@ -284,8 +284,8 @@ def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:
     }
 
 
-def main(args: list[str] | None = None) -> None:
-    """The ``fl-lightning`` console script (``args`` lets tests call it in-process)."""
+def run(args: list[str] | None = None) -> None:
+    """``fl-lightning`` through LightningCLI (``args`` lets tests call it in-process)."""
     FederatedCLI(
         FederatedModule,
         FederatedDataModule,
@@ -299,6 +299,3 @@ def main(args: list[str] | None = None) -> None:
         auto_configure_optimizers=False,
     )
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

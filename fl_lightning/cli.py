@@ -1,0 +1,120 @@
+"""``fl-lightning``: the console script (``fl-lightning fit --config X.yaml``).
+
+The one command, ``fit``, is LightningCLI's (:mod:`fl_lightning.lightning_cli`: the algorithm
+by class name, ``--model FedProx``; the data by source/partition names; the backbone by
+registered model name; anything overridable on the command line). Without ``--config`` the
+embedded default runs (``configs/default.yaml``: FedAvg on the offline mnist5k digits) and logs
+to the local MLflow store ``sqlite:///mlruns.db``.
+
+``fl-lightning``, ``fl-lightning --help`` and ``-h`` are answered here, without importing
+torch or Lightning (which take seconds to import): the commands, how to see each part's
+settings, and the registered algorithms, models, sources and partitions by name (the lists
+below, which ``tests/test_startup.py`` keeps equal to the registries).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+HELP_FLAGS = ("-h", "--help")
+
+# the registries' names, in their registration order (tests/test_startup.py compares them)
+ALGORITHM_NAMES = (
+    "AFL", "Standalone", "CGSV", "DW", "EU", "RR", "FedAvg", "Ditto", "DRFL", "FedFa", "FedFV", "FedGini",
+    "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
+)
+MODEL_NAMES = (
+    "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_mlp", "fl_nf_resnet18",
+    "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard",
+)
+SOURCE_NAMES = ("cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "mnist", "mnist5k", "synthetic")
+PARTITION_NAMES = (
+    "iid", "dirichlet", "pathological", "shards", "power_law", "linspace_classes", "class_assignment", "natural",
+)
+
+
+def _wrapped(names: tuple[str, ...], indent: str = "    ", width: int = 96) -> str:
+    lines, line = [], indent
+    for name in names:
+        if len(line) + len(name) + 2 > width and line.strip():
+            lines.append(line.rstrip())
+            line = indent
+        line += name + ", "
+    lines.append(line.rstrip(", "))
+    return "\n".join(lines)
+
+
+def top_level_help() -> str:
+    """What ``fl-lightning --help`` prints: the commands, where each part's settings are listed,
+    the registered names, and the default config."""
+    default = DEFAULT_CONFIG.read_text().rstrip()
+    return f"""usage: fl-lightning fit [--config RUN.yaml] [--model ALGORITHM] [--model.SETTING VALUE]
+                       [--data.SETTING VALUE] [--trainer.SETTING VALUE] [--seed_everything N]
+                       [--ckpt_path CHECKPOINT]
+
+Fair federated learning on PyTorch Lightning: trains an algorithm on simulated clients,
+evaluates every client every --model.eval_every rounds and after the last, and logs to
+MLflow ({DEFAULT_TRACKING_URI} unless --trainer.logger.init_args.tracking_uri says otherwise).
+
+command:
+  fit                 run a federated training (LightningCLI: every setting can come from
+                      --config files and the command line)
+
+settings, and where to see them:
+  fl-lightning fit --help                   every setting of fit: --data.*, --trainer.*,
+                                            --seed_everything, --ckpt_path
+  fl-lightning fit --model.help FedLF       one algorithm's settings (--model.*)
+  fl-lightning fit --print_config           the resolved config: the default below plus
+                                            your --config files and settings
+  fl-lightning fit --ckpt_path .../last.ckpt  resume a stopped fit (in its MLflow run)
+
+algorithms (--model NAME):
+{_wrapped(ALGORITHM_NAMES)}
+models (--model.backbone NAME):
+{_wrapped(MODEL_NAMES)}
+data sources (--data.source NAME):
+{_wrapped(SOURCE_NAMES)}
+partitions (--data.partition NAME):
+{_wrapped(PARTITION_NAMES)}
+
+default config ({DEFAULT_CONFIG}), used when no --config is given:
+{default}
+"""
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``fl-lightning`` console script (``args`` lets tests call it in-process).
+
+    The top-level help (no arguments, ``-h``, ``--help``) is printed from here; everything else
+    goes to LightningCLI (:func:`fl_lightning.lightning_cli.run`)."""
+    command_args = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
+    if not command_args or command_args[0] in HELP_FLAGS:
+        print(top_level_help(), end="")
+        if not command_args:  # as before: a command is required
+            print("error: no command given; the command is `fit` (fl-lightning fit --help)", file=sys.stderr)
+            raise SystemExit(2)
+        return
+    from fl_lightning.lightning_cli import run
+
+    run(args)
+
+
+def __getattr__(name: str) -> Any:
+    """The LightningCLI wiring's names (``FederatedCLI``, ``trainer_defaults``, ...), imported
+    when first asked for (``from fl_lightning.cli import FederatedCLI`` still works)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from fl_lightning import lightning_cli
+
+    try:
+        return getattr(lightning_cli, name)
+    except AttributeError:
+        raise AttributeError(f"module 'fl_lightning.cli' has no attribute {name!r}") from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

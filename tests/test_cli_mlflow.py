@@ -94,3 +94,65 @@ def test_unknown_dataset_lists_the_valid_names(store, capsys):
         main(short_run(store, "--data.source=imagenet"))
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: unknown data source 'imagenet'; valid names:") and "mnist5k" in error
+
+
+# --------------------------------------------------------------------------- a new store from the template
+
+
+@pytest.fixture(scope="module")
+def template_cache(tmp_path_factory):
+    """One parse/template cache for the module (making the template runs MLflow's migrations)."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("cache")
+        patch.setenv("FL_LIGHTNING_CACHE", str(folder))
+        yield folder
+
+
+def schema(database):
+    import sqlite3
+
+    with sqlite3.connect(database) as connection:
+        tables = sorted(row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+        return tables, connection.execute("SELECT version_num FROM alembic_version").fetchall()
+
+
+def test_a_new_sqlite_store_is_a_copy_of_migrated_schema(template_cache, tmp_path, monkeypatch):
+    from fl_lightning.callbacks.mlflow_run import seed_sqlite_store
+    from fl_lightning.callbacks.tracking import open_mlflow_experiment
+
+    monkeypatch.chdir(tmp_path)  # the default experiment's artifacts: ./mlruns/0, in the working directory
+    MlflowClient(f"sqlite:///{tmp_path / 'migrated.db'}").search_experiments()  # MLflow's own migrations
+    open_mlflow_experiment(f"sqlite:///{tmp_path / 'seeded.db'}", "fl-lightning")
+    assert list(template_cache.glob("mlflow-store-*.db")), "no template was made"
+    assert schema(tmp_path / "seeded.db") == schema(tmp_path / "migrated.db")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'seeded.db'}")
+    experiments = {e.name: e for e in client.search_experiments()}
+    assert set(experiments) == {"Default", "fl-lightning"}  # the default experiment is made here, not copied
+    assert experiments["Default"].artifact_location == str(tmp_path / "mlruns" / "0")
+    run = client.create_run(experiments["fl-lightning"].experiment_id)
+    client.log_metric(run.info.run_id, "acc", 0.5, step=1)
+    assert client.get_metric_history(run.info.run_id, "acc")[0].value == 0.5
+    before = (tmp_path / "seeded.db").read_bytes()
+    assert not seed_sqlite_store(f"sqlite:///{tmp_path / 'seeded.db'}")  # an existing store is left alone
+    assert (tmp_path / "seeded.db").read_bytes() == before
+
+
+def test_a_broken_template_is_made_again(template_cache, tmp_path, monkeypatch):
+    from fl_lightning.callbacks.mlflow_run import empty_store_template, seed_sqlite_store
+
+    template = empty_store_template()
+    template.write_bytes(b"not a database")
+    monkeypatch.chdir(tmp_path)
+    assert seed_sqlite_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    assert schema(tmp_path / "runs.db")[1] == [(template.stem.rsplit("-", 1)[1],)]
+    MlflowClient(f"sqlite:///{tmp_path / 'runs.db'}").search_experiments()
+
+
+@pytest.mark.parametrize("uri", ["file:./mlruns", "sqlite:///:memory:", "sqlite:///no/such/folder/runs.db",
+                                 "http://127.0.0.1:5000"])
+def test_only_new_local_sqlite_files_are_seeded(template_cache, tmp_path, monkeypatch, uri):
+    from fl_lightning.callbacks.mlflow_run import seed_sqlite_store
+
+    monkeypatch.chdir(tmp_path)
+    assert not seed_sqlite_store(uri)
+    assert list(tmp_path.iterdir()) == []

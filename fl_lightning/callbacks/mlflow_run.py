@@ -16,9 +16,13 @@ checkpoint's own round is logged if the process died before logging it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -34,6 +38,7 @@ from mlflow.entities import RunTag
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import partition_figure, partition_table
+from fl_lightning.data.sources import cache_dir
 from fl_lightning.machine import cpu_description
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
@@ -71,6 +76,79 @@ def local_store_missing(uri: str) -> bool:
     if absolute.startswith("file:"):
         return not Path(unquote(urlparse(absolute).path)).is_dir()
     return False
+
+
+def _schema_revision(database: Path) -> str | None:
+    """The MLflow schema revision an SQLite store file is at (None if it is not a sound store)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+            if connection.execute("PRAGMA quick_check").fetchone() != ("ok",):
+                return None
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    return None if row is None else str(row[0])
+
+
+def empty_store_template() -> Path | None:
+    """An empty MLflow SQLite store at the installed MLflow's schema, made once per MLflow
+    version in the user cache (``fl_lightning.data.sources.cache_dir``): MLflow builds a new
+    store by running every schema migration since its first release, seconds of alembic work.
+
+    The template is made by MLflow's own ``_initialize_tables`` (the step its ``SqlAlchemyStore``
+    runs on an empty database), and holds only the schema: the store's default experiment is
+    created, as always, by the MLflow client that opens the copy. None where it cannot be made
+    (a private MLflow helper gone, a read-only cache): MLflow then builds the store itself."""
+    import mlflow
+
+    folder = cache_dir()
+    for template in sorted(folder.glob(f"mlflow-store-{mlflow.__version__}-*.db")):
+        if _schema_revision(template) == template.stem.rsplit("-", 1)[1]:
+            return template
+    try:
+        from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            database = Path(scratch) / "store.db"
+            engine = create_sqlalchemy_engine(f"sqlite:///{database}")
+            try:
+                _initialize_tables(engine)
+            finally:
+                engine.dispose()
+            revision = _schema_revision(database)
+            if revision is None:
+                return None
+            template = folder / f"mlflow-store-{mlflow.__version__}-{revision}.db"
+            os.replace(database, template)
+        return template
+    except Exception:  # MLflow builds the store itself, as it would without a template
+        return None
+
+
+def seed_sqlite_store(tracking_uri: str) -> bool:
+    """Create a local SQLite store that does not exist yet as a copy of the empty-store template
+    (:func:`empty_store_template`), so that MLflow finds its schema in place. Returns whether it
+    did; other stores, existing files and folders that do not exist are left to MLflow. Call it
+    under the store's lock (``tracking._store_lock``)."""
+    uri = absolute_tracking_uri(tracking_uri)
+    if not uri.startswith("sqlite:///") or "?" in uri or not local_store_missing(uri):
+        return False
+    database = Path(unquote(uri[len("sqlite:///"):]))
+    if not database.parent.is_dir():
+        return False
+    template = empty_store_template()
+    if template is None:
+        return False
+    partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
+    try:
+        shutil.copyfile(template, partial)
+        os.replace(partial, database)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        return False
+    return True
 
 
 def git_sha() -> str:

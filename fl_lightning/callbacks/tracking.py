@@ -79,6 +79,7 @@ from fl_lightning.callbacks.mlflow_run import (
     local_store_missing,
     mlflow_loggers,
     saved_runs,
+    seed_sqlite_store,
 )
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 
@@ -121,6 +122,7 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
     for attempt in range(attempts if database else 1):
         try:
             with _store_lock(tracking_uri):
+                seed_sqlite_store(tracking_uri)  # a new SQLite store: its schema copied, not migrated
                 client = MlflowClient(tracking_uri)
                 if name is not None and client.get_experiment_by_name(name) is None:
                     client.create_experiment(name, artifact_location=artifact_location)

@@ -190,8 +190,17 @@ def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
     last_sampled = module.sample_clients(2, NUM_CLIENTS)
     assert (module.last_seen[last_sampled] == 2).all()
     assert set(module.last_seen.tolist()) <= {-1, 0, 1, 2}
-    seen = module.last_seen >= 0
-    assert (module.history[seen].norm(dim=1) > 0).all() and (module.history[~seen] == 0).all()
+    # τ = 1: round 3 reads only rows from round 2; older rows are zeroed when they leave the window
+    in_window = module.last_seen == 2
+    assert (module.history[in_window].norm(dim=1) > 0).all() and (module.history[~in_window] == 0).all()
     assert {"conflicts_model", "server_time_s", "test_acc_mean"} <= set(recorder.metrics)
     restored = FedFV.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
-    assert torch.equal(restored.history, module.history) and torch.equal(restored.last_seen, module.last_seen)
+    assert torch.equal(restored.last_seen, module.last_seen)
+    # the checkpoint holds the window's rows, less those of the clients that answer round 3
+    answering = module.drop_clients(3, module.sample_clients(3, NUM_CLIENTS))
+    kept = in_window.clone()
+    kept[answering] = False
+    assert kept.any() and (in_window & ~kept).any()
+    assert torch.equal(restored.history[kept], module.history[kept]) and (restored.history[~kept] == 0).all()
+    with pytest.raises(RuntimeError, match="left out of the checkpoint"):
+        restored.history_rows(torch.nonzero(in_window & ~kept).flatten(), module.history)

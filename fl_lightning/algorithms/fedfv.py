@@ -6,6 +6,11 @@ product g'_i · g_j is (C G)_{ij}. One O(m² d) Gram matrix and O(m³) work repl
 paper's m² projections of d-vectors, each needing its own pass over J (the FedLF appendix,
 Table 9, reports FedFV's server step as the bottleneck of the reference code). The
 external projections (Alg. 3) act on the single vector g^t and read each history row once.
+
+Alg. 3 only reads GH rows of clients last seen within the last τ rounds: a row that falls out
+of that window is never read again, so it is zeroed when it does, and a checkpoint holds only
+the rows of the window, less those of the clients that answer the next round (they are
+replaced before being read). A FedFV run keeps O(τ m d) of history in its checkpoints, not K d.
 """
 
 from __future__ import annotations
@@ -91,7 +96,41 @@ class FedFV(FederatedModule):
         return (gt.double() * (target_norm / norm)).to(gt.dtype)  # line 10: ||g^t|| = ||(1/m) Σ_i g_i||
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+        previous = int(self.last_seen.max())  # the last round that stored GH rows (-1: none)
         self.store_history(payload.clients, payload.updates, payload.round)  # line 4: GH
+        self.forget_history(previous, payload.round)
+
+    # ------------------------------------------------------------------- GH rows still read
+    def first_round_read(self, round_index: int) -> int:
+        """The oldest t_k whose GH row Alg. 3 may read in round ``round_index`` or later."""
+        tau = int(self.hparams.tau)
+        if tau == 0:
+            return round_index + 1  # no external step: GH is never read
+        return round_index - tau if self.hparams.external_rounds == "paper" else round_index + 1 - tau
+
+    def forget_history(self, previous: int, round_index: int) -> None:
+        """Zero the GH rows no round after ``round_index`` reads (t_k < ``first_round_read(t+1)``):
+        a checkpoint then leaves them out, and a resumed run holds the same state as an
+        uninterrupted one. Only the rows that fell out since the ``previous`` round that stored
+        GH rows are touched; t_k is kept."""
+        older = max(self.first_round_read(previous + 1), 0) if previous >= 0 else 0
+        stale = (self.last_seen >= older) & (self.last_seen < self.first_round_read(round_index + 1))
+        if bool(stale.any()):
+            self.history[stale.to(self.history.device)] = 0
+
+    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
+        """GH rows a checkpoint after ``rounds_completed`` rounds must hold: clients last seen in
+        the window of a later round, less the clients that answer the next round (their rows are
+        replaced by their new update before Alg. 3 reads them; sampling and dropout are pure
+        functions of (seed, round)). With an attacker, which may add clients, the whole window."""
+        if rounds_completed is None:
+            return super().history_rows_to_keep(rounds_completed)
+        needed = self.last_seen >= max(self.first_round_read(rounds_completed), 0)
+        if self.attacker is None and bool(needed.any()):
+            num_clients = int(self.last_seen.shape[0])
+            answering = self.drop_clients(rounds_completed, self.sample_clients(rounds_completed, num_clients))
+            needed[answering.to(needed.device)] = False
+        return torch.nonzero(needed).flatten()
 
     def projection_order(self, losses: torch.Tensor, round_index: int) -> torch.Tensor:
         """PO_t as positions in the round: ascending loss (the paper), random or reverse."""
@@ -148,10 +187,11 @@ class FedFV(FederatedModule):
         last_seen[payload.clients.to(last_seen.device)] = payload.round  # line 4: t_k <- t for k in S_t
         rows = torch.nonzero((last_seen >= window.start) & (last_seen < window.stop)).flatten()
         rows = rows[torch.argsort(last_seen[rows], stable=True)]  # grouped by round, oldest first
-        recent = self.history_rows(rows, gt)  # GH[k] of the clients last seen in the window
         position = torch.full_like(last_seen, -1)
         position[payload.clients.to(last_seen.device)] = torch.arange(payload.num_clients, device=last_seen.device)
         current = position[rows] >= 0
+        recent = torch.empty(len(rows), gt.shape[0], dtype=gt.dtype, device=gt.device)
+        recent[~current.to(gt.device)] = self.history_rows(rows[~current], gt)  # GH[k], clients last seen in the window
         if bool(current.any()):  # this round's GH rows: its updates, rounded as storing them would
             stored = payload.updates[position[rows][current].to(gt.device)].to(self.history.dtype)
             recent[current.to(recent.device)] = stored.to(recent.dtype)

@@ -256,6 +256,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """Also keep the global generators: the per-round streams are pure functions of
         (seed, round), but stochastic layers (dropout, drop-path) draw from the global one."""
         checkpoint["fl_rng"] = global_generator_states()
+        self.compact_history(checkpoint)  # only the history rows still to be read (core.state)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Creates the declared per-client state with the checkpoint's shapes (``load_from_checkpoint``
@@ -263,6 +264,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         state = checkpoint.get("state_dict", {})
         for name in _LEGACY_BUFFERS:  # checkpoints written before the diagnostics were callbacks
             state.pop(name, None)
+        self.expand_history(checkpoint)
         self.materialise_from_checkpoint(state)
         if checkpoint.get("fl_rng") is not None:
             restore_global_generators(checkpoint["fl_rng"])

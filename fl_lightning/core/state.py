@@ -5,6 +5,11 @@ An algorithm declares each piece of state in its ``__init__`` with
 K (``setup``), or with the checkpoint's shape when one is loaded before any setup
 (``load_from_checkpoint``). Buffers are checkpointed by Lightning like any other, and a
 state declared with ``offload=True`` stays in host memory when the module moves to a GPU.
+
+The (K, d) client history is checkpointed compactly: only the rows the algorithm can still read
+(``history_rows_to_keep``; by default every client ever seen), with their indices; loading puts
+them back in a (K, d) buffer of zeros, and a row left out raises if it is ever read before being
+written again. Checkpoints holding the whole buffer (written before) load unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+COMPACT_HISTORY_KEY = "fl_compact_history"  # checkpoint entry: {"rows": kept row ids, "num_clients": K}
 
 HISTORY_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                                           "float16": torch.float16}
@@ -110,6 +117,15 @@ class ClientStateMixin(nn.Module):
 
     def history_rows(self, clients: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """Rows of ``history`` for ``clients``, on ``like``'s device and in its dtype."""
+        missing = self.__dict__.get("_history_missing")
+        if missing is not None and bool(missing[clients.cpu()].any()):
+            left_out = clients.cpu()[missing[clients.cpu()]].tolist()
+            raise RuntimeError(
+                f"the history rows of clients {left_out} were left out of the checkpoint this fit resumed from "
+                f"(history_rows_to_keep of {type(self).__name__} said they would not be read before being written "
+                "again), but they are read now, so the resumed run would not be exact; resume from a checkpoint "
+                "holding them or start the fit again, and report this as a bug"
+            )
         rows = self.history[clients.to(self.history.device)]
         return rows.to(device=like.device, dtype=like.dtype, non_blocking=True)
 
@@ -117,3 +133,44 @@ class ClientStateMixin(nn.Module):
         """history[clients] <- updates (in the storage dtype/device); last_seen[clients] <- round."""
         self.history[clients.to(self.history.device)] = updates.to(self.history.device, self.history.dtype)
         self.last_seen[clients.to(self.last_seen.device)] = round_index
+        missing = self.__dict__.get("_history_missing")
+        if missing is not None:
+            missing[clients.cpu()] = False
+
+    # ----------------------------------------------------------- compact checkpoints
+    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
+        """Ids of the history rows a checkpoint taken after ``rounds_completed`` rounds (None:
+        not known) must hold: those the algorithm may read before writing them again. Here every
+        client ever seen (FedLF and FedMDFG read any absent client's last upload); FedFV keeps fewer."""
+        return torch.nonzero(self.last_seen >= 0).flatten()
+
+    def compact_history(self, checkpoint: dict[str, Any]) -> None:
+        """Replaces the checkpoint's (K, d) ``history`` by the rows ``history_rows_to_keep`` names
+        (the rounds completed are the fit loop's, as the checkpoint records them)."""
+        state = checkpoint.get("state_dict", {})
+        history = state.get("history")
+        if "history" not in self.declared_client_states() or history is None or "last_seen" not in state:
+            return
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+        rounds_completed = progress.get("processed")
+        rows = self.history_rows_to_keep(rounds_completed).to(torch.long).cpu().sort().values
+        if len(rows) == history.shape[0]:
+            return  # every row is needed: the buffer as it is
+        state["history"] = history[rows.to(history.device)].clone()
+        checkpoint[COMPACT_HISTORY_KEY] = {"rows": rows, "num_clients": int(history.shape[0])}
+
+    def expand_history(self, checkpoint: dict[str, Any]) -> None:
+        """Undoes ``compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the
+        rows left out, which ``history_rows`` refuses to read until they are written again."""
+        compact = checkpoint.pop(COMPACT_HISTORY_KEY, None)
+        state = checkpoint.get("state_dict", {})
+        self.__dict__["_history_missing"] = None
+        if compact is None or "history" not in state:
+            return
+        rows, kept = compact["rows"].to(torch.long).cpu(), state["history"]
+        full = torch.zeros((compact["num_clients"], *kept.shape[1:]), dtype=kept.dtype)
+        full[rows] = kept.cpu()
+        state["history"] = full
+        missing = torch.ones(compact["num_clients"], dtype=torch.bool)
+        missing[rows] = False
+        self.__dict__["_history_missing"] = missing

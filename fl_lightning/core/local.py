@@ -3,9 +3,11 @@
 Two engines compute the same thing:
 
 * ``VectorisedEngine`` trains all clients of a round in lockstep: parameters are stacked
-  into tensors [m, ...], one ``torch.func.vmap`` forward pass evaluates every client's
-  minibatch loss under its own parameters, and one backward pass gives every client's
-  gradient. Clients are ordered by their number of
+  into tensors [m, ...], one forward pass evaluates every client's minibatch loss under
+  its own parameters, and one backward pass gives every client's gradient. The forward
+  pass is the model's stacked form (``fl_lightning.models.stacked``: batched matmuls and
+  grouped convolutions, plain autograd) when every submodule has a stacked rule, and
+  ``torch.func.vmap`` over ``functional_call`` otherwise. Clients are ordered by their number of
   steps so that, at step s, the clients that still have a batch form a prefix of the
   stack: later steps only touch that prefix (slices are views, updates are in place), so
   a client with 3 batches costs 3 steps of work, not ``max_steps``.
@@ -32,6 +34,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fl_lightning.core.flat import ParameterLayout
+from fl_lightning.models.stacked import StackedForward, stacked_forward
 
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
 #           global_params {name: [...]}) -> every client's minibatch loss (m,)
@@ -232,8 +235,28 @@ def check_clients_per_chunk(clients_per_chunk: int | str | None) -> None:
         )
 
 
+FORWARD_KINDS = ("auto", "stacked", "vmap")
+StepForward = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
+
+
+def sgd_step(
+    params: list[torch.Tensor], grads: list[torch.Tensor], momentum: list[torch.Tensor] | None, sgd: LocalSGD
+) -> None:
+    """One in-place SGD step over tensor lists with ``torch._foreach_*`` (one fused kernel
+    launch per operation instead of a Python loop over tensors), with
+    ``torch.optim.SGD``'s semantics: d = g + λw; with momentum μ, b ← μb + d (dampening 0;
+    b starts at 0, so the first step stores d as ``SGD`` does); w ← w − lr·(b or d)."""
+    if sgd.weight_decay:
+        grads = torch._foreach_add(grads, params, alpha=sgd.weight_decay)
+    if momentum is not None:
+        torch._foreach_mul_(momentum, sgd.momentum)
+        torch._foreach_add_(momentum, grads)
+        grads = momentum
+    torch._foreach_add_(params, grads, alpha=-sgd.lr)
+
+
 class VectorisedEngine:
-    """All clients of a round in lockstep with torch.func (see module docstring).
+    """All clients of a round in lockstep (see module docstring).
 
     Args:
         clients_per_chunk: how many clients train together; ``None`` = all of the round's
@@ -243,20 +266,44 @@ class VectorisedEngine:
             until memory runs out. When a chunk runs out of memory it is retried in
             halves (``oom_retries`` counts them), down to one client at a time.
         autocast: ``None``, ``"bf16"`` or ``"fp16"``: mixed precision for the forward pass.
+        forward: ``"auto"`` (the model's stacked form when it has one, else vmap),
+            ``"stacked"`` (required: an error says which submodule has no rule) or ``"vmap"``.
 
     After ``train``, ``chunk_size`` is the chunk size that was used (the last one that
-    fitted in memory).
+    fitted in memory), ``forward_kind`` is ``"stacked"`` or ``"vmap"`` and
+    ``forward_reason`` says why vmap was used (None otherwise).
     """
 
     name = "vectorised"
 
-    def __init__(self, clients_per_chunk: int | str | None = None, autocast: str | None = None) -> None:
+    def __init__(
+        self, clients_per_chunk: int | str | None = None, autocast: str | None = None, forward: str = "auto"
+    ) -> None:
         check_clients_per_chunk(clients_per_chunk)
         autocast_context(torch.device("cpu"), autocast)  # validates the name
+        if forward not in FORWARD_KINDS:
+            raise ValueError(f"unknown forward {forward!r}; valid: {', '.join(map(repr, FORWARD_KINDS))}")
         self.clients_per_chunk = clients_per_chunk
         self.autocast = autocast
+        self.forward = forward
         self.chunk_size: int | None = None
         self.oom_retries = 0
+        self.forward_kind: str | None = None
+        self.forward_reason: str | None = None
+
+    def step_forward(self, model: nn.Module) -> StackedForward | None:
+        """The stacked forward of ``model``, or None for vmap (``forward_kind``/``forward_reason``
+        record which and why)."""
+        if self.forward == "vmap":
+            stacked, reason = None, "forward='vmap' was asked for"
+        else:
+            stacked, reason = stacked_forward(model)
+            if stacked is None and self.forward == "stacked":
+                raise ValueError(f"forward='stacked' but the model has no stacked form: {reason}; "
+                                 "register a rule (fl_lightning.models.stacked.register_stacked_rule) "
+                                 "or use forward='auto' to fall back to vmap")
+        self.forward_kind, self.forward_reason = ("vmap", reason) if stacked is None else ("stacked", None)
+        return stacked
 
     def train(
         self,
@@ -287,6 +334,7 @@ class VectorisedEngine:
         else:
             chunk = min(m, int(self.clients_per_chunk or m))
         is_stacked, anchor = resolve_start(start, anchor, m, layout)
+        forward = self.step_forward(model)
         trained = {n: torch.empty(m, *p.shape, dtype=p.dtype, device=p.device) for n, p in anchor.items()}
         first = 0
         while first < m:
@@ -301,7 +349,7 @@ class VectorisedEngine:
                     model, chunk_start, anchor,
                     shards.x, shards.y, shards.index[rows], shards.sizes[rows],
                     [shards.sizes_cpu[k] for k in members], [steps[k] for k in members],
-                    order[:, members], sgd, objective, self.autocast,
+                    order[:, members], sgd, objective, self.autocast, forward,
                 )
             except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
                 if not is_out_of_memory(error) or chunk == 1:
@@ -335,9 +383,11 @@ class VectorisedEngine:
         sgd: LocalSGD,
         objective: ClientObjective,
         autocast: str | None = None,
+        stacked: StackedForward | None = None,
     ) -> dict[str, torch.Tensor]:
         """Local SGD of clients sorted by descending ``steps``, all stacked together;
-        ``params`` (stacked, owned by this call) are updated in place and returned."""
+        ``params`` (stacked, owned by this call) are updated in place and returned.
+        ``stacked``: the model's stacked forward (None: vmap over ``functional_call``)."""
         device = x.device
         width = index.shape[1] if sgd.batch_size is None else min(sgd.batch_size, index.shape[1])
         # active[s]: clients that still have a batch at step s (a prefix, as steps descend);
@@ -351,15 +401,20 @@ class VectorisedEngine:
             active[s] += active[s + 1]
         positions = torch.arange(index.shape[1], device=device)
         valid = (positions < sizes.unsqueeze(1)).to(x.dtype)  # (m, max_n): the first n_i positions
-        buffers = dict(model.named_buffers())
-        momentum = {n: torch.zeros_like(p) for n, p in params.items()} if sgd.momentum else None
+        names = list(params)
+        momentum = [torch.zeros_like(p) for p in params.values()] if sgd.momentum else None
 
-        # vmap runs the forward pass of every client under its own parameters; the
-        # objective sees batched logits, and one backward pass of the summed losses gives
-        # every client's own gradient (client i's loss depends on its parameters alone).
-        forward = vmap(
-            lambda p, xb: functional_call(model, (p, buffers), (xb,)), randomness="different"
-        )
+        # The forward pass runs every client under its own parameters; the objective sees
+        # batched logits, and one backward pass of the summed losses gives every client's
+        # own gradient (client i's loss depends on its parameters alone).
+        forward: StepForward
+        if stacked is not None:
+            forward = stacked
+        else:
+            buffers = dict(model.named_buffers())
+            forward = vmap(
+                lambda p, xb: functional_call(model, (p, buffers), (xb,)), randomness="different"
+            )
 
         for epoch in range(sgd.epochs):
             samples = index.gather(1, order[epoch].to(device))  # (m, max_n) sample ids, shuffled
@@ -370,20 +425,13 @@ class VectorisedEngine:
                     # padding points at other clients' samples: blank it, so that a
                     # non-finite sample can only ever affect its own client
                     xb = torch.where(mask.view(*mask.shape, *[1] * (xb.dim() - 2)) > 0, xb, 0.0)
-                live = {n: p[:a].detach().requires_grad_() for n, p in params.items()}
+                prefix = [params[n][:a] for n in names]  # views: the update lands in params
+                live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
                 with autocast_context(device, autocast):
                     total = objective(forward(live, xb), yb, mask, live, anchor).sum()
                 grads = torch.autograd.grad(total, list(live.values()))
                 with torch.no_grad():
-                    for (name, p), g in zip(params.items(), grads):
-                        p = p[:a]
-                        if sgd.weight_decay:
-                            g = g.add(p, alpha=sgd.weight_decay)
-                        if momentum is not None:
-                            buf = momentum[name][:a]
-                            buf.mul_(sgd.momentum).add_(g)
-                            g = buf
-                        p.sub_(g, alpha=sgd.lr)
+                    sgd_step(prefix, list(grads), None if momentum is None else [b[:a] for b in momentum], sgd)
         return params
 
 

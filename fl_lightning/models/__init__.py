@@ -4,7 +4,8 @@ Importing this package registers every ``fl_*`` model in timm's registry, so
 ``timm.create_model("fl_cnn_cifar", num_classes=10, input_shape=(3, 32, 32))`` works.
 Every model takes a batch ``(B, *input_shape)`` and returns logits ``(B, num_classes)``;
 none has BatchNorm or buffers that change in ``forward`` (the vectorised federated engine
-runs clients with ``torch.func.functional_call`` + ``vmap``), and none has pretrained weights.
+runs clients with their stacked forms, ``models/stacked.py``, or ``torch.func.vmap``), and
+none has pretrained weights.
 
 =========================  ==================================================  =============
 name                       model                                               default input

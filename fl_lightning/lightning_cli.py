@@ -11,8 +11,9 @@ and after the last, and logged to the fit's MLflow run. A new run is named after
 (``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``) unless
 ``--trainer.logger.init_args.run_name`` names it; a continued run keeps its name.
 
-A checkpoint is saved after every round (``last.ckpt`` beside the per-round one, under
-``checkpoints/<experiment id>/<run id>/checkpoints/``); ``--ckpt_path`` resumes from it, exactly,
+A checkpoint, ``last.ckpt``, is saved every few rounds (as often as costs at most 10% of the fit's
+time), after the last one and when a fit is stopped or fails (the last round it completed), under
+``checkpoints/<experiment id>/<run id>/checkpoints/``; ``--ckpt_path`` resumes from it, exactly,
 and the resumed fit keeps logging into the interrupted fit's MLflow run.
 
 This module is the LightningCLI wiring only: parsing, the one command, one-line errors
@@ -36,6 +37,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
+from fl_lightning.callbacks.checkpointing import default_checkpoint
 from fl_lightning.callbacks.tracking import (
     FitReport,
     MLflowFitSetup,
@@ -265,6 +267,9 @@ class FederatedCLI(LightningCLI):
             self.parser.error(str(error))
         config = self.config_init.get(self.subcommand) if self.subcommand else self.config_init
         loggers = self.mlflow_setup.trainer_loggers(config.trainer.get("logger"), self.model, self.datamodule)
+        self.trainer_defaults["callbacks"] = [  # RoundCheckpoint, unless the user configured a ModelCheckpoint
+            *self.trainer_defaults["callbacks"],
+            *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"))]
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})
 
 

@@ -71,6 +71,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
+from fl_lightning.callbacks.checkpointing import RoundCheckpoint
 from fl_lightning.callbacks.hparams import mlflow_params
 from fl_lightning.callbacks.mlflow_run import (
     CHECKPOINT_KEY,
@@ -568,18 +569,24 @@ def release_interrupted_calls(exception: BaseException) -> None:
 
 
 def last_checkpoint(trainer: pl.Trainer) -> Path | None:
-    """Where the fit's checkpoint callback keeps ``last.ckpt`` (absolute; None without one)."""
+    """The checkpoint a stopped fit resumes from (absolute; None without one): ``last.ckpt`` of a
+    checkpoint callback that keeps one, else the latest (or best) file a configured one wrote."""
     checkpoint = trainer.checkpoint_callback
     if not isinstance(checkpoint, ModelCheckpoint) or not checkpoint.dirpath:
         return None
+    if not checkpoint.save_last:
+        written = checkpoint.last_model_path or checkpoint.best_model_path
+        return Path(written).absolute() if written else None
     return (Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}").absolute()
 
 
 class FitReport(Callback):
     """What a command-line fit says (rank 0): at the start, the checkpoint a stopped or killed
     fit resumes from and the command that resumes it; when it stops, the command again; at the
-    end, the last checkpoint and the MLflow UI links of every run. A lone default
-    ``ModelCheckpoint`` also keeps ``last.ckpt``, every round (Lightning's ``save_last``).
+    end, the last checkpoint and the MLflow UI links of every run. The checkpoint is the CLI's
+    :class:`~fl_lightning.callbacks.checkpointing.RoundCheckpoint` (``last.ckpt`` every N rounds;
+    a stopping fit first writes the last round it completed), or the ``ModelCheckpoint`` the user
+    configured, as configured.
 
     Ctrl-C and SIGTERM stop the fit the same way (SIGTERM raises ``KeyboardInterrupt`` while the
     fit trains): Lightning ends it (exit status 1) and its MLflow runs end KILLED, their metrics
@@ -589,16 +596,11 @@ class FitReport(Callback):
         self.command_args = [str(arg) for arg in command_args]
         self.stopper: StopOnSignal | None = None
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        checkpoints = [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)]  # type: ignore[attr-defined]
-        if len(checkpoints) == 1 and checkpoints[0].save_last is None and checkpoints[0].monitor is None:
-            checkpoints[0].save_last = True
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last = last_checkpoint(trainer)
-        if not trainer.is_global_zero or last is None:
+        if not trainer.is_global_zero or last is None or not trainer.checkpoint_callback.save_last:  # type: ignore[union-attr]
             return
-        print(f"Checkpoint after every round: {last}\nIf the fit stops, resume it with:  "
+        print(f"Checkpoint: {last}\nIf the fit stops, resume it with:  "
               f"{resume_command(self.command_args, str(last))}", flush=True)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -619,12 +621,18 @@ class FitReport(Callback):
             release_interrupted_calls(exception)
             for logger in mlflow_loggers(trainer):
                 end_killed(logger)  # Lightning finalizes the loggers next, as "failed"
+        rounds = None
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, RoundCheckpoint):  # the last completed round, before it is reported
+                callback.save_unsaved_round(trainer)
+                rounds = callback.rounds_saved
         last = last_checkpoint(trainer)
         if not trainer.is_global_zero or last is None:
             return
         how = "was stopped" if stopped else f"failed ({type(exception).__name__})"
         if last.is_file():
-            print(f"\nThe fit {how}; its last checkpoint is {last}\nresume it with:  "
+            after = f" (after round {rounds})" if rounds else ""
+            print(f"\nThe fit {how}; its last checkpoint{after} is {last}\nresume it with:  "
                   f"{resume_command(self.command_args, str(last))}", flush=True)
         else:
             print(f"\nThe fit {how} before its first checkpoint: nothing to resume", flush=True)

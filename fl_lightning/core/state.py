@@ -14,7 +14,8 @@ written again. Checkpoints holding the whole buffer (written before) load unchan
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +152,8 @@ class ClientStateMixin(nn.Module):
         history = state.get("history")
         if "history" not in self.declared_client_states() or history is None or "last_seen" not in state:
             return
+        if self.__dict__.get("_compaction_deferred"):
+            return  # a checkpoint kept in memory: compacted when it is written
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
         rounds_completed = progress.get("processed")
         rows = self.history_rows_to_keep(rounds_completed).to(torch.long).cpu().sort().values
@@ -158,6 +161,16 @@ class ClientStateMixin(nn.Module):
             return  # every row is needed: the buffer as it is
         state["history"] = history[rows.to(history.device)].clone()
         checkpoint[COMPACT_HISTORY_KEY] = {"rows": rows, "num_clients": int(history.shape[0])}
+
+    @contextlib.contextmanager
+    def compaction_deferred(self) -> Iterator[None]:
+        """Checkpoints dumped inside keep the whole history buffer (by reference, no copy);
+        ``compact_history`` them before writing, while the buffer is unchanged."""
+        self.__dict__["_compaction_deferred"] = True
+        try:
+            yield
+        finally:
+            self.__dict__["_compaction_deferred"] = False
 
     def expand_history(self, checkpoint: dict[str, Any]) -> None:
         """Undoes ``compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the

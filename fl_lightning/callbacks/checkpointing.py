@@ -1,0 +1,193 @@
+"""The command line's checkpoint: one ``last.ckpt``, written every N rounds, N chosen from its cost.
+
+Lightning's default :class:`~lightning.pytorch.callbacks.ModelCheckpoint` keeps the best
+``epoch=N-step=N.ckpt`` and, with ``save_last``, an identical ``last.ckpt``, both rewritten every
+epoch (here a round). :class:`RoundCheckpoint` keeps ``last.ckpt`` only and writes it after the
+first round of the fit, then every ``every_n_rounds`` rounds and after the last one; by default N
+is chosen after the second round so that writing takes at most ``time_budget`` of the fit's time
+(N = ⌈write seconds / (budget · round seconds)⌉). The rounds in between are not lost on a Ctrl-C,
+a SIGTERM or a failure: the checkpoint of the last completed round is kept in memory (the
+tensors by reference, checked unchanged through their version counters, everything else copied)
+and written when the fit ends on an exception, if the round that was running has not yet
+changed any of it. A resumed fit re-runs the rounds after its checkpoint, bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class RoundCheckpoint(ModelCheckpoint):
+    """``last.ckpt`` only (``save_top_k=0, save_last=True``), every N rounds and after the last.
+
+    Args:
+        every_n_rounds: write every N rounds; None chooses N from the cost of the first write.
+        time_budget: the share of the fit's time the writes may take when N is chosen (0.1).
+        **kwargs: :class:`~lightning.pytorch.callbacks.ModelCheckpoint`'s (``dirpath``, ...).
+    """
+
+    def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1, **kwargs: Any) -> None:
+        if every_n_rounds is not None and (int(every_n_rounds) != every_n_rounds or every_n_rounds < 1):
+            raise ValueError(f"every_n_rounds must be an integer >= 1 (or None: chosen from the cost of a write), "
+                             f"got {every_n_rounds}")
+        if not 0 < time_budget < 1:
+            raise ValueError(f"time_budget must be in (0, 1) (the share of the fit's time writes may take; "
+                             f"default 0.1), got {time_budget}")
+        kwargs.setdefault("save_last", True)
+        kwargs.setdefault("save_top_k", 0)
+        super().__init__(**kwargs)
+        self.every_n_rounds = every_n_rounds
+        self.fixed_interval = every_n_rounds is not None
+        self.time_budget = time_budget
+        self.write_seconds: float | None = None  # the fit's first write
+        self.round_seconds: float | None = None  # a round after the first, without its write
+        self.rounds_saved: int | None = None  # rounds completed by the last checkpoint written
+        self._round_started: float | None = None
+        self._rounds_in_fit = 0
+        self._unsaved: tuple[dict[str, Any], list[tuple[torch.Tensor, int]]] | None = None
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's default checkpoint's key: a fit resumed from a checkpoint it wrote restores
+        ``last_model_path`` (and keeps writing ``last.ckpt``, not ``last-v1.ckpt``)."""
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self.write_seconds = self.round_seconds = None
+        self._rounds_in_fit, self._unsaved = 0, None
+        if not self.fixed_interval:
+            self.every_n_rounds = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._round_started = time.perf_counter()
+
+    # ------------------------------------------------------------------ when to write
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._should_skip_saving_checkpoint(trainer) and self._should_save_on_train_epoch_end(trainer):
+            self.round_end(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._should_skip_saving_checkpoint(trainer) and not self._should_save_on_train_epoch_end(trainer):
+            self.round_end(trainer)
+
+    def round_end(self, trainer: pl.Trainer) -> None:
+        """At the end of every round (where ModelCheckpoint would save): write ``last.ckpt``, or
+        keep the round's checkpoint in memory."""
+        if not self.save_last:
+            return
+        rounds_done = trainer.current_epoch + 1
+        self._rounds_in_fit += 1
+        if self._rounds_in_fit == 2 and self._round_started is not None:
+            self.round_seconds = time.perf_counter() - self._round_started
+            self.choose_interval(trainer)
+        if not self.due(trainer, rounds_done):
+            self._unsaved = self.snapshot(trainer)
+            return
+        started = time.perf_counter()
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        first = self.write_seconds is None
+        self.write_seconds = time.perf_counter() - started  # the latest: histories make later ones larger
+        self.rounds_saved, self._unsaved = rounds_done, None
+        if not first:
+            self.choose_interval(trainer)
+
+    def due(self, trainer: pl.Trainer, rounds_done: int) -> bool:
+        """The fit's first round, every N rounds, the last round and a stopping fit's round."""
+        last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= rounds_done
+        if self.write_seconds is None or last or trainer.should_stop:
+            return True
+        return self.every_n_rounds is not None and rounds_done % self.every_n_rounds == 0
+
+    def choose_interval(self, trainer: pl.Trainer) -> None:
+        """N = ⌈write seconds / (budget · round seconds)⌉ from the latest write; raised (never
+        lowered) when a write costs more, and said when it changes. A given N is kept."""
+        if self.fixed_interval or self.write_seconds is None or self.round_seconds is None:
+            return
+        rounds = max(1, math.ceil(self.write_seconds / (self.time_budget * max(self.round_seconds, 1e-9))))
+        if self.every_n_rounds is not None and rounds <= self.every_n_rounds:
+            return
+        first, self.every_n_rounds = self.every_n_rounds is None, rounds
+        if not trainer.is_global_zero:
+            return
+        if first:
+            print(f"\nCheckpoint every {rounds} round(s) and after the last: writing it took {self.write_seconds:.2f} s "
+                  f"and a round {self.round_seconds:.2f} s (at most {self.time_budget:.0%} of the fit's time)",
+                  flush=True)
+        else:
+            print(f"\nCheckpoint now every {rounds} rounds (a write took {self.write_seconds:.2f} s)", flush=True)
+
+    # ------------------------------------------------------------------ the round kept in memory
+    def snapshot(self, trainer: pl.Trainer) -> tuple[dict[str, Any], list[tuple[torch.Tensor, int]]]:
+        """This round's checkpoint, as a write now would hold it, with its tensors' versions."""
+        module = trainer.lightning_module
+        deferred = getattr(module, "compaction_deferred", contextlib.nullcontext)  # core.state: no copy of the history
+        with deferred():
+            checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # what save_checkpoint writes
+        tensors: list[tuple[torch.Tensor, int]] = []
+        return copy_containers(checkpoint, tensors), tensors
+
+    def save_unsaved_round(self, trainer: pl.Trainer) -> bool:
+        """Write the last completed round kept in memory to ``last.ckpt`` (through a temporary file,
+        so an interrupted write leaves the previous one), if none of its tensors changed since.
+        Returns whether it was written."""
+        if self._unsaved is None or not self.dirpath:
+            return False
+        checkpoint, tensors = self._unsaved
+        self._unsaved = None
+        if any(tensor._version != version for tensor, version in tensors):
+            return False  # the running round had begun changing the state: not the round's end
+        compact = getattr(trainer.lightning_module, "compact_history", None)
+        if compact is not None:
+            compact(checkpoint)
+        path = Path(self.last_model_path or Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
+        partial = path.with_name(path.name + ".partial")
+        try:
+            trainer.strategy.save_checkpoint(checkpoint, partial)
+            if trainer.is_global_zero:
+                os.replace(partial, path)
+        except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
+            print(f"could not write the checkpoint of round {int(checkpoint.get('epoch', -1)) + 1}: {error}", flush=True)
+            return False
+        self.last_model_path = str(path)
+        self.rounds_saved = int(checkpoint.get("epoch", -1)) + 1
+        return True
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.save_unsaved_round(trainer)
+
+
+def copy_containers(value: Any, tensors: list[tuple[torch.Tensor, int]]) -> Any:
+    """``value`` with its dicts, lists and tuples copied and other objects deep-copied; tensors are
+    kept (not copied) and listed with their version counter, which in-place changes increase."""
+    if isinstance(value, torch.Tensor):
+        tensors.append((value, value._version))
+        return value
+    if isinstance(value, dict):
+        copied = {key: copy_containers(item, tensors) for key, item in value.items()}
+        try:
+            return type(value)(copied)
+        except TypeError:
+            return copied
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        return type(value)(copy_containers(item, tensors) for item in value)
+    return copy.deepcopy(value)
+
+
+def default_checkpoint(configured_callbacks: Any, enable_checkpointing: bool | None) -> list[RoundCheckpoint]:
+    """The CLI's checkpoint: a :class:`RoundCheckpoint`, unless checkpointing is off or the user
+    configured a ``ModelCheckpoint`` (``--trainer.callbacks``), which is then used as configured."""
+    callbacks = configured_callbacks if isinstance(configured_callbacks, list) else [configured_callbacks]
+    if enable_checkpointing is False or any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
+        return []
+    return [RoundCheckpoint()]

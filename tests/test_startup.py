@@ -72,3 +72,18 @@ def test_a_command_goes_to_lightning_cli(capsys):
         cli.main(["validate"])
     assert exit.value.code == 2
     assert "not a command here" in capsys.readouterr().err
+
+
+def test_only_the_console_script_freezes_the_collector(capsys):
+    """``main()`` (the console script) freezes the objects made by its imports and its fit
+    (gc.freeze: no collection walks them again, nor the exit); ``main(args)`` in-process does not."""
+    import gc
+
+    frozen = gc.get_freeze_count()
+    with pytest.raises(SystemExit):
+        cli.main(["validate"])
+    assert gc.get_freeze_count() == frozen
+    script = ("import gc, sys\nsys.argv = ['fl-lightning', 'validate']\nfrom fl_lightning.cli import main\n"
+              "try:\n    main()\nexcept SystemExit:\n    print(gc.get_freeze_count())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert int(done.stdout.split()[-1]) > 100_000, done.stderr

@@ -5,7 +5,6 @@ two fits started together on one fresh SQLite store both land."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -47,10 +46,15 @@ def start(command: list[str], folder: Path, log: Path) -> subprocess.Popen:
 
 
 def rounds_checkpointed(folder: Path) -> int:
-    """Rounds done according to the newest per-round checkpoint (``epoch=K-step=S.ckpt``)."""
-    epochs = [int(m.group(1)) for p in folder.glob("checkpoints/*/*/checkpoints/epoch=*.ckpt")
-              if (m := re.match(r"epoch=(\d+)-", p.name))]
-    return max(epochs, default=-1) + 1
+    """Rounds done according to the fit's ``last.ckpt`` (0 before it exists or while it is written)."""
+    import torch
+
+    for path in folder.glob("checkpoints/*/*/checkpoints/last.ckpt"):
+        try:
+            return int(torch.load(path, map_location="cpu", weights_only=False)["epoch"]) + 1
+        except Exception:  # noqa: BLE001 - a file being written: try again
+            return 0
+    return 0
 
 
 def experiment_runs(uri: str, name: str = "fl-lightning") -> list:

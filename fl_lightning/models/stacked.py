@@ -205,16 +205,19 @@ def _sequential(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tens
 
 @register_stacked_rule(nn.Linear)
 def _linear(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    """x W_iᵀ + b_i for every client i: one ``baddbmm`` over [m, B*, in]."""
+    """x W_iᵀ + b_i for every client i: one batched matmul over [m, B*, in].
+
+    Written as (W_i xᵀ)ᵀ so that autograd's weight gradient g_outᵀ x comes out contiguous
+    in W's own [m, out, in] layout (the SGD step then streams through memory)."""
     weight = call.param(module, prefix, "weight")
     bias = call.param(module, prefix, "bias")
     assert weight is not None
-    rows = x.reshape(x.shape[0], -1, x.shape[-1])
+    columns = x.reshape(x.shape[0], -1, x.shape[-1]).transpose(1, 2)  # [m, in, B*]
     if bias is None:
-        y = torch.bmm(rows, weight.transpose(1, 2))
+        y = torch.bmm(weight, columns)
     else:
-        y = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
-    return y.view(*x.shape[:-1], weight.shape[1])
+        y = torch.baddbmm(bias.unsqueeze(2), weight, columns)
+    return y.transpose(1, 2).reshape(*x.shape[:-1], weight.shape[1])
 
 
 def grouped_conv2d(

@@ -164,3 +164,19 @@ def test_a_configured_model_checkpoint_replaces_the_default():
     assert default_checkpoint(None, False) == []
     with pytest.raises(ValueError, match="every_n_rounds"):
         RoundCheckpoint(every_n_rounds=0)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("configured", [False, True])
+def test_cli_keeps_last_only_unless_a_model_checkpoint_is_configured(configured, tmp_path, monkeypatch, capsys):
+    from fl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    own = ["--trainer.callbacks=ModelCheckpoint", "--trainer.callbacks.save_top_k=-1"] if configured else []
+    main(["fit", f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path / 'runs.db'}", "--model.num_rounds=3",
+          "--model.backbone=fl_logreg", "--model.batch_size=16", "--data.source=digits", "--data.num_clients=6",
+          "--data.partition=iid", "--data.partition_params={}", *own])
+    written = sorted(p.name for p in tmp_path.glob("checkpoints/*/*/checkpoints/*"))
+    assert written == (["epoch=0-step=1.ckpt", "epoch=1-step=2.ckpt", "epoch=2-step=3.ckpt"] if configured
+                       else ["last.ckpt"])
+    assert ("If the fit stops, resume it with" in capsys.readouterr().out) is not configured

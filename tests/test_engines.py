@@ -50,13 +50,15 @@ def prox(mu):
     return objective
 
 
-def run_both(sizes, sgd, objective=ce, nan_padding=False, clients_per_chunk=None):
+def run_both(sizes, sgd, objective=ce, nan_padding=False, clients_per_chunk=None, forward="auto"):
     model = small_net()
     layout = ParameterLayout.of(model)
     shards = make_shards(sizes, nan_padding=nan_padding)
     order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs, torch.Generator().manual_seed(3))
     params = dict(model.named_parameters())
-    vec = VectorisedEngine(clients_per_chunk).train(model, layout, params, shards, order, sgd, objective)
+    engine = VectorisedEngine(clients_per_chunk, forward=forward)
+    vec = engine.train(model, layout, params, shards, order, sgd, objective)
+    assert engine.forward_kind == ("vmap" if forward == "vmap" else "stacked")
     seq = SequentialEngine().train(model, layout, params, shards, order, sgd, objective)
     return layout.flatten_stacked(vec), layout.flatten_stacked(seq), layout.flatten(params)
 
@@ -70,8 +72,9 @@ def run_both(sizes, sgd, objective=ce, nan_padding=False, clients_per_chunk=None
     ],
     ids=["plain", "momentum-wd-E2", "full-batch"],
 )
-def test_vectorised_equals_sequential(sgd):
-    vec, seq, start = run_both([7, 1, 12, 4, 9], sgd)
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_vectorised_equals_sequential(sgd, forward):
+    vec, seq, start = run_both([7, 1, 12, 4, 9], sgd, forward=forward)
     assert torch.allclose(vec, seq, atol=1e-5), (vec - seq).abs().max()
     assert not torch.allclose(vec, start.expand_as(vec))  # every client trained
 
@@ -91,8 +94,9 @@ def test_chunked_vectorised_equals_sequential(chunk):
     assert torch.allclose(vec, seq, atol=1e-5)
 
 
-def test_padding_never_trained_on():
-    vec, seq, _ = run_both([2, 9, 5], LocalSGD(lr=0.1, epochs=2, batch_size=4), nan_padding=True)
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_padding_never_trained_on(forward):
+    vec, seq, _ = run_both([2, 9, 5], LocalSGD(lr=0.1, epochs=2, batch_size=4), nan_padding=True, forward=forward)
     assert torch.isfinite(vec).all() and torch.isfinite(seq).all()
 
 
@@ -150,6 +154,8 @@ def test_engine_choice():
     assert choose_engine("sequential", 10, 10, 10**9).name == "sequential"
     with pytest.raises(ValueError, match="valid"):
         choose_engine("turbo", 1, 1, 1)
+    with pytest.raises(ValueError, match="unknown forward 'fast'; valid: 'auto', 'stacked', 'vmap'"):
+        VectorisedEngine(forward="fast")
 
 
 def test_per_client_starting_points_and_anchor():

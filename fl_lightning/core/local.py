@@ -247,7 +247,7 @@ def sgd_step(
     ``torch.optim.SGD``'s semantics: d = g + λw; with momentum μ, b ← μb + d (dampening 0;
     b starts at 0, so the first step stores d as ``SGD`` does); w ← w − lr·(b or d)."""
     if sgd.weight_decay:
-        grads = torch._foreach_add(grads, params, alpha=sgd.weight_decay)
+        grads = list(torch._foreach_add(grads, params, alpha=sgd.weight_decay))
     if momentum is not None:
         torch._foreach_mul_(momentum, sgd.momentum)
         torch._foreach_add_(momentum, grads)
@@ -294,6 +294,8 @@ class VectorisedEngine:
     def step_forward(self, model: nn.Module) -> StackedForward | None:
         """The stacked forward of ``model``, or None for vmap (``forward_kind``/``forward_reason``
         record which and why)."""
+        stacked: StackedForward | None
+        reason: str | None
         if self.forward == "vmap":
             stacked, reason = None, "forward='vmap' was asked for"
         else:

@@ -5,7 +5,7 @@ Lightning's default :class:`~lightning.pytorch.callbacks.ModelCheckpoint` keeps 
 epoch (here a round). :class:`RoundCheckpoint` keeps ``last.ckpt`` only and writes it after the
 first round of the fit, then every ``every_n_rounds`` rounds and after the last one; by default N
 is chosen after the second round so that writing takes at most ``time_budget`` of the fit's time
-(N = ⌈write seconds / (budget · round seconds)⌉). The rounds in between are not lost on a Ctrl-C,
+(N = ⌈write seconds / (budget · round seconds)⌉), and follows the cost of later writes. The rounds in between are not lost on a Ctrl-C,
 a SIGTERM or a failure: the checkpoint of the last completed round is kept in memory (the
 tensors by reference, checked unchanged through their version counters, everything else copied)
 and written when the fit ends on an exception, if the round that was running has not yet
@@ -18,6 +18,7 @@ import contextlib
 import copy
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ class RoundCheckpoint(ModelCheckpoint):
     """``last.ckpt`` only (``save_top_k=0, save_last=True``), every N rounds and after the last.
 
     Args:
-        every_n_rounds: write every N rounds; None chooses N from the cost of the first write.
+        every_n_rounds: write every N rounds; None: N follows the cost of the writes.
         time_budget: the share of the fit's time the writes may take when N is chosen (0.1).
         **kwargs: :class:`~lightning.pytorch.callbacks.ModelCheckpoint`'s (``dirpath``, ...).
     """
@@ -49,12 +50,14 @@ class RoundCheckpoint(ModelCheckpoint):
         self.every_n_rounds = every_n_rounds
         self.fixed_interval = every_n_rounds is not None
         self.time_budget = time_budget
-        self.write_seconds: float | None = None  # the fit's first write
-        self.round_seconds: float | None = None  # a round after the first, without its write
+        self.write_seconds: float | None = None  # the latest write
+        self.round_seconds: float | None = None  # the median round after the first, without its write
         self.rounds_saved: int | None = None  # rounds completed by the last checkpoint written
         self._round_started: float | None = None
         self._rounds_in_fit = 0
         self._unsaved: tuple[dict[str, Any], list[tuple[torch.Tensor, int]]] | None = None
+        self._chosen_first: int | None = None  # the interval said; a different final one is said at the end
+        self._round_times: list[float] = []
 
     @property
     def state_key(self) -> str:
@@ -65,7 +68,7 @@ class RoundCheckpoint(ModelCheckpoint):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         self.write_seconds = self.round_seconds = None
-        self._rounds_in_fit, self._unsaved = 0, None
+        self._rounds_in_fit, self._unsaved, self._chosen_first, self._round_times = 0, None, None, []
         if not self.fixed_interval:
             self.every_n_rounds = None
 
@@ -88,9 +91,11 @@ class RoundCheckpoint(ModelCheckpoint):
             return
         rounds_done = trainer.current_epoch + 1
         self._rounds_in_fit += 1
-        if self._rounds_in_fit == 2 and self._round_started is not None:
-            self.round_seconds = time.perf_counter() - self._round_started
-            self.choose_interval(trainer)
+        if self._rounds_in_fit >= 2 and self._round_started is not None:  # the first round warms up
+            self._round_times.append(time.perf_counter() - self._round_started)
+            self.round_seconds = statistics.median(self._round_times[-25:])
+            if self._rounds_in_fit == 2:
+                self.choose_interval(trainer)
         if not self.due(trainer, rounds_done):
             self._unsaved = self.snapshot(trainer)
             return
@@ -110,22 +115,24 @@ class RoundCheckpoint(ModelCheckpoint):
         return self.every_n_rounds is not None and rounds_done % self.every_n_rounds == 0
 
     def choose_interval(self, trainer: pl.Trainer) -> None:
-        """N = ⌈write seconds / (budget · round seconds)⌉ from the latest write; raised (never
-        lowered) when a write costs more, and said when it changes. A given N is kept."""
+        """N = ⌈write seconds / (budget · round seconds)⌉ from the latest write and the median of
+        the recent rounds (the first, warming up, left out); chosen after the second round, said
+        then, and followed at every write (histories make later writes larger). A given N is kept."""
         if self.fixed_interval or self.write_seconds is None or self.round_seconds is None:
             return
         rounds = max(1, math.ceil(self.write_seconds / (self.time_budget * max(self.round_seconds, 1e-9))))
-        if self.every_n_rounds is not None and rounds <= self.every_n_rounds:
-            return
         first, self.every_n_rounds = self.every_n_rounds is None, rounds
-        if not trainer.is_global_zero:
-            return
-        if first:
+        if first and trainer.is_global_zero:
             print(f"\nCheckpoint every {rounds} round(s) and after the last: writing it took {self.write_seconds:.2f} s "
-                  f"and a round {self.round_seconds:.2f} s (at most {self.time_budget:.0%} of the fit's time)",
-                  flush=True)
-        else:
-            print(f"\nCheckpoint now every {rounds} rounds (a write took {self.write_seconds:.2f} s)", flush=True)
+                  f"and a round {self.round_seconds:.2f} s (at most {self.time_budget:.0%} of the fit's time; "
+                  "followed as they change)", flush=True)
+        self._chosen_first = rounds if first else self._chosen_first
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if self.every_n_rounds != self._chosen_first and self._chosen_first is not None and trainer.is_global_zero:
+            print(f"\nCheckpoint interval at the end: {self.every_n_rounds} rounds (a write took "
+                  f"{self.write_seconds:.2f} s, a round {self.round_seconds:.2f} s)", flush=True)
 
     # ------------------------------------------------------------------ the round kept in memory
     def snapshot(self, trainer: pl.Trainer) -> tuple[dict[str, Any], list[tuple[torch.Tensor, int]]]:

@@ -5,9 +5,11 @@
 """
 
 from fl_lightning.algorithms.afl import AFL
+from fl_lightning.algorithms.cffl import CFFL
 from fl_lightning.algorithms.cgsv import CGSV, DW, EU, RR, Standalone
 from fl_lightning.algorithms.ditto import Ditto
 from fl_lightning.algorithms.drfl import DRFL
+from fl_lightning.algorithms.eci import ECI
 from fl_lightning.algorithms.fedavg import FedAvg
 from fl_lightning.algorithms.fedfa import FedFa
 from fl_lightning.algorithms.fedfv import FedFV
@@ -20,7 +22,7 @@ from fl_lightning.algorithms.qfedavg import QFedAvg
 from fl_lightning.algorithms.registry import ALGORITHMS, register_algorithm
 
 __all__ = [
-    "ALGORITHMS", "register_algorithm", "AFL", "CGSV", "DW", "EU", "RR", "Standalone", "Ditto", "DRFL", "FedAvg",
+    "ALGORITHMS", "register_algorithm", "AFL", "CFFL", "CGSV", "DW", "EU", "RR", "Standalone", "Ditto", "DRFL", "ECI", "FedAvg",
     "FedFa", "FedFV", "FedGini", "FedLF", "FedMDFG", "FedAvgN", "FedMGDA", "FedMGDAPlus", "MGDAProx", "FedProx",
     "QFedAvg",
 ]

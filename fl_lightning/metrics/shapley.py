@@ -20,10 +20,11 @@ float dtype for integer updates).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-__all__ = ["MAX_EXACT_AGENTS", "approximate_cgsv", "exact_cgsv", "sampled_cgsv"]
+__all__ = ["MAX_EXACT_AGENTS", "approximate_cgsv", "exact_cgsv", "exact_shapley", "sampled_cgsv", "sampled_shapley"]
 
 # eq. (2) visits 2^N coalitions (each standing for the orders in which it precedes an agent).
 MAX_EXACT_AGENTS = 10
@@ -143,3 +144,55 @@ def approximate_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None)
     norm_n = (r @ gram @ r).clamp(min=0).sqrt()
     psi = (gram @ r) / (norm_i * norm_n).clamp(min=_ZERO_NORM**2)  # <u_i, u_N> / (||u_i|| ||u_N||)
     return torch.where((norm_i <= _ZERO_NORM) | (norm_n <= _ZERO_NORM), 0.0, psi).to(_result_dtype(updates))
+
+
+# ------------------------------------------------------------- any value function
+CoalitionValue = Callable[[torch.Tensor], torch.Tensor]  # members (C, N) bool -> ν(S) (C,)
+
+
+def _valued_once(value: CoalitionValue, members: torch.Tensor) -> torch.Tensor:
+    """ν of every row of ``members``, each distinct coalition valued once (float64)."""
+    distinct, where = torch.unique(members, dim=0, return_inverse=True)
+    return value(distinct).double()[where]
+
+
+def exact_shapley(value: CoalitionValue, num_players: int) -> torch.Tensor:
+    """φ_i = Σ_{S ⊆ N∖{i}} |S|!(N−1−|S|)!/N! [ν(S ∪ {i}) − ν(S)] (Shapley 1953), exactly.
+
+    ``value`` maps coalitions, rows of a (C, N) boolean matrix, to their worth (C,); it is
+    called once with the 2^N coalitions. Returns φ (N,) in float64.
+    """
+    if not 1 <= num_players <= MAX_EXACT_AGENTS:
+        raise ValueError(f"exact_shapley values 2^N coalitions and takes 1 <= N <= {MAX_EXACT_AGENTS} players, "
+                         f"got N = {num_players}: use sampled_shapley (random orders)")
+    coalitions = torch.arange(2**num_players)
+    bits = 2 ** torch.arange(num_players)
+    members = (coalitions.unsqueeze(1) & bits) > 0
+    worth = value(members).double().cpu()
+    by_size = [math.factorial(s) * math.factorial(num_players - 1 - s) / math.factorial(num_players)
+               for s in range(num_players)] + [0.0]
+    share = torch.tensor(by_size, dtype=torch.float64)[members.sum(dim=1)]
+    gain = worth[coalitions.unsqueeze(1) | bits] - worth.unsqueeze(1)  # ν(S ∪ {i}) − ν(S)
+    return torch.where(members, 0.0, share.unsqueeze(1) * gain).sum(dim=0)
+
+
+def sampled_shapley(value: CoalitionValue, num_players: int, num_permutations: int,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """Monte-Carlo Shapley values from random orders π (Castro et al. 2009; Maleki et al. 2013):
+    φ_i ≈ mean over π of ν(S_{π,i} ∪ {i}) − ν(S_{π,i}), S_{π,i} the players before i.
+
+    ``value`` is called once with the distinct prefixes of all orders (C ≤ P(N−1) + 2 rows).
+    ``generator``: a CPU ``torch.Generator`` for reproducible orders. Returns φ (N,) in float64.
+    """
+    if num_permutations < 1:
+        raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
+    if num_players < 1:
+        raise ValueError(f"num_players must be >= 1, got {num_players}")
+    order = torch.rand(num_permutations, num_players, generator=generator).argsort(dim=1)  # π
+    position = order.argsort(dim=1)
+    prefix = torch.arange(num_players + 1)
+    members = position.unsqueeze(1) < prefix.view(1, -1, 1)  # (P, N+1, N): the first k of π
+    worth = _valued_once(value, members.view(-1, num_players)).cpu().view(num_permutations, num_players + 1)
+    gain = worth[:, 1:] - worth[:, :-1]
+    phi = torch.zeros(num_players, dtype=torch.float64).index_add_(0, order.flatten(), gain.flatten())
+    return phi / num_permutations

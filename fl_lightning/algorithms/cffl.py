@@ -1,0 +1,239 @@
+"""CFFL: collaborative fair federated learning (Lyu, Xu, Wang & Yu, "Collaborative Fairness in
+Federated Learning", arXiv 2008.12161, 2020), the validation-reputation baseline of CGSV (Xu et
+al., NeurIPS 2021, Sec. 4.1).
+
+Every party j keeps its own model w_j; the server keeps w_g and an auxiliary validation set V.
+Round t, over the reputable parties R (all N at first):
+  1. party j trains from w_j (its model keeps that training: w_j ← w_j + Δw_j) and uploads
+     Δw_j^S, the θ_u share of Δw_j with the largest magnitudes (entries clipped to ±c first);
+  2. reputations: the server scores each upload on V, either alone (``"validation"``:
+     vacc_j = acc(w_g + Δw_j^S), s_j = vacc_j / Σ_{i∈R} vacc_i), or by leaving it out
+     (``"leave_one_out"``: acc = acc(w_g + Δw_g), acc_{-j} = acc(w_g + Δw_g − a_j Δw_j^S),
+     x_j = acc / (acc + acc_{-j}), s_j = 1 / (1 + exp(−15 (x_j − 0.5))), normalised over R);
+     r_j ← φ r_j + (1 − φ) s_j, then r ← sinh(α r) / Σ_{i∈R} sinh(α r_i);
+  3. threshold: a party with r_j < κ / |R| leaves R for good (r_j = 0, nothing aggregated
+     from it, nothing downloaded), and the reputations are normalised again over R;
+  4. w_g ← w_g + Δw_g, Δw_g = Σ_{j∈R} a_j Δw_j^S, a_j = n_j / Σ_{i∈R} n_i;
+  5. reward: party j ∈ R downloads the ⌊D r_j / max_i r_i⌋ largest-magnitude entries of Δw_g
+     less its own share: w_j ← w_j + mask(Δw_g, q_j) − a_j Δw_j^S.
+
+The arXiv text was not reachable from here; the steps follow the authors' code release for it
+(github.com/XinyiYS/CollaborativeFairFederatedLearning: per-party validation accuracy, the 0.8 /
+0.2 moving average, sinh with α = 5, threshold 1/(3|R|), top-k of the whole model) and, for
+``"leave_one_out"``, the accuracy factor and sigmoid of the authors' IJCAI-20 workshop draft
+(what CGSV Sec. 4.1 describes). Our choices, where the two differ or are silent: the draft's
+(r + f)/2 average is not used (both scores go through the same moving average and sinh); the
+downloaded count is not also scaled by n_j / max n, as the release does; α stays constant.
+
+The validation set is the server's own data, so it must not be test data: ``ValidatedAgents``
+holds out ``validation_fraction`` of every agent's training samples (drawn from the module's
+seed), and the agents train on the rest; test sets and reported metrics are untouched.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import torch
+
+from fl_lightning.algorithms.cgsv import AgentModels
+from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.choices import check_choice
+from fl_lightning.core.federation_evaluation import FederationEvaluator
+from fl_lightning.core.local import ClientShards
+from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.training import ClientDataSlicer
+
+Reputation = Literal["validation", "leave_one_out"]
+VALIDATION_DRAW, SHAPLEY_ORDERS = 11, 12  # server-side random streams (the core's are 1-3)
+
+
+def server_generator(seed: int, round_index: int, stream: int) -> torch.Generator:
+    """A CPU generator for one server-side draw (as ``core.simulation.round_generator``)."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + round_index * 7_919 + stream * 104_729) % (2**63 - 1))
+
+
+class ValidatedAgents(AgentModels):
+    """Agents with their own models (``AgentModels``) and a server that holds an auxiliary
+    validation set V: ``validation_fraction`` of every agent's training samples, drawn once
+    from the seed (at least one sample from each agent with two or more; each agent keeps at
+    least one). The agents never train on V, and V is never part of a test set.
+
+    Args:
+        validation_fraction: share of each agent's training samples given to the server
+            (CFFL's experiments: 10% of the training set).
+    """
+
+    def __init__(self, *args: Any, validation_fraction: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not 0 < validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1) (the share of each agent's training "
+                             f"samples the server validates on), got {validation_fraction}")
+        self._validation: tuple[Any, SimpleNamespace, torch.Tensor] | None = None
+        self._training_slicer = ClientDataSlicer()
+
+    def validation_split(self) -> tuple[SimpleNamespace, torch.Tensor]:
+        """(the agents' training data without V, V's positions in ``train_x``), made once per
+        data tensors (again if the data moves to another device)."""
+        data = self.federated_data
+        if self._validation is not None and self._validation[0] is data.train_index:
+            return self._validation[1], self._validation[2]
+        generator = server_generator(self.hparams.seed, 0, VALIDATION_DRAW)
+        index, sizes = data.train_index.cpu(), data.train_sizes.cpu().tolist()
+        kept, held = [], []
+        for k, n in enumerate(sizes):
+            num_held = min(max(round(self.hparams.validation_fraction * n), 1), n - 1) if n > 1 else 0
+            order = torch.randperm(n, generator=generator)
+            held.append(index[k, order[:num_held]])
+            kept.append(index[k, order[num_held:]].sort().values)
+        width = max(len(rows) for rows in kept)
+        kept_index = torch.zeros(len(kept), width, dtype=torch.long)
+        for k, rows in enumerate(kept):
+            kept_index[k, : len(rows)] = rows
+        device = data.train_x.device
+        training = SimpleNamespace(train_x=data.train_x, train_y=data.train_y, train_index=kept_index.to(device),
+                                   train_sizes=torch.tensor([len(r) for r in kept], device=device))
+        validation = torch.cat(held).sort().values.to(device)
+        if validation.numel() == 0:
+            raise ValueError(f"{type(self).__name__} needs a validation set, but no agent has two training "
+                             "samples to share one: give the agents more data")
+        self._validation = (data.train_index, training, validation)
+        return training, validation
+
+    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
+        """The agents' training data less the server's validation samples."""
+        if split != "train":
+            return super().client_shards(clients, split)
+        training, _ = self.validation_split()
+        return self._training_slicer.shards(training, clients, "train")
+
+    def validation_accuracy(self, models: torch.Tensor) -> torch.Tensor:
+        """Accuracy on V of each row of ``models`` (M, d) (float64)."""
+        _, held = self.validation_split()
+        data = self.federated_data
+        m, n = models.shape[0], held.numel()
+        sets = (data.train_x, data.train_y, held.expand(m, n), torch.full((m,), n, device=held.device))
+        return FederationEvaluator(self.model, self.layout).stacked(models, sets)[1].double()
+
+
+@register_algorithm
+class CFFL(ValidatedAgents):
+    """Collaborative fair FL: validation reputations decide who stays and how much of the
+    aggregate each party downloads (see the module docstring for the round).
+
+    Args:
+        reputation: how an upload is scored on V: ``"validation"`` (alone, the code release)
+            or ``"leave_one_out"`` (the aggregate without it, the workshop draft; CGSV's
+            description).
+        alpha: α of r ← sinh(α r) (release: 5).
+        fade: φ, the weight of the previous reputation (release: 0.8).
+        threshold: κ, a party leaves when r_j < κ / |R| (release: 1/3).
+        upload_fraction: θ_u, the share of Δw_j uploaded, largest magnitudes (release: 0.1;
+            default 1.0, the whole update, as CGSV's comparison).
+        clip: c, each entry of Δw_j is clipped to [−c, c] (release: 0.01 on MNIST); None: no clip.
+        validation_fraction: see ``ValidatedAgents``.
+
+    Logged every round: ``cffl_r/<i>`` and ``cffl_density/<i>`` (N ≤ 20), their min/mean/max,
+    and ``cffl_reputable`` (|R|).
+    """
+
+    def __init__(self, *args: Any, reputation: Reputation = "validation", alpha: float = 5.0, fade: float = 0.8,
+                 threshold: float = 1 / 3, upload_fraction: float = 1.0, clip: float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_choice("reputation", reputation, Reputation)
+        if not alpha > 0:
+            raise ValueError(f"alpha (α in sinh(α r)) must be > 0 (the release uses 5), got {alpha}")
+        if not 0 <= fade < 1:
+            raise ValueError(f"fade (φ, the weight of the previous reputation) must be in [0, 1), got {fade}")
+        if not 0 <= threshold < 1:
+            raise ValueError(f"threshold (κ: parties with r < κ/|R| leave) must be in [0, 1), got {threshold}")
+        if not 0 < upload_fraction <= 1:
+            raise ValueError(f"upload_fraction (θ_u) must be in (0, 1], got {upload_fraction}")
+        if clip is not None and not clip > 0:
+            raise ValueError(f"clip must be > 0, or null for no clipping, got {clip}")
+        self.save_hyperparameters()
+        self.register_client_state("r", dtype=torch.float64)  # r_j
+        self.register_client_state("reputable", dtype=torch.bool, fill=1.0)  # j ∈ R
+        self.register_client_state("round_share", dtype=torch.float64)  # a_j of the last round
+
+    # ---------------------------------------------------------------- party side
+    def local_updates(self, payload: RoundPayload) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Δw_j clipped, its upload Δw_j^S) for the round's parties, rows (m, D)."""
+        delta = -payload.updates  # Δw_j = w_j' − w_j
+        if self.hparams.clip is not None:
+            delta = delta.clamp(-self.hparams.clip, self.hparams.clip)
+        if self.hparams.upload_fraction == 1.0:
+            return delta, delta
+        ratios = torch.full((delta.shape[0],), self.hparams.upload_fraction, device=delta.device)
+        return delta, delta * top_magnitude_mask(delta, ratios)
+
+    # ---------------------------------------------------------------- server side
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
+        _, uploads = self.local_updates(payload)
+        R = self.reputable[payload.clients]
+        a = self.shares(payload, R)  # a_j = n_j / Σ_R n_i, 0 outside R
+        step = (a.to(uploads.dtype) @ uploads)  # Δw_g
+        scores = self.scores(uploads, a, step, R)  # s_j
+        r = self.r.clone()
+        reputable = self.reputable.clone()
+        ids = payload.clients[R]
+        r[ids] = self.hparams.fade * r[ids] + (1 - self.hparams.fade) * scores[R]
+        r = torch.where(reputable, torch.sinh(self.hparams.alpha * r), torch.zeros_like(r))
+        r = r / r.sum()
+        reputable &= r >= self.hparams.threshold / int(reputable.sum())  # r_j < κ/|R|: leaves R
+        r = torch.where(reputable, r, torch.zeros_like(r))
+        round_share = torch.zeros_like(self.round_share)
+        round_share[payload.clients] = a
+        return ServerStep(-step, new_state={"r": r / r.sum(), "reputable": reputable,  # w_g ← w_g + Δw_g
+                                            "round_share": round_share})
+
+    def shares(self, payload: RoundPayload, reputable: torch.Tensor) -> torch.Tensor:
+        """a_j = n_j / Σ_{i∈R} n_i for the round's parties in R, 0 for the others (float64)."""
+        n = payload.num_samples.double() * reputable
+        return n / n.sum()
+
+    def scores(self, uploads: torch.Tensor, a: torch.Tensor, step: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+        """s_j, normalised over R, from the validation accuracies of w_g + (uploads)."""
+        w_g = self.global_vector()
+        if self.hparams.reputation == "validation":
+            value = self.validation_accuracy(w_g + uploads)  # vacc_j
+        else:
+            without = step - a.unsqueeze(1).to(uploads.dtype) * uploads  # Δw_g − a_j Δw_j^S
+            acc = self.validation_accuracy(torch.cat([(w_g + step).unsqueeze(0), w_g + without]))
+            x = acc[0] / (acc[0] + acc[1:]).clamp(min=1e-12)  # accuracy factor
+            value = torch.sigmoid(15 * (x - 0.5))  # f(x)
+        value = value * R
+        return value / value.sum().clamp(min=1e-12)
+
+    # ------------------------------------------------------------------ reward
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+        delta, uploads = self.local_updates(payload)
+        R = self.reputable[payload.clients]  # after this round's threshold
+        a = (self.round_share[payload.clients] * R).to(delta.dtype)  # a_j, for the parties still in R
+        ratios = (self.r / self.r.max())[payload.clients]  # q_j / D = r_j / max_i r_i
+        keep = top_magnitude_mask(-server_step, ratios) & R.unsqueeze(1)
+        own = delta - a.unsqueeze(1) * uploads  # w_j + Δw_j − a_j Δw_j^S (a party that left keeps Δw_j)
+        self.agent_models[payload.clients] += own + (-server_step) * keep
+        self.log_agents(keep.double().mean(dim=1), payload.clients)
+
+    def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
+        metrics = {"cffl_reputable": float(self.reputable.sum())}
+        for name, values, ids in (("cffl_r", self.r, range(len(self.r))), ("cffl_density", density, agents.tolist())):
+            if len(self.r) <= 20:
+                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
+            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
+                        f"{name}_max": float(values.max())}
+        self.log_round(metrics)
+
+
+def top_magnitude_mask(values: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+    """(m, D) booleans: row i keeps the ⌊D ratios_i⌋ entries of ``values`` with the largest
+    magnitude (one ranking, ties by position). ``values`` is (D,) shared or (m, D) per row."""
+    rows = values if values.dim() == 2 else values.unsqueeze(0)
+    D = rows.shape[1]
+    order = rows.abs().argsort(dim=1, descending=True, stable=True)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(D, device=rows.device).expand_as(order))
+    quota = torch.floor(D * ratios.double()).unsqueeze(1)
+    return rank < quota

@@ -1,0 +1,101 @@
+"""ECI: the extended contribution index, CGSV's validation-Shapley baseline (Xu et al., NeurIPS
+2021, Sec. 4.1: "an extended contribution index (ECI) method from [Song et al. 2019] utilizing
+validation accuracy-based SV and setting q_i in (5) proportional to the agents' CIs").
+
+Round t, every agent i of N with its own model w_i (as CGSV's agents):
+  1. agent i trains from w_i and uploads Δw_i;
+  2. contribution index (Song, Tong & Wei, "Profit allocation for federated learning", IEEE
+     BigData 2019, the multi-round reconstruction): a coalition S is worth the validation
+     accuracy of the server model moved by its members' FedAvg,
+        ν(S) = acc_V(w + Σ_{i∈S} n_i Δw_i / Σ_{i∈S} n_i),   ν(∅) = acc_V(w),
+     and φ_i is its Shapley value, estimated from ``num_permutations`` random orders drawn
+     from the seed and the round (Wang et al. 2020, Maleki et al. 2013), or exact (2^N);
+  3. r_i ← α r_i + (1 − α) φ_i, clamped at 1e-3 and normalised (CGSV eq. (4), the moving
+     average CGSV App. B.3 applies to its baselines);
+  4. w ← w + Δw_N, Δw_N = Σ_i n_i Δw_i / Σ_j n_j (FedAvg);
+  5. reward: agent i downloads the ⌊D r_i / max_j r_j⌋ largest-magnitude entries of Δw_N
+     (q_i of CGSV eq. (5) proportional to the CIs): w_i ← w_i + mask(Δw_N, q_i).
+
+V is ``ValidatedAgents``' validation set: a share of every agent's training samples held by the
+server, never trained on and never tested on (``validation_fraction``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fl_lightning.algorithms.cffl import (
+    SHAPLEY_ORDERS,
+    ValidatedAgents,
+    server_generator,
+    top_magnitude_mask,
+)
+from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.metrics.shapley import MAX_EXACT_AGENTS, exact_shapley, sampled_shapley
+
+
+@register_algorithm
+class ECI(ValidatedAgents):
+    """Rewards proportional to validation-accuracy Shapley values (see the module docstring).
+
+    Args:
+        num_permutations: random orders per round for the Shapley estimate (each values up to
+            N + 1 coalitions on V); ``None``: exact, 2^N coalitions (N <= 10).
+        alpha: α, the weight of the previous contribution index (CGSV: 0.95).
+        validation_fraction: see ``ValidatedAgents``.
+
+    Logged every round: ``eci_r/<i>``, ``eci_phi/<i>`` (N ≤ 20), and their min/mean/max.
+    """
+
+    def __init__(self, *args: Any, num_permutations: int | None = 20, alpha: float = 0.95, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if num_permutations is not None and num_permutations < 1:
+            raise ValueError(f"num_permutations must be >= 1, or null for the exact Shapley value, got {num_permutations}")
+        if not 0 <= alpha < 1:
+            raise ValueError(f"alpha must be in [0, 1) (CGSV uses 0.95; 1 would never update r), got {alpha}")
+        self.save_hyperparameters()
+        self.register_client_state("r", dtype=torch.float64)  # r_i, the contribution index
+        self.register_client_state("phi", dtype=torch.float64)  # φ_i of the last round
+
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
+        n = payload.num_samples.double()
+        step = (n / n.sum()).to(payload.updates.dtype) @ payload.updates  # −Δw_N (rows are −Δw_i)
+        phi = self.shapley(payload)
+        r, phi_all = self.r.clone(), torch.zeros_like(self.phi)
+        phi_all[payload.clients] = phi
+        r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * phi
+        r = r.clamp(min=1e-3)
+        return ServerStep(step, new_state={"r": r / r.sum(), "phi": phi_all})
+
+    def shapley(self, payload: RoundPayload) -> torch.Tensor:
+        """φ_i of the round's agents under ν(S) = validation accuracy of w + FedAvg of S."""
+        w, n, deltas = self.global_vector(), payload.num_samples.double(), -payload.updates
+        m = payload.num_clients
+
+        def value(members: torch.Tensor) -> torch.Tensor:
+            weights = members.to(n.device).double() * n
+            weights = weights / weights.sum(dim=1, keepdim=True).clamp(min=1)  # ∅: no move
+            return self.validation_accuracy(w + weights.to(deltas.dtype) @ deltas)
+
+        if self.hparams.num_permutations is None:
+            if m > MAX_EXACT_AGENTS:
+                raise ValueError(f"ECI with num_permutations=null values all 2^N coalitions and takes N <= "
+                                 f"{MAX_EXACT_AGENTS} agents, got {m}: set num_permutations (e.g. 20)")
+            return exact_shapley(value, m).to(n.device)
+        orders = server_generator(self.hparams.seed, payload.round, SHAPLEY_ORDERS)
+        return sampled_shapley(value, m, self.hparams.num_permutations, orders).to(n.device)
+
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+        ratios = (self.r / self.r.max())[payload.clients]  # q_i / D = r_i / max_j r_j
+        keep = top_magnitude_mask(-server_step, ratios)
+        self.agent_models[payload.clients] += (-server_step) * keep  # w_i ← w_i + mask(Δw_N, q_i)
+        metrics: dict[str, float] = {}
+        for name, values in (("eci_r", self.r), ("eci_phi", self.phi)):
+            if len(values) <= 20:
+                metrics |= {f"{name}/{i}": float(v) for i, v in enumerate(values)}
+            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
+                        f"{name}_max": float(values.max())}
+        self.log_round(metrics)

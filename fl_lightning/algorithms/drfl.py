@@ -2,19 +2,30 @@
 learning"): every round the clients' models are averaged with weights that grow with their
 training loss, p_i ∝ F_i^q, in place of FedAvg's data-size weights.
 
-What is implemented is the description the FedLF appendix gives (Pan et al., AAAI 2024)
-("a dynamic reweighting strategy", "weights ∝ loss^q"); the paper's biased client selection
-is not (the core samples clients uniformly). With q = 1 this is what the FedLF repository
-runs (weights ∝ loss, normalised)."""
+The weights follow the description the FedLF appendix gives (Pan et al., AAAI 2024) ("a
+dynamic reweighting strategy", "weights ∝ loss^q"); with q = 1 this is what the FedLF
+repository runs (weights ∝ loss, normalised).
+
+The paper combines them with "a biased client selection strategy" (its abstract); its text was
+not reachable here. ``selection="loss_aware"`` is the power-of-choice rule of Cho, Wang & Joshi
+("Client selection in federated learning: convergence analysis and power-of-choice selection
+strategies", 2020), the biased selection of Joshi's group that DRFL builds on: draw d candidate
+clients without replacement with probabilities ∝ their data sizes, evaluate each one's training
+loss at the current global model, and take the m = round(C K) with the largest losses.
+``selection="uniform"`` (default) samples m clients uniformly, as every other algorithm."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule, RoundPayload
+
+Selection = Literal["uniform", "loss_aware"]
+CANDIDATE_STREAM = 13  # the candidates' draw: a stream of its own (the core's are 1-3)
 
 
 @register_algorithm
@@ -24,13 +35,47 @@ class DRFL(FederatedModule):
     Args:
         q: q >= 0; q = 0 is FedAvg with uniform weights, larger q favours the clients
             with the largest losses more (default 1.0, the FedLF repository's setting).
+        selection: ``"uniform"`` or ``"loss_aware"`` (power-of-choice, module docstring).
+        num_candidates: d, the candidates of ``"loss_aware"`` (m <= d <= K); None: 2m, at most K.
     """
 
-    def __init__(self, *args: Any, q: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, q: float = 1.0, selection: Selection = "uniform",
+                 num_candidates: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not q >= 0:
             raise ValueError(f"q must be >= 0 (0 = uniform weights), got {q}")
+        check_choice("selection", selection, Selection)
+        if num_candidates is not None and num_candidates < 1:
+            raise ValueError(f"num_candidates (d) must be >= 1, or null for twice the clients per round, "
+                             f"got {num_candidates}")
         self.save_hyperparameters()
+
+    def sample_clients(self, round_index: int, num_clients: int) -> torch.Tensor:
+        """S_t: uniform, or the m highest-loss of d candidates drawn ∝ data size (power of choice)."""
+        if self.hparams.selection == "uniform":
+            return super().sample_clients(round_index, num_clients)
+        m = max(1, round(self.hparams.fraction * num_clients))
+        d = min(num_clients, self.hparams.num_candidates or 2 * m)
+        if d < m:
+            raise ValueError(f"num_candidates={d} is below the {m} clients a round takes (fraction="
+                             f"{self.hparams.fraction} of {num_clients}): set num_candidates >= {m}")
+        sizes = self.federated_data.train_sizes.cpu().double()
+        draw = torch.Generator().manual_seed(
+            (self.hparams.seed * 1_000_003 + round_index * 7_919 + CANDIDATE_STREAM * 104_729) % (2**63 - 1))
+        candidates = torch.multinomial(sizes, d, replacement=False, generator=draw).sort().values
+        return self.highest_losses(candidates, self.candidate_losses(candidates), m)
+
+    def candidate_losses(self, candidates: torch.Tensor) -> torch.Tensor:
+        """F_k(w): each candidate's training loss at the current global model."""
+        shards = self.client_shards(candidates)
+        losses, _ = self.evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+        return losses.cpu()
+
+    @staticmethod
+    def highest_losses(candidates: torch.Tensor, losses: torch.Tensor, m: int) -> torch.Tensor:
+        """The m candidates with the largest losses (ties: the lower id), sorted."""
+        order = torch.argsort(-losses.double(), stable=True)
+        return candidates[order[:m]].sort().values
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         weights = payload.losses.double().clamp(min=1e-10) ** self.hparams.q  # F_i^q

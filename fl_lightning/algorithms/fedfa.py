@@ -1,7 +1,14 @@
 """FedFa (Huang et al. 2020, "Fairness and accuracy in federated learning"): weights from the
 information quantity of the clients' training accuracies and participation frequencies, and
 momentum on both the clients and the server ("double momentum"). The formulas are those of
-the FedFV authors' implementation of FedFa (Wang et al., IJCAI 2021, code release)."""
+the FedFV authors' implementation of FedFa (Wang et al., IJCAI 2021, code release).
+
+The server-momentum sign is NOT settled from Huang et al.'s own paper (arXiv 2012.10069): only
+its abstract and introduction could be read here (no equations of its Sec. 3), which say that
+clients and server both keep a momentum and that the server treats the model difference of a
+round as a gradient, but not with which sign the server's momentum enters the step. The code
+keeps the FedFV authors' form (below), which damps the averaged move; a reader with the paper
+should check the server update against it."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from fl_lightning.core.module import FederatedModule
 
 pytestmark = pytest.mark.integration
 
-FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
+FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU", "CFFL", "ECI"}
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

@@ -20,8 +20,10 @@ A suite file (``benchmarks/<paper>/<scale>.yaml``) holds:
         label_args: [tau]         # init_args shown in the label besides the grid's
 
 Every (benchmark, algorithm configuration) is a cell, and every cell runs once per seed
-as its own process through the same code path as the CLI (``fl_lightning.cli``, with
-``seed_everything: <seed>`` deciding every random stream), tagged with suite, scale,
+through the same code path as the CLI (``fl_lightning.cli``, with ``seed_everything: <seed>``
+deciding every random stream), in one of ``--jobs`` reused worker processes (imports and
+dataset parsing paid once per worker; ``--isolate``: a fresh process per run, same results),
+tagged with suite, scale,
 paper, benchmark, cell, algorithm_config, seed, suite_description, control (a variant's
 declared control benchmark) and cell_config (a digest of the cell's whole config).
 Finished runs of the same cell config are found in the store and skipped, so an
@@ -47,6 +49,8 @@ from typing import Any
 import yaml
 
 SUITES_DIR = Path(__file__).resolve().parent
+MAX_WORKER_RESIDENT_MB = 4096.0
+"""A worker whose resident memory passes this after a cell is replaced by a fresh one."""
 
 
 @dataclass(frozen=True)
@@ -359,22 +363,49 @@ def _thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "FL_LIGHTNING_THREADS": str(threads)}
 
 
-def _start_warm_worker(threads: int) -> None:
-    """A warm worker's initializer: thread counts set before torch is imported; the runner's own
-    command line hidden from LightningCLI (which parses the config it is given)."""
-    os.environ.update(_thread_env(threads))
-    sys.argv = sys.argv[:1]
+def _torch_settings() -> tuple[Any, ...]:
+    """The process-wide torch settings a fit may change and not change back: Lightning's
+    ``Trainer(deterministic=True)`` calls ``torch.use_deterministic_algorithms`` and a later
+    trainer left at ``None`` keeps it; ``torch.set_float32_matmul_precision``, thread count."""
+    import torch
+
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.get_float32_matmul_precision(), torch.get_num_threads(), torch.get_default_dtype(),
+            torch.is_grad_enabled(), torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+
+
+def _restore_torch_settings(settings: tuple[Any, ...]) -> None:
+    import torch
+
+    deterministic, warn_only, precision, threads, dtype, grad, benchmark, cudnn_deterministic = settings
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.set_float32_matmul_precision(precision)
+    torch.set_num_threads(threads)
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(grad)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = benchmark, cudnn_deterministic
 
 
 def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
-    """``fl-lightning fit --config`` in this (warm) process, its output in ``log_path``; the exit code."""
-    import traceback
+    """``fl-lightning fit --config`` in this (reused) process, its output in ``log_path``; the exit code.
 
+    What a fit leaves behind in its process is put back afterwards, so that the next cell starts
+    as a fresh process would: the environment (``seed_everything`` sets ``PL_GLOBAL_SEED``, which
+    a later run without a seed would read; MLflow sets ``MLFLOW_TRACKING_URI``), the working
+    folder, the SIGINT/SIGTERM/SIGALRM handlers and the alarm timer, the warnings filters and
+    torch's process-wide settings. Random streams need nothing: ``seed_everything`` seeds Python,
+    NumPy and torch when each fit starts."""
+    import signal
+    import traceback
+    import warnings
+
+    environment, folder, settings = dict(os.environ), os.getcwd(), _torch_settings()
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
     os.environ["FL_LIGHTNING_SUITE"] = suite
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log, warnings.catch_warnings():
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
@@ -382,8 +413,8 @@ def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
 
             fit_main(["fit", "--config", config_path])
             code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
+        except SystemExit as stop:  # SystemExit() and SystemExit(0) are a success, as at a process's exit
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
         except BaseException:  # noqa: BLE001 - recorded in the log and the store, the suite goes on
             traceback.print_exc()
             code = 1
@@ -394,68 +425,166 @@ def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
+            os.environ.clear()
+            os.environ.update(environment)
+            os.chdir(folder)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+            _restore_torch_settings(settings)
     return code
 
 
-class WarmWorkers:
-    """``jobs`` reused worker processes (spawned, thread counts set before torch loads), each
-    retired after ``cells_per_worker`` cells; a pool broken by a dying worker is replaced, so
-    only the cell that worker ran fails."""
+def _resident_mb() -> float:
+    """This process's resident memory in MiB (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
-    def __init__(self, jobs: int, threads: int, cells_per_worker: int = 20) -> None:
-        import threading
 
-        self.jobs, self.threads, self.cells_per_worker = jobs, threads, cells_per_worker
-        self.lock = threading.Lock()
-        self.pool = self._new_pool()
+def _serve_cells(connection: Any, threads: int) -> None:
+    """A worker process: thread counts set before torch is imported, the runner's own command
+    line hidden from LightningCLI, the CLI imported once; then one cell per request, answered
+    with its exit code and the worker's resident memory, until ``None`` or the runner is gone."""
+    os.environ.update(_thread_env(threads))
+    sys.argv = sys.argv[:1]
+    import fl_lightning.lightning_cli  # noqa: F401 - the start-up every cell of this worker shares
 
-    def _new_pool(self) -> Any:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        retire = {"max_tasks_per_child": self.cells_per_worker} if sys.version_info >= (3, 11) else {}
-        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_warm_worker, initargs=(self.threads,), **retire)
-
-    def run(self, fn: Any, *args: Any) -> int | str:
-        """``fn(*args)`` in a worker: its result, or why its worker died."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        with self.lock:
-            pool = self.pool
+    while True:
         try:
-            return pool.submit(fn, *args).result()
-        except BrokenProcessPool as error:
-            with self.lock:
-                if self.pool is pool:
-                    self.pool = self._new_pool()
-            return f"its worker process died ({error})"
-
-    def shutdown(self) -> None:
-        self.pool.shutdown()
+            request = connection.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if request is None:
+            return
+        connection.send((_fit_in_this_process(*request), _resident_mb()))
 
 
-def run_cell(cell: Cell, tracking_uri: str, threads: int, log_dir: Path,
-             warm_pool: WarmWorkers | None = None) -> tuple[Cell, str, float, str]:
-    """Runs one (cell, seed) as `python -m fl_lightning.cli fit --config ...` (or in a warm worker
-    of ``warm_pool``, which pays Python's and Lightning's start-up once); (cell, status, seconds, error)."""
+class IsolatedProcesses:
+    """Every cell in a fresh ``python -m fl_lightning.cli fit --config`` process (``--isolate``).
+
+    The runner hands each cell to a launcher's ``run(config_path, suite, log_path)`` (its exit
+    code, or why it could not run) and calls ``close()`` when the suite ends; a launcher that
+    submits to a cluster scheduler (e.g. submitit's ``AutoExecutor`` running
+    ``_fit_in_this_process`` there) fits the same two methods."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
+        env = {**os.environ, **_thread_env(self.threads), "FL_LIGHTNING_SUITE": suite}
+        with open(log_path, "w") as log:
+            return subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+    def close(self) -> None:
+        """Nothing outlives a cell."""
+
+
+class Worker:
+    """One reused worker process (spawned: its own interpreter, thread counts set before torch
+    loads), started on its first cell and again after it dies or is retired."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.process: Any = None
+        self.connection: Any = None
+
+    def start(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.connection, child_end = context.Pipe()
+        self.process = context.Process(target=_serve_cells, args=(child_end, self.threads), name="fl-lightning-worker")
+        self.process.start()
+        child_end.close()  # the worker's end lives in the worker only: its death reads as EOF here
+
+    def run(self, request: tuple[str, str, str]) -> tuple[int, float] | str:
+        """The cell's exit code and the worker's memory after it, or why the worker died."""
+        if self.process is None:
+            self.start()
+        try:
+            self.connection.send(request)
+            return self.connection.recv()
+        except (EOFError, OSError):
+            self.process.join()
+            why = self.process.exitcode
+            self.connection.close()
+            self.process = self.connection = None
+            if why is not None and why < 0:
+                import signal
+
+                return f"its worker process was killed by {signal.Signals(-why).name}"
+            return f"its worker process died (exit code {why})"
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        try:
+            self.connection.send(None)
+        except OSError:
+            pass
+        self.process.join(timeout=60)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
+        self.process = self.connection = None
+
+
+class WarmWorkers:
+    """``jobs`` reused worker processes (the default): Python, torch, Lightning and MLflow are
+    imported once per worker, not once per cell, and each dataset is parsed once per worker
+    (:func:`fl_lightning.data.sources` keeps it in memory). Each worker is its own process with
+    its own pipe, so a worker that dies fails only the cell it ran (a shared
+    ``ProcessPoolExecutor`` would break every cell in flight) and a fresh one takes its place.
+    A worker whose resident memory passes ``max_resident_mb`` is retired after its cell."""
+
+    def __init__(self, jobs: int, threads: int, max_resident_mb: float = MAX_WORKER_RESIDENT_MB) -> None:
+        import queue
+
+        self.max_resident_mb = max_resident_mb
+        self.workers = [Worker(threads) for _ in range(jobs)]
+        self.idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        for worker in self.workers:
+            self.idle.put(worker)
+
+    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
+        worker = self.idle.get()
+        try:
+            answer = worker.run((config_path, suite, log_path))
+            if isinstance(answer, str):
+                return answer
+            code, resident_mb = answer
+            if resident_mb > self.max_resident_mb:
+                worker.close()  # the next cell starts a fresh one
+            return code
+        finally:
+            self.idle.put(worker)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tuple[Cell, str, float, str]:
+    """Runs one (cell, seed) through ``launcher`` (:class:`WarmWorkers` or :class:`IsolatedProcesses`);
+    (cell, status, seconds, error). A cell that fails is recorded in the store as a FAILED run."""
     config_path = _cell_config_file(cell, tracking_uri)
     safe = cell.cell.replace("/", "_").replace("|", "__").replace(" ", "")
     log_path = log_dir / f"{safe}__seed{cell.seed}.log"
     started = time.perf_counter()
-    if warm_pool is not None:
-        returncode = warm_pool.run(_fit_in_this_process, config_path, cell.suite, str(log_path))
-    else:
-        env = {**os.environ, **_thread_env(threads), "FL_LIGHTNING_SUITE": cell.suite}
-        with open(log_path, "w") as log:
-            returncode = subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
-                                        stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    try:
+        outcome = launcher.run(config_path, cell.suite, str(log_path))
+    finally:
+        os.unlink(config_path)
     seconds = time.perf_counter() - started
-    os.unlink(config_path)
-    if returncode == 0:
+    if outcome == 0:
         return cell, "FINISHED", seconds, ""
     tail = log_path.read_text()[-3000:] if log_path.exists() else ""
-    error = f"exit code {returncode}; log {log_path}:\n{tail}"
+    why = f"exit code {outcome}" if isinstance(outcome, int) else outcome
+    error = f"{why}; log {log_path}:\n{tail}"
     record_failure(tracking_uri, cell, error)
     return cell, "FAILED", seconds, error
 
@@ -471,7 +600,7 @@ def final_metric(tracking_uri: str, suite: str) -> dict[tuple[str, str], float]:
 
 
 def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, float]], accuracy: dict) -> str:
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for cell in cells:
         status, seconds = outcomes.get((cell.cell, cell.seed), ("SKIPPED (done)", 0.0))
         entry = rows.setdefault(cell.cell, {"status": [], "seconds": 0.0, "acc": []})
@@ -491,7 +620,7 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
 
 
 def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False,
-              warm: bool = False) -> int:
+              isolate: bool = False) -> int:
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
     if dry_run:  # reads the store, never creates or alters it
@@ -514,16 +643,18 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     threads = max(1, (os.cpu_count() or 1) // jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
-    warm_pool = WarmWorkers(jobs, threads) if warm else None
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_cell, cell, tracking_uri, threads, log_dir, warm_pool) for cell in todo]
+    launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
         for number, future in enumerate(as_completed(futures), 1):
             cell, status, seconds, error = future.result()
             outcomes[(cell.cell, cell.seed)] = (status, seconds)
             note = f"  ({error.splitlines()[0]})" if error else ""
             print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
-    if warm_pool is not None:
-        warm_pool.shutdown()
+    finally:  # on Ctrl-C: the cells not started are dropped, the running ones stop with their fits
+        pool.shutdown(cancel_futures=True)
+        launcher.close()
     print(f"\nsuite {suite} done in {time.perf_counter() - started:.0f}s; logs in {log_dir}\n")
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
@@ -550,9 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
     run.add_argument("--dry-run", action="store_true",
                      help="list the runs that would run (reads the store; never creates or alters it)")
-    run.add_argument("--warm-workers", action="store_true",
-                     help="run cells in --jobs reused worker processes (start-up paid once per 20 cells, "
-                          "not once per cell); a worker that dies fails its cell and is replaced")
+    run.add_argument("--isolate", action="store_true",
+                     help="run every cell in a fresh process (slower: start-up and data loading paid per cell) "
+                          "instead of in --jobs reused worker processes")
     sub.add_parser("list", help="list the suites")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -560,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         run.error("--jobs must be >= 1")
-    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.warm_workers)
+    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.isolate)
 
 
 if __name__ == "__main__":

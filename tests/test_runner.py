@@ -52,8 +52,10 @@ def test_every_shipped_suite_expands():
 
 
 def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
+    """Two workers: one cell fails, another kills its worker while the other worker's cell runs;
+    only those two fail."""
     monkeypatch.chdir(tmp_path)
-    suite = dict(SUITE)
+    suite = dict(SUITE, benchmarks=[killer_benchmark(tmp_path, monkeypatch), *SUITE["benchmarks"]])
     suite["algorithms"] = [*SUITE["algorithms"], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
@@ -61,7 +63,8 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
 
     assert main(["run", str(path), "--tracking-uri", uri, "--jobs", "2"]) == 1  # the mu=-1 cell fails
     out = capsys.readouterr().out
-    assert "4 to run" in out and "FAILED" in out and "FedProx(mu=-1.0)" in out
+    assert "5 to run" in out and "FAILED" in out and "FedProx(mu=-1.0)" in out
+    assert "(its worker process was killed by SIGKILL; log " in out
 
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["tiny-offline"])
@@ -72,12 +75,13 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
     # free text reaches the store as text (LightningCLI would read "Tiny: ..." as a mapping)
     assert set(finished["tags.suite_description"]) == {literal_text(SUITE["description"])}
     assert literal_text(SUITE["description"]).replace("\u00a0", " ") == SUITE["description"]
-    failed = runs[runs["status"] == "FAILED"]
-    assert len(failed) == 1 and "mu" in failed.iloc[0]["tags.error"]
+    failed = runs[(runs["status"] == "FAILED") & runs["tags.error"].notna()].sort_values("tags.benchmark")
+    assert list(failed["tags.benchmark"]) == ["digits/iid/full/fl_logreg", "digits/iid/full/fl_logreg/killed"]
+    assert "mu" in failed.iloc[0]["tags.error"] and "SIGKILL" in failed.iloc[1]["tags.error"]
 
-    # resumable: the finished cells are skipped, only the failed one runs again
+    # resumable: the finished cells are skipped, only the failed ones run again
     assert main(["run", str(path), "--tracking-uri", uri]) == 1
-    assert "3 already finished, 1 to run" in capsys.readouterr().out
+    assert "3 already finished, 2 to run" in capsys.readouterr().out
 
 
 def test_unknown_suite_lists_the_valid_ones():
@@ -177,3 +181,114 @@ def test_a_store_error_is_one_line_without_a_traceback(tmp_path):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert "the folder of the MLflow store sqlite:///" in done.stderr and "create it, or pass another store" in done.stderr
     assert not (tmp_path / "no").exists()
+
+
+KILLER = '''
+import os
+import signal
+
+from lightning.pytorch import Callback
+
+
+class KillWorker(Callback):
+    """Test-only: the process running the fit dies at once, as if killed from outside."""
+
+    def on_train_start(self, trainer, pl_module):
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def killer_benchmark(tmp_path, monkeypatch) -> dict:
+    """A benchmark whose fit SIGKILLs its own process (the callback module importable by workers,
+    which are spawned with the parent's sys.path)."""
+    (tmp_path / "runner_killer.py").write_text(KILLER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return {"name": "digits/iid/full/fl_logreg/killed", "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}],
+            "config": {"trainer": {"callbacks": [{"class_path": "runner_killer.KillWorker"}]}}}
+
+
+def metric_histories(uri: str, suite: str) -> dict:
+    """(cell, seed) -> every logged metric's (step, value) history, of the store's FINISHED runs."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(suite)
+    histories = {}
+    for run in client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'"):
+        histories[(run.data.tags["cell"], run.data.tags["seed"])] = {
+            key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+            for key in sorted(run.data.metrics)}
+    return histories
+
+
+def test_cells_in_a_reused_worker_log_what_fresh_processes_log(tmp_path, monkeypatch, capsys):
+    """One worker runs every cell in turn (the later cells after the earlier ones' leftovers):
+    every metric's whole history equals the one-process-per-run path's, value for value."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(dict(SUITE, seeds=[0, 1])))
+    isolated, reused = f"sqlite:///{tmp_path / 'isolated.db'}", f"sqlite:///{tmp_path / 'reused.db'}"
+    assert main(["run", str(path), "--tracking-uri", isolated, "--isolate", "--seeds", "1"]) == 0
+    assert main(["run", str(path), "--tracking-uri", reused, "--jobs", "1"]) == 0
+    capsys.readouterr()
+    fresh, warm = metric_histories(isolated, "tiny-offline"), metric_histories(reused, "tiny-offline")
+    assert len(fresh) == 3 and len(warm) == 6  # the isolated store: seed 1 only; the worker ran seed 0 first
+    for key, histories in fresh.items():
+        assert "test_acc_mean" in histories and len(histories["test_acc_mean"]) == 2
+        assert warm[key] == histories, key
+    assert warm[("digits/iid/full/fl_logreg|FedAvg", "0")] != warm[("digits/iid/full/fl_logreg|FedAvg", "1")]
+
+
+def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp_path, monkeypatch):
+    from benchmarks.runner import WarmWorkers, run_cell
+
+    monkeypatch.chdir(tmp_path)
+    suite = dict(SUITE, benchmarks=[*SUITE["benchmarks"], killer_benchmark(tmp_path, monkeypatch)])
+    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    good, bad, killed = load_suite(str(path))
+    assert "mu=-1.0" in bad.cell and "killed" in killed.cell
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    workers = WarmWorkers(jobs=1, threads=1)
+    (worker,) = workers.workers
+    try:
+        assert run_cell(bad, uri, tmp_path, workers)[1] == "FAILED"
+        first = worker.process.pid
+        assert run_cell(good, uri, tmp_path, workers)[1] == "FINISHED"
+        assert worker.process.pid == first  # the failure did not end the worker
+        _, status, _, error = run_cell(killed, uri, tmp_path, workers)
+        assert status == "FAILED" and error.startswith("its worker process was killed by SIGKILL")
+        assert run_cell(good, uri, tmp_path, workers)[1] == "FINISHED"
+        assert worker.process.pid != first  # a fresh worker took the dead one's place
+    finally:
+        workers.close()
+    assert worker.process is None
+
+
+def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
+    """The environment (PL_GLOBAL_SEED, MLFLOW_TRACKING_URI, FL_LIGHTNING_SUITE), the working
+    folder, the signal handlers and torch's process-wide flags (Trainer(deterministic=True))."""
+    import os
+    import signal
+    import sys
+
+    import torch
+
+    from benchmarks.runner import _cell_config_file, _fit_in_this_process
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    monkeypatch.setattr(sys, "argv", sys.argv[:1])  # as in a worker: pytest's arguments are not the fit's
+    suite = dict(SUITE, algorithms=SUITE["algorithms"][:1])
+    suite["base"] = deep_merge(SUITE["base"], {"trainer": {"deterministic": True}})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    (cell,) = load_suite(str(path))
+    config = _cell_config_file(cell, f"sqlite:///{tmp_path / 'runs.db'}")
+    before = (dict(os.environ), os.getcwd(), torch.are_deterministic_algorithms_enabled(),
+              [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)])
+    assert _fit_in_this_process(config, cell.suite, str(tmp_path / "fit.log")) == 0, (tmp_path / "fit.log").read_text()
+    assert "PL_GLOBAL_SEED" not in os.environ and not torch.are_deterministic_algorithms_enabled()
+    assert (dict(os.environ), os.getcwd(), torch.are_deterministic_algorithms_enabled(),
+            [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)]) == before

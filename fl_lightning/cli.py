@@ -25,8 +25,8 @@ HELP_FLAGS = ("-h", "--help")
 
 # the registries' names, in their registration order (tests/test_startup.py compares them)
 ALGORITHM_NAMES = (
-    "AFL", "Standalone", "CGSV", "DW", "EU", "RR", "FedAvg", "Ditto", "DRFL", "FedFa", "FedFV", "FedGini",
-    "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
+    "AFL", "Standalone", "CGSV", "DW", "EU", "RR", "CFFL", "FedAvg", "Ditto", "DRFL", "ECI", "FedFa", "FedFV",
+    "FedGini", "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
 )
 MODEL_NAMES = (
     "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_mlp", "fl_nf_resnet18",

@@ -122,11 +122,14 @@ class FedFV(FederatedModule):
         """GH rows a checkpoint after ``rounds_completed`` rounds must hold: clients last seen in
         the window of a later round, less the clients that answer the next round (their rows are
         replaced by their new update before Alg. 3 reads them; sampling and dropout are pure
-        functions of (seed, round)). With an attacker, which may add clients, the whole window."""
+        functions of (seed, round)). With an attacker, which may add clients, or a sampler
+        overridden by a subclass (it may depend on state), the whole window."""
         if rounds_completed is None:
             return super().history_rows_to_keep(rounds_completed)
         needed = self.last_seen >= max(self.first_round_read(rounds_completed), 0)
-        if self.attacker is None and bool(needed.any()):
+        predictable = (type(self).sample_clients is FederatedModule.sample_clients
+                       and type(self).drop_clients is FederatedModule.drop_clients)
+        if self.attacker is None and predictable and bool(needed.any()):
             num_clients = int(self.last_seen.shape[0])
             answering = self.drop_clients(rounds_completed, self.sample_clients(rounds_completed, num_clients))
             needed[answering.to(needed.device)] = False

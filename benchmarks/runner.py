@@ -536,7 +536,7 @@ class Worker:
 class WarmWorkers:
     """``jobs`` reused worker processes (the default): Python, torch, Lightning and MLflow are
     imported once per worker, not once per cell, and each dataset is parsed once per worker
-    (:func:`fl_lightning.data.sources` keeps it in memory). Each worker is its own process with
+    (:mod:`fl_lightning.data.sources` keeps it in memory). Each worker is its own process with
     its own pipe, so a worker that dies fails only the cell it ran (a shared
     ``ProcessPoolExecutor`` would break every cell in flight) and a fresh one takes its place.
     A worker whose resident memory passes ``max_resident_mb`` is retired after its cell."""

@@ -208,7 +208,8 @@ def killer_benchmark(tmp_path, monkeypatch) -> dict:
 
 
 def metric_histories(uri: str, suite: str) -> dict:
-    """(cell, seed) -> every logged metric's (step, value) history, of the store's FINISHED runs."""
+    """(cell, seed) -> every logged metric's (step, value) history, of the store's FINISHED runs
+    (but the wall-clock ones, ``client_time_s`` and ``server_time_s``)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -217,7 +218,7 @@ def metric_histories(uri: str, suite: str) -> dict:
     for run in client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'"):
         histories[(run.data.tags["cell"], run.data.tags["seed"])] = {
             key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
-            for key in sorted(run.data.metrics)}
+            for key in sorted(run.data.metrics) if not key.endswith("_time_s")}
     return histories
 
 
@@ -234,7 +235,7 @@ def test_cells_in_a_reused_worker_log_what_fresh_processes_log(tmp_path, monkeyp
     fresh, warm = metric_histories(isolated, "tiny-offline"), metric_histories(reused, "tiny-offline")
     assert len(fresh) == 3 and len(warm) == 6  # the isolated store: seed 1 only; the worker ran seed 0 first
     for key, histories in fresh.items():
-        assert "test_acc_mean" in histories and len(histories["test_acc_mean"]) == 2
+        assert len(histories["test_acc_mean"]) >= 2  # evaluated every round
         assert warm[key] == histories, key
     assert warm[("digits/iid/full/fl_logreg|FedAvg", "0")] != warm[("digits/iid/full/fl_logreg|FedAvg", "1")]
 
@@ -261,6 +262,8 @@ def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp
         assert status == "FAILED" and error.startswith("its worker process was killed by SIGKILL")
         assert run_cell(good, uri, tmp_path, workers)[1] == "FINISHED"
         assert worker.process.pid != first  # a fresh worker took the dead one's place
+        workers.max_resident_mb = 0.0  # a worker over the memory limit is retired after its cell
+        assert run_cell(good, uri, tmp_path, workers)[1] == "FINISHED" and worker.process is None
     finally:
         workers.close()
     assert worker.process is None

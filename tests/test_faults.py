@@ -10,7 +10,7 @@ from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from tests.test_module import Recorder
 
-FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
+FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU", "CFFL", "ECI"}
 
 
 def data_for(num_clients=6, seed=0):

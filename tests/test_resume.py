@@ -22,7 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.data.datamodule import FederatedDataModule
 
-FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
+FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU", "CFFL", "ECI"}
 NUM_ROUNDS, STOP_AFTER, EVAL_EVERY = 4, 2, 3
 TIMINGS = ("client_time_s", "server_time_s")  # wall-clock, never reproducible
 

@@ -269,7 +269,7 @@ def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp
     assert worker.process is None
 
 
-def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
+def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypatch, request):
     """The environment (PL_GLOBAL_SEED, MLFLOW_TRACKING_URI, FL_LIGHTNING_SUITE), the working
     folder, the signal handlers and torch's process-wide flags (Trainer(deterministic=True))."""
     import os
@@ -283,6 +283,10 @@ def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
     monkeypatch.setattr(sys, "argv", sys.argv[:1])  # as in a worker: pytest's arguments are not the fit's
+    # a fresh worker's flag (an earlier in-process test in this pytest worker may have turned it on)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False)
+    request.addfinalizer(lambda: torch.use_deterministic_algorithms(was_deterministic))
     suite = dict(SUITE, algorithms=SUITE["algorithms"][:1])
     suite["base"] = deep_merge(SUITE["base"], {"trainer": {"deterministic": True}})
     path = tmp_path / "tiny.yaml"

@@ -121,6 +121,9 @@ class RoundCheckpoint(ModelCheckpoint):
         if self.fixed_interval or self.write_seconds is None or self.round_seconds is None:
             return
         rounds = max(1, math.ceil(self.write_seconds / (self.time_budget * max(self.round_seconds, 1e-9))))
+        # rank 0's timings decide for every rank: a write is collective (its barrier), so ranks
+        # that chose different intervals from their own clocks would wait for each other forever
+        rounds = int(trainer.strategy.broadcast(rounds, src=0))
         first, self.every_n_rounds = self.every_n_rounds is None, rounds
         if first and trainer.is_global_zero:
             print(f"\nCheckpoint every {rounds} round(s) and after the last: writing it took {self.write_seconds:.2f} s "

@@ -37,21 +37,16 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.algorithms.cgsv import AgentModels
+from fl_lightning.algorithms.cgsv import AgentModels, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.training import ClientDataSlicer
 
 Reputation = Literal["validation", "leave_one_out"]
-VALIDATION_DRAW, SHAPLEY_ORDERS = 11, 12  # server-side random streams (the core's are 1-3)
-
-
-def server_generator(seed: int, round_index: int, stream: int) -> torch.Generator:
-    """A CPU generator for one server-side draw (as ``core.simulation.round_generator``)."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + round_index * 7_919 + stream * 104_729) % (2**63 - 1))
 
 
 class ValidatedAgents(AgentModels):
@@ -79,7 +74,7 @@ class ValidatedAgents(AgentModels):
         data = self.federated_data
         if self._validation is not None and self._validation[0] is data.train_index:
             return self._validation[1], self._validation[2]
-        generator = server_generator(self.hparams.seed, 0, VALIDATION_DRAW)
+        generator = round_generator(self.hparams.seed, 0, "validation")
         index, sizes = data.train_index.cpu(), data.train_sizes.cpu().tolist()
         kept, held = [], []
         for k, n in enumerate(sizes):
@@ -219,21 +214,6 @@ class CFFL(ValidatedAgents):
         self.log_agents(keep.double().mean(dim=1), payload.clients)
 
     def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
-        metrics = {"cffl_reputable": float(self.reputable.sum())}
-        for name, values, ids in (("cffl_r", self.r, range(len(self.r))), ("cffl_density", density, agents.tolist())):
-            if len(self.r) <= 20:
-                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
-            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                        f"{name}_max": float(values.max())}
-        self.log_round(metrics)
+        self.log_per_agent({"cffl_r": (self.r, range(len(self.r))), "cffl_density": (density, agents.tolist())},
+                           {"cffl_reputable": float(self.reputable.sum())})
 
-
-def top_magnitude_mask(values: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
-    """(m, D) booleans: row i keeps the ⌊D ratios_i⌋ entries of ``values`` with the largest
-    magnitude (one ranking, ties by position). ``values`` is (D,) shared or (m, D) per row."""
-    rows = values if values.dim() == 2 else values.unsqueeze(0)
-    D = rows.shape[1]
-    order = rows.abs().argsort(dim=1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(D, device=rows.device).expand_as(order))
-    quota = torch.floor(D * ratios.double()).unsqueeze(1)
-    return rank < quota

@@ -23,6 +23,7 @@ collaboration), :class:`DW` (q_i ∝ data size), :class:`RR` (round-robin downlo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
@@ -55,6 +56,18 @@ class AgentModels(FederatedModule):
                 f"{type(self).__name__} needs every agent in every round: set fraction=1.0, got {fraction}"
             )
         self.register_client_state("agent_models", init=self.initial_models)
+
+    def log_per_agent(self, series: dict[str, tuple[Any, Iterable[int]]],
+                      metrics: dict[str, float] | None = None) -> None:
+        """Logs ``<name>/<agent>`` for every value of each series (N ≤ ``MAX_LOGGED_AGENTS``) and
+        ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``, as this round's metrics."""
+        metrics = dict(metrics or {})
+        for name, (values, ids) in series.items():
+            if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
+                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
+            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
+                        f"{name}_max": float(values.max())}
+        self.log_round(metrics)
 
     def initial_models(self, num_agents: int) -> torch.Tensor:
         """w_{i,0} := w_0 for every agent (Sec. 3.1)."""
@@ -182,27 +195,17 @@ class CGSV(AgentModels):
     def mask(self, u_N: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
         """Which entries of u_N every agent downloads, (m, D) booleans: one ranking of |u_N|
         (per tensor in ``"per_tensor"`` mode), and agent i keeps the ranks below its quota."""
-        D = u_N.shape[0]
         if self.hparams.sparsify == "model":
-            rank = _rank_by_magnitude(u_N)
-            quota = torch.floor(D * ratio).unsqueeze(1)  # q_i = ⌊D tanh(βr_i) / max_j tanh(βr_j)⌋
-        else:
-            rank = torch.cat([_rank_by_magnitude(u_N[s]) for s in self.layout.slices().values()])
-            numels = torch.tensor(self.layout.numels, device=u_N.device)
-            quota = torch.ceil(numels * ratio.unsqueeze(1)).repeat_interleave(numels, dim=1)  # ⌈n_l q_i/D⌉
+            return top_magnitude_mask(u_N, ratio)  # q_i = ⌊D tanh(βr_i) / max_j tanh(βr_j)⌋
+        rank = torch.cat([rank_by_magnitude(u_N[s]) for s in self.layout.slices().values()])
+        numels = torch.tensor(self.layout.numels, device=u_N.device)
+        quota = torch.ceil(numels * ratio.unsqueeze(1)).repeat_interleave(numels, dim=1)  # ⌈n_l q_i/D⌉
         return rank.unsqueeze(0) < quota
 
     # ----------------------------------------------------------------------------- reporting
     def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
         """Every r_i and download density q_i / D (per agent for N ≤ 20, and summaries)."""
-        metrics: dict[str, float] = {}
-        per_agent = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist())}
-        for name, (values, ids) in per_agent.items():
-            if len(self.r) <= MAX_LOGGED_AGENTS:
-                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
-            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                        f"{name}_max": float(values.max())}
-        self.log_round(metrics)
+        self.log_per_agent({"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist())})
 
     def evaluate_all_clients(self) -> dict[str, float]:
         """The core's evaluation of the agents' models, plus ρ_r (and ρ with standalone models)."""
@@ -275,7 +278,18 @@ class RR(CGSV):
         self.log_agents(turn.double(), payload.clients)
 
 
-def _rank_by_magnitude(values: torch.Tensor) -> torch.Tensor:
-    """rank[k] = position of entry k when sorted by |value|, largest first (0-based)."""
-    order = values.abs().argsort(descending=True, stable=True)
-    return torch.empty_like(order).scatter_(0, order, torch.arange(len(order), device=values.device))
+def rank_by_magnitude(values: torch.Tensor) -> torch.Tensor:
+    """rank[..., k] = position of entry k of its row when sorted by |value|, largest first
+    (0-based; ties by position)."""
+    order = values.abs().argsort(dim=-1, descending=True, stable=True)
+    positions = torch.arange(values.shape[-1], device=values.device).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, positions)
+
+
+def top_magnitude_mask(values: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+    """(m, D) booleans: row i keeps the ⌊D ratios_i⌋ entries of ``values`` with the largest
+    magnitude (one ranking, ties by position). ``values`` is (D,) shared or (m, D) per row:
+    CGSV's download mask of eq. (5), CFFL's uploads and downloads, ECI's downloads."""
+    rows = values if values.dim() == 2 else values.unsqueeze(0)
+    quota = torch.floor(rows.shape[1] * ratios.double()).unsqueeze(1)
+    return rank_by_magnitude(rows) < quota

@@ -23,9 +23,9 @@ import torch
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.simulation import round_generator
 
 Selection = Literal["uniform", "loss_aware"]
-CANDIDATE_STREAM = 13  # the candidates' draw: a stream of its own (the core's are 1-3)
 
 
 @register_algorithm
@@ -60,8 +60,7 @@ class DRFL(FederatedModule):
             raise ValueError(f"num_candidates={d} is below the {m} clients a round takes (fraction="
                              f"{self.hparams.fraction} of {num_clients}): set num_candidates >= {m}")
         sizes = self.federated_data.train_sizes.cpu().double()
-        draw = torch.Generator().manual_seed(
-            (self.hparams.seed * 1_000_003 + round_index * 7_919 + CANDIDATE_STREAM * 104_729) % (2**63 - 1))
+        draw = round_generator(self.hparams.seed, round_index, "candidates")
         candidates = torch.multinomial(sizes, d, replacement=False, generator=draw).sort().values
         return self.highest_losses(candidates, self.candidate_losses(candidates), m)
 

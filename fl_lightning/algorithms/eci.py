@@ -26,14 +26,11 @@ from typing import Any
 
 import torch
 
-from fl_lightning.algorithms.cffl import (
-    SHAPLEY_ORDERS,
-    ValidatedAgents,
-    server_generator,
-    top_magnitude_mask,
-)
+from fl_lightning.algorithms.cffl import ValidatedAgents
+from fl_lightning.algorithms.cgsv import top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.simulation import round_generator
 from fl_lightning.metrics.shapley import MAX_EXACT_AGENTS, exact_shapley, sampled_shapley
 
 
@@ -85,17 +82,12 @@ class ECI(ValidatedAgents):
                 raise ValueError(f"ECI with num_permutations=null values all 2^N coalitions and takes N <= "
                                  f"{MAX_EXACT_AGENTS} agents, got {m}: set num_permutations (e.g. 20)")
             return exact_shapley(value, m).to(n.device)
-        orders = server_generator(self.hparams.seed, payload.round, SHAPLEY_ORDERS)
+        orders = round_generator(self.hparams.seed, payload.round, "shapley_orders")
         return sampled_shapley(value, m, self.hparams.num_permutations, orders).to(n.device)
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         ratios = (self.r / self.r.max())[payload.clients]  # q_i / D = r_i / max_j r_j
         keep = top_magnitude_mask(-server_step, ratios)
         self.agent_models[payload.clients] += (-server_step) * keep  # w_i ← w_i + mask(Δw_N, q_i)
-        metrics: dict[str, float] = {}
-        for name, values in (("eci_r", self.r), ("eci_phi", self.phi)):
-            if len(values) <= 20:
-                metrics |= {f"{name}/{i}": float(v) for i, v in enumerate(values)}
-            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                        f"{name}_max": float(values.max())}
-        self.log_round(metrics)
+        agents = range(len(self.r))
+        self.log_per_agent({"eci_r": (self.r, agents), "eci_phi": (self.phi, agents)})

@@ -14,7 +14,9 @@ import torch
 from fl_lightning.core.payload import RoundPayload
 from fl_lightning.core.settings import Attack
 
-_STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3}
+# purposes of the per-round draws; the server-side ones serve algorithms that hold a validation
+# set (its draw, once), estimate Shapley values from random orders, or pick candidate clients
+_STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3, "validation": 11, "shapley_orders": 12, "candidates": 13}
 
 
 def round_generator(seed: int, round_index: int, stream: str) -> torch.Generator:

@@ -90,15 +90,8 @@ def exact_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None) -> to
             f"exact_cgsv enumerates 2^N coalitions and is limited to N <= {MAX_EXACT_AGENTS} agents, "
             f"got N = {n}: use sampled_cgsv (Monte-Carlo over orders) or approximate_cgsv (eq. 3)"
         )
-    coalitions = torch.arange(2**n, device=gram.device)
-    bits = 2 ** torch.arange(n, device=gram.device)
-    members = (coalitions.unsqueeze(1) & bits) > 0  # (2^N, N): coalition S as a bit mask
-    value = coalition_values(gram, r, members)  # ν(S) for every S
-    by_size = [math.factorial(s) * math.factorial(n - 1 - s) / math.factorial(n) for s in range(n)] + [0.0]
-    share = torch.tensor(by_size, dtype=gram.dtype, device=gram.device)[members.sum(dim=1)]  # |S|!(N-1-|S|)!/N!
-    gain = value[coalitions.unsqueeze(1) | bits] - value.unsqueeze(1)  # ν(S ∪ {i}) − ν(S), (2^N, N)
-    phi = torch.where(members, 0.0, share.unsqueeze(1) * gain).sum(dim=0)  # only S ∌ i count
-    return phi.to(_result_dtype(updates))
+    phi = exact_shapley(lambda members: coalition_values(gram, r, members.to(gram.device)), n)
+    return phi.to(device=gram.device, dtype=_result_dtype(updates))
 
 
 def sampled_cgsv(
@@ -121,15 +114,9 @@ def sampled_cgsv(
     if num_permutations < 1:
         raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
     gram, r = _gram_and_weights(updates, weights)
-    n = gram.shape[0]
-    order = torch.rand(num_permutations, n, generator=generator).argsort(dim=1).to(gram.device)  # π
-    position = order.argsort(dim=1)  # where each agent stands in π
-    prefix = torch.arange(n + 1, device=gram.device)
-    members = position.unsqueeze(1) < prefix.view(1, -1, 1)  # (P, N+1, N): the first k agents of π
-    value = coalition_values(gram, r, members.view(-1, n)).view(num_permutations, n + 1)
-    gain = value[:, 1:] - value[:, :-1]  # gain of the k-th agent of π
-    phi = torch.zeros(n, dtype=gram.dtype, device=gram.device).index_add_(0, order.flatten(), gain.flatten())
-    return (phi / num_permutations).to(_result_dtype(updates))
+    phi = sampled_shapley(lambda members: coalition_values(gram, r, members.to(gram.device)), gram.shape[0],
+                          num_permutations, generator)
+    return phi.to(device=gram.device, dtype=_result_dtype(updates))
 
 
 def approximate_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:

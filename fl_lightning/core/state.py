@@ -119,8 +119,9 @@ class ClientStateMixin(nn.Module):
     def history_rows(self, clients: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """Rows of ``history`` for ``clients``, on ``like``'s device and in its dtype."""
         missing = self.__dict__.get("_history_missing")
-        if missing is not None and bool(missing[clients.cpu()].any()):
-            left_out = clients.cpu()[missing[clients.cpu()]].tolist()
+        host = clients.cpu() if missing is not None else clients
+        if missing is not None and bool(missing[host].any()):
+            left_out = host[missing[host]].tolist()
             raise RuntimeError(
                 f"the history rows of clients {left_out} were left out of the checkpoint this fit resumed from "
                 f"(history_rows_to_keep of {type(self).__name__} said they would not be read before being written "

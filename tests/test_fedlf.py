@@ -208,6 +208,27 @@ def test_equal_losses_leave_the_fair_gradient_out():
     assert module.last_round_stats["fedlf_fair_used"] == 1
 
 
+@pytest.mark.parametrize("solver", ["batched", "cvxopt"])
+def test_a_fair_gradient_that_cancels_is_left_out_like_equal_losses(solver):
+    """q has both signs (q ⊥ F), so g_P = Σ q_i g_i can cancel to rounding noise: rescaled to μ,
+    that noise used to enter the QP as a direction (and broke the Gram's symmetry)."""
+    g = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.5, 1.0], [0.5, -1.0]])  # g0 + g1 = 2 (g2 + g3)
+    losses = [1.0, 1.0, 0.5, 0.5]  # q = (0.1, 0.1, −0.2, −0.2) / ||F||: g_P = 0
+    assert (fair_coefficients(torch.tensor(losses)) @ g.double()).norm() < 1e-12
+    steps = []
+    for losses_of_round in (losses, [0.7] * 4):
+        module = fedlf(slices_of([2]), num_clients=4, qp_solver=solver)
+        steps.append(module.aggregate(payload(g, losses_of_round)))
+    assert torch.allclose(steps[0], steps[1], atol=1e-6), steps
+    assert steps[0][0] > 0 and abs(float(steps[0][1])) < 1e-6  # along the min-norm point (0.5, 0)
+    # the Hypothesis case that broke the symmetry check: rows cancel to 1e-17 in one coordinate
+    cancelling = torch.zeros(5, 8)
+    cancelling[2, 5], cancelling[3, 5], cancelling[4, 5] = 1e-17, 1e-3, -1e-3
+    module = fedlf(slices_of([5, 3]), num_clients=5, qp_solver=solver)
+    step = module.aggregate(payload(cancelling, [1.0, 1.0, 1.0, 0.5, 0.5]))
+    assert torch.isfinite(step).all() and (cancelling.double() @ step.double() >= -1e-12).all()
+
+
 # ------------------------------------------------------------------ combining layers
 def test_merge_zero_groups_joins_the_next_group_or_the_previous_for_the_last():
     assert merge_zero_groups([[0], [1], [2]], [True, False, False]) == [[0, 1], [2]]

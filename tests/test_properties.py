@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -29,7 +30,15 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:You are trying to `self.log\\(\\)`", "ignore::RuntimeWarning"
 )
 
-PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI draws the same 40 examples every run (derandomized: a run on a clean checkout cannot be
+# failed by a new draw); FL_PROPERTY_EXAMPLES=2000 explores afresh with that many draws.
+_EXPLORE = os.environ.get("FL_PROPERTY_EXAMPLES")
+PROPERTY = settings(
+    max_examples=int(_EXPLORE or 40),
+    derandomize=_EXPLORE is None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 # An infeasible request must be refused with a message that says what to change.
 SAYS_WHAT_TO_CHANGE = re.compile(

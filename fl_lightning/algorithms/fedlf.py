@@ -141,7 +141,8 @@ class FedLF(FederatedModule):
         q = fair_coefficients(payload.losses)  # step 2
         absent, tau = self.absent_clients(payload)  # step 3
         X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
-        coefficients, groups, fallbacks = self.layerwise_min_norm(layer_grams(X, self.layer_slices), m, q)
+        grams = layer_grams(X, self.layer_slices)
+        coefficients, groups, fallbacks = self.layerwise_min_norm(grams, m, q, torch.finfo(X.dtype).eps)
         self.count_qp_fallbacks(fallbacks)
         u = layer_combination(coefficients, X, self.layer_slices)  # Σ_j λ_j V_j per layer = −d
         self.last_round_stats = {
@@ -165,10 +166,11 @@ class FedLF(FederatedModule):
 
     # ------------------------------------------------------------------ steps 4 and 5
     def layerwise_min_norm(
-        self, grams: torch.Tensor, m: int, q: torch.Tensor | None
+        self, grams: torch.Tensor, m: int, q: torch.Tensor | None, eps: float = torch.finfo(torch.float32).eps
     ) -> tuple[torch.Tensor, list[tuple[list[int], bool]], int]:
         """Per-layer coefficients (L, n_X) over the rows of X with Σ_j λ_j V_j = coeffs_l @ X_l,
-        the final layer groups with whether their direction is 0, and the QP fallback count."""
+        the final layer groups with whether their direction is 0, and the QP fallback count.
+        ``eps``: the machine epsilon of the vectors the Grams were multiplied from."""
         groups = [[layer] for layer in range(grams.shape[0])]
         solved: dict[tuple[int, ...], tuple[torch.Tensor, bool]] = {}
         fallbacks = 0
@@ -176,8 +178,9 @@ class FedLF(FederatedModule):
             todo = [group for group in groups if tuple(group) not in solved]
             if todo:
                 raw = torch.stack([grams[group].sum(dim=0) for group in todo])  # merged = summed Grams
-                C = self.qp_vectors(raw, m, q)  # (B, n_V, n_X)
+                C = self.qp_vectors(raw, m, q, eps)  # (B, n_V, n_X)
                 vector_grams = C @ raw @ C.transpose(1, 2)  # V Vᵀ per group
+                vector_grams = (vector_grams + vector_grams.transpose(1, 2)) / 2  # exactly symmetric
                 weights, failed = self.solve(vector_grams)
                 fallbacks += failed
                 coefficients = (weights.unsqueeze(1) @ C).squeeze(1)  # λ C: (B, n_X)
@@ -195,11 +198,18 @@ class FedLF(FederatedModule):
             rows[group] = solved[tuple(group)][0]
         return rows, [(group, solved[tuple(group)][1]) for group in groups], fallbacks
 
-    def qp_vectors(self, raw: torch.Tensor, m: int, q: torch.Tensor | None) -> torch.Tensor:
+    def qp_vectors(
+        self, raw: torch.Tensor, m: int, q: torch.Tensor | None, eps: float = torch.finfo(torch.float32).eps
+    ) -> torch.Tensor:
         """C (B, n_V, n_X): the QP's vectors as combinations of X's rows, for B layer groups
         with raw Grams ``raw`` (B, n_X, n_X). Rows: the m online clients, g_P (if q), the
         absent clients; each rescaled to μ = mean_i ||g_{i,l}|| over the online clients
-        (a zero vector stays zero)."""
+        (a zero client vector stays zero).
+
+        g_P = Σ_i q_i g_{i,l} has no direction when its norm is below what its Gram form can
+        resolve, √eps · Σ_i |q_i| ||g_{i,l}|| (the q_i have both signs, so the sum can cancel):
+        there it is left out of the group's QP, as for equal losses, by repeating the first
+        client's row (a repeated vector leaves the convex hull unchanged)."""
         norms = raw.diagonal(dim1=1, dim2=2).clamp(min=0).sqrt()  # ||X_{j,l}||
         mu = norms[:, :m].mean(dim=1, keepdim=True)
         scale = torch.where(norms > 0, mu / norms, 0.0)
@@ -209,7 +219,8 @@ class FedLF(FederatedModule):
         fair = torch.zeros_like(scale)
         fair[:, :m] = q.to(raw) if self.hparams.fair_gradient == "paper" else q.to(raw) * scale[:, :m]
         fair_norm = torch.einsum("bi,bij,bj->b", fair, raw, fair).clamp(min=0).sqrt().unsqueeze(1)
-        fair = fair * torch.where(fair_norm > 0, mu / fair_norm, 0.0)
+        resolvable = fair_norm > eps**0.5 * (fair.abs() * norms).sum(dim=1, keepdim=True)
+        fair = torch.where(resolvable, fair * mu / torch.where(resolvable, fair_norm, 1.0), C[:, 0])
         return torch.cat([C[:, :m], fair.unsqueeze(1), C[:, m:]], dim=1)
 
     def solve(self, grams: torch.Tensor) -> tuple[torch.Tensor, int]:

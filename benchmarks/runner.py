@@ -282,8 +282,10 @@ def check_store(tracking_uri: str) -> None:
         raise SystemExit(str(error)) from None
 
 
-def finished_runs_read_only(tracking_uri: str, suite: str) -> tuple[set[tuple[str, str, str]], str]:
-    """A dry run's view of the store: (finished runs, a note), read without creating or altering
+def finished_runs_read_only(
+    tracking_uri: str, suite: str
+) -> tuple[set[tuple[str, str, str]], dict[str, list[float]], str]:
+    """A dry run's view of the store: (finished runs, their wall seconds per cell, a note), read without creating or altering
     it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
     through a read-only connection, a schema of another MLflow version is not migrated."""
     from leaderboard.store import (
@@ -302,12 +304,14 @@ def finished_runs_read_only(tracking_uri: str, suite: str) -> tuple[set[tuple[st
         raise SystemExit(str(error)) from None
     if state in (MISSING, EMPTY, NO_EXPERIMENTS):
         what = "does not exist yet (a dry run does not create it)" if state == MISSING else "holds no runs yet"
-        return set(), f"the store {tracking_uri} {what}: every run is to run"
+        return set(), {}, f"the store {tracking_uri} {what}: every run is to run"
     from mlflow.exceptions import MlflowException
+
+    from benchmarks.plan import run_durations
 
     try:
         with reading(tracking_uri) as read_uri:
-            return finished_runs(read_uri, suite), ""
+            return finished_runs(read_uri, suite), run_durations(read_uri, suite), ""
     except MlflowException as error:
         first = next((line for line in str(error.message).splitlines() if line.strip()), "")
         raise SystemExit(f"cannot read the store {tracking_uri} without altering it ({first}); "
@@ -623,8 +627,9 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
               isolate: bool = False) -> int:
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
+    durations: dict[str, list[float]] = {}
     if dry_run:  # reads the store, never creates or alters it
-        done, note = finished_runs_read_only(tracking_uri, suite)
+        done, durations, note = finished_runs_read_only(tracking_uri, suite)
     else:
         check_store(tracking_uri)
         done, note = finished_runs_or_exit(tracking_uri, suite), ""
@@ -634,8 +639,11 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     if note:
         print(f"  ({note})")
     if dry_run:
+        from benchmarks.plan import plan_lines
+
         for cell in todo:
             print(f"  would run {cell.cell} seed {cell.seed}")
+        print("\n".join(plan_lines(todo, durations, jobs)))
         return 0
     ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite

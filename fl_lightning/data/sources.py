@@ -81,6 +81,8 @@ class _Source:
     load: Callable[..., SourceData]
     defaults: dict[str, Any] = field(default_factory=dict)
     fetch: Callable[..., None] | None = None  # downloads files; None for offline sources
+    files: Callable[..., list[str]] | None = None  # the files load reads, for a dry run's check
+    obtain: str = ""  # where a user gets those files, for the message that says they are missing
 
 
 _SOURCES: dict[str, _Source] = {}
@@ -94,6 +96,8 @@ def register_source(
     *,
     info: SourceInfo | Callable[..., SourceInfo],
     fetch: Callable[..., None] | None = None,
+    files: Callable[..., list[str]] | None = None,
+    obtain: str = "",
 ) -> Callable[[Loader], Loader]:
     """Register the decorated loader as data source ``name`` (the pattern of timm's
     ``register_model``); :func:`load_source` and ``FederatedDataModule(source=name)`` then
@@ -112,6 +116,9 @@ def register_source(
         fetch: ``fetch(data_dir, **params)`` downloads the files ``load`` reads (called by
             ``FederatedDataModule.prepare_data`` when ``download=True``); ``None`` for a
             source that needs no files.
+        files: ``files(data_dir, **params)`` lists the paths ``load`` reads, so that a plan
+            (``python -m benchmarks run --dry-run``) can say what is missing before any run.
+        obtain: one sentence on where a user gets those files (printed with the missing ones).
 
     Returns the loader unchanged. Registering a name twice is refused, unless it is the same
     loader again (a module imported a second time).
@@ -140,6 +147,8 @@ def register_source(
             load=load,
             defaults={a.name: a.default for a in arguments[3:]},
             fetch=fetch,
+            files=files,
+            obtain=obtain,
         )
         return load
 
@@ -157,9 +166,19 @@ def list_sources() -> list[str]:
 
 def reads_files(name: str) -> bool:
     """Whether source ``name`` is read from files under ``data_dir`` (it was registered with a
-    ``fetch``), not built offline; False for a name that is not registered."""
+    ``fetch`` or ``files``), not built offline; False for a name that is not registered."""
     entry = _SOURCES.get(name)
-    return entry is not None and entry.fetch is not None
+    return entry is not None and (entry.fetch is not None or entry.files is not None)
+
+
+def missing_files(name: str, data_dir: str = "data", **params) -> tuple[list[str], str]:
+    """(the files source ``name`` reads under ``data_dir`` that are not there, where to get
+    them); ``([], "")`` for an offline source or one that did not register its ``files``."""
+    source, params, _ = _resolve(name, params)
+    if source.files is None:
+        return [], ""
+    missing = [path for path in source.files(data_dir=str(data_dir), **params) if not os.path.isfile(path)]
+    return missing, source.obtain if missing else ""
 
 
 def source_info(name: str, **params) -> SourceInfo:
@@ -311,7 +330,13 @@ def _register_torchvision(name: str, class_name: str, num_classes: int, shape, s
         for train in (True, False):
             _open_torchvision(class_name, data_dir, download=True, train=train)
 
-    @register_source(name, info=info, fetch=fetch)
+    def files(data_dir: str) -> list[str]:
+        return _expected_files(class_name, data_dir)
+
+    obtain = (f"torchvision.datasets.{class_name}(data_dir, download=True) on a machine with a network "
+              "(CLI: --data.download true), or copy the files there")
+
+    @register_source(name, info=info, fetch=fetch, files=files, obtain=obtain)
     def load(data_dir: str, download: bool, seed: int) -> SourceData:
         to_tensors = _cifar_tensors if is_cifar else _mnist_like_tensors
         train = _open_torchvision(class_name, data_dir, download, train=True)
@@ -352,7 +377,18 @@ def _fetch_emnist(data_dir: str, split: str) -> None:
         _open_torchvision("EMNIST", data_dir, download=True, train=train, split=split)
 
 
-@register_source("emnist", info=_describe_emnist, fetch=_fetch_emnist)
+def _emnist_files(data_dir: str, split: str) -> list[str]:
+    return _expected_files("EMNIST", data_dir, split)
+
+
+@register_source(
+    "emnist",
+    info=_describe_emnist,
+    fetch=_fetch_emnist,
+    files=_emnist_files,
+    obtain="torchvision.datasets.EMNIST(data_dir, split=..., download=True) on a machine with a network "
+    "(CLI: --data.download true), or copy the files there",
+)
 def _load_emnist(data_dir: str, download: bool, seed: int, split: str = "balanced") -> SourceData:
     tensors = []
     for train in (True, False):

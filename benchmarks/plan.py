@@ -1,0 +1,202 @@
+"""What a dry run says before a suite runs: the data files that are missing (where they go and
+how to get them) and how long the runs would take on this machine.
+
+The estimate of a run, in order of preference:
+
+1. ``store``: the median wall time of the cell's finished runs in the store (any seed);
+2. ``perf``: rounds x (client samples per round / the model's training throughput measured by
+   ``python -m benchmarks.perf`` on this kind of machine, in ``benchmarks/perf/results``) plus
+   evaluations, a per-round overhead (logging, aggregation) and the start of a run;
+3. none: the model has no throughput figure (it is named, with the command that measures it).
+
+The sizes of the training sets are the published ones (``TRAIN_SIZES``); a partition's
+``total_size`` or ``samples_per_client`` takes precedence. Estimates are for the CPU figures
+in the results files: a GPU machine is faster for the large models.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
+PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
+
+TRAIN_SIZES = {  # published training-set sizes (samples), for estimates only
+    "mnist": 60_000,
+    "fashion_mnist": 60_000,
+    "cifar10": 50_000,
+    "cifar100": 50_000,
+    "emnist": 112_800,  # balanced
+    "mnist5k": 5_000,
+    "digits": 1_797,
+    "femnist": 805_263,  # LEAF, all 3,550 writers
+    "shakespeare": 4_226_158,  # LEAF, all roles
+    "adult": 32_561,
+    "mr": 10_662,
+    "sst": 67_349,  # SST-2 sentences
+}
+SYNTHETIC_MEAN_CLIENT_SIZE = 400  # FedProx's lognormal sizes + 50, clipped: about 400 on average
+ROUND_OVERHEAD_S = 0.05  # logging, sampling and aggregation of a small model, per round
+RUN_START_S = 4.0  # a run's start in a warm worker: store, data, model, the partition figure
+EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step per sample
+
+
+@dataclass(frozen=True)
+class MissingData:
+    source: str
+    data_dir: str
+    files: tuple[str, ...]
+    obtain: str
+    runs: int
+
+
+def _data(cell_config: dict) -> dict:
+    return cell_config.get("data") or {}
+
+
+def _init_args(cell_config: dict) -> dict:
+    return (cell_config.get("model") or {}).get("init_args") or {}
+
+
+def missing_data(configs: Iterable[dict]) -> list[MissingData]:
+    """The sources whose files are not under their ``data_dir``, once per (source, data_dir, params)."""
+    from fl_lightning.data.sources import missing_files
+
+    found: dict[tuple, MissingData] = {}
+    for config in configs:
+        data = _data(config)
+        source, data_dir = data.get("source", "mnist5k"), str(data.get("data_dir", "data"))
+        params = data.get("source_params") or {}
+        key = (source, data_dir, json.dumps(params, sort_keys=True))
+        if key in found:
+            entry = found[key]
+            found[key] = MissingData(entry.source, entry.data_dir, entry.files, entry.obtain, entry.runs + 1)
+            continue
+        try:
+            files, obtain = missing_files(source, data_dir, **params)
+        except ValueError as error:  # an unknown source or parameter: the run would fail the same way
+            files, obtain = [f"(cannot check: {error})"], ""
+        found[key] = MissingData(source, data_dir, tuple(files), obtain, 1)
+    return [entry for entry in found.values() if entry.files]
+
+
+def training_samples(config: dict) -> float | None:
+    """Client samples trained on per round (fraction x training samples x local epochs)."""
+    data, args = _data(config), _init_args(config)
+    params = data.get("partition_params") or {}
+    num_clients = int(data.get("num_clients", 100))
+    source = data.get("source", "mnist5k")
+    if "total_size" in params:
+        total = float(params["total_size"])
+    elif "samples_per_client" in params:
+        total = float(params["samples_per_client"]) * num_clients
+    elif source == "synthetic":
+        total = float(SYNTHETIC_MEAN_CLIENT_SIZE * num_clients)
+    elif source in TRAIN_SIZES:
+        total = float(TRAIN_SIZES[source])
+        if data.get("test_mode", "local") == "local":
+            total *= 1 - float(data.get("local_test_fraction", 0.2))
+    else:
+        return None
+    return float(args.get("fraction", 0.1)) * total * int(args.get("local_epochs", 1))
+
+
+def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
+    """Training client-samples per second of each model: the best default vectorised figure."""
+    rows = []
+    for path in sorted(folder.glob(PERF_FILES)):
+        try:
+            rows += json.loads(path.read_text())["throughput"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    best: dict[str, float] = {}
+    for row in rows:
+        if row.get("status") == "ok" and row.get("variant") is None and row.get("engine") == "vectorised":
+            best[row["model"]] = max(best.get(row["model"], 0.0), float(row["client_samples_per_second"]))
+    return best
+
+
+def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None:
+    """A run's wall time from the perf figures, or None where its model has none."""
+    args = _init_args(config)
+    model = args.get("backbone", "fl_mlp")
+    per_round = training_samples(config)
+    if model not in throughput or per_round is None:
+        return None
+    rounds = int(args.get("num_rounds", 100))
+    speed = throughput[model]
+    evaluations = rounds / int(args.get("eval_every", 1)) + 1
+    fraction = float(args.get("fraction", 0.1)) * int(args.get("local_epochs", 1))
+    evaluated = per_round / fraction if fraction else 0.0  # every client's data
+    return (RUN_START_S + rounds * (per_round / speed + ROUND_OVERHEAD_S)
+            + evaluations * evaluated * EVAL_COST / speed)
+
+
+def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> list[str]:
+    """The dry run's report: missing data, then the estimated time of the runs to run."""
+    lines = []
+    for entry in missing_data(cell.config for cell in cells):
+        shown = ", ".join(entry.files[:4]) + (f" and {len(entry.files) - 4} more" if len(entry.files) > 4 else "")
+        lines.append(f"  data missing for {entry.runs} run(s): {entry.source} needs {shown}"
+                     + (f"; get them with {entry.obtain}" if entry.obtain else ""))
+    throughput = model_throughput()
+    total, estimated, unknown_models = 0.0, 0, set()
+    basis = {"store": 0, "perf": 0}
+    for cell in cells:
+        seen = durations.get(cell.cell)
+        if seen:
+            seconds: float | None = statistics.median(seen)
+            basis["store"] += 1
+        else:
+            seconds = estimate_seconds(cell.config, throughput)
+            if seconds is None:
+                unknown_models.add(_init_args(cell.config).get("backbone", "fl_mlp"))
+                continue
+            basis["perf"] += 1
+        total += seconds
+        estimated += 1
+    if cells:
+        how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)
+        lines.append(f"  estimated time: {_duration(total / jobs)} with {jobs} job(s) for {estimated} of "
+                     f"{len(cells)} run(s) ({how or 'none'}; perf: the CPU figures in benchmarks/perf/results/{PERF_FILES})")
+    if unknown_models:
+        lines.append(f"  not estimated: no throughput figure for {', '.join(sorted(unknown_models))} "
+                     "(measure it: python -m benchmarks.perf --models <name> --sections throughput "
+                     "--out benchmarks/perf/results/perf_cpu_<name>.json)")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} days"
+
+
+def run_durations(tracking_uri: str, suite: str) -> dict[str, list[float]]:
+    """Wall seconds of the suite's finished runs, per cell (read through ``tracking_uri``)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(suite)
+    if experiment is None:
+        return {}
+    durations: dict[str, list[float]] = {}
+    token = None
+    while True:
+        page = client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'",
+                                  max_results=1000, page_token=token)
+        for run in page:
+            cell, end = run.data.tags.get("cell"), run.info.end_time
+            if cell and end:
+                durations.setdefault(cell, []).append((end - run.info.start_time) / 1000)
+        token = page.token
+        if not token:
+            return durations

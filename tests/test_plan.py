@@ -1,0 +1,80 @@
+"""What a dry run plans: the data files that are missing and the estimated time."""
+
+import json
+
+import pytest
+import yaml
+
+from benchmarks import plan
+from benchmarks.runner import load_suite, main
+from fl_lightning.data.sources import missing_files
+
+
+def cell_config(source="mnist", data_dir="data", **init_args):
+    args = {"backbone": "fl_mlp", "num_rounds": 10, "fraction": 0.1, "eval_every": 5} | init_args
+    return {"model": {"init_args": args},
+            "data": {"source": source, "data_dir": str(data_dir), "num_clients": 100, "test_mode": "global"}}
+
+
+def test_missing_files_names_every_file_and_how_to_get_them(tmp_path):
+    missing, obtain = missing_files("mnist", str(tmp_path))
+    assert [p.rsplit("/", 1)[1] for p in missing] == [
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    assert all(p.startswith(str(tmp_path / "MNIST" / "raw")) for p in missing) and "download=True" in obtain
+    for path in missing[:2]:  # the files that are there are not listed
+        (tmp_path / "MNIST" / "raw").mkdir(parents=True, exist_ok=True)
+        open(path, "w").close()
+    assert missing_files("mnist", str(tmp_path))[0] == missing[2:]
+    assert missing_files("mnist5k", str(tmp_path)) == ([], "")  # offline: nothing to get
+    with pytest.raises(ValueError, match="unknown data source 'mnits'.*Did you mean 'mnist'"):
+        missing_files("mnits", str(tmp_path))
+
+
+def test_missing_data_is_reported_once_per_source_with_its_run_count(tmp_path):
+    configs = [cell_config(data_dir=tmp_path)] * 3 + [cell_config("digits")] + [cell_config("cifar10", tmp_path)]
+    entries = {entry.source: entry for entry in plan.missing_data(configs)}
+    assert set(entries) == {"mnist", "cifar10"}
+    assert entries["mnist"].runs == 3 and len(entries["mnist"].files) == 4
+    assert entries["cifar10"].runs == 1 and any("data_batch_1" in f for f in entries["cifar10"].files)
+
+
+def test_the_estimate_grows_with_rounds_participation_and_a_slower_model():
+    speed = {"fl_mlp": 4000.0, "fl_cnn_cifar": 400.0}
+    base = plan.estimate_seconds(cell_config(), speed)
+    assert plan.training_samples(cell_config()) == pytest.approx(0.1 * 60_000)
+    assert plan.estimate_seconds(cell_config(num_rounds=20), speed) > base
+    assert plan.estimate_seconds(cell_config(fraction=1.0), speed) > base
+    assert plan.estimate_seconds(cell_config(backbone="fl_cnn_cifar"), speed) > base
+    assert plan.estimate_seconds(cell_config(backbone="fl_unmeasured"), speed) is None
+    # a partition's own size wins over the published size of the source
+    sized = cell_config()
+    sized["data"]["partition_params"] = {"samples_per_client": 600}
+    assert plan.training_samples(sized) == pytest.approx(0.1 * 600 * 100)
+
+
+def test_throughput_is_read_from_every_cpu_results_file(tmp_path):
+    rows = [{"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 5.0},
+            {"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 7.0},
+            {"model": "fl_a", "status": "ok", "variant": "bf16", "engine": "vectorised", "client_samples_per_second": 99.0},
+            {"model": "fl_b", "status": "skipped", "variant": None, "engine": "vectorised"}]
+    (tmp_path / "perf_cpu.json").write_text(json.dumps({"throughput": rows[:2]}))
+    (tmp_path / "perf_cpu_more.json").write_text(json.dumps({"throughput": rows[2:]}))
+    (tmp_path / "perf_cuda.json").write_text(json.dumps({"throughput": [dict(rows[0], model="fl_c")]}))
+    assert plan.model_throughput(tmp_path) == {"fl_a": 7.0}
+
+
+def test_a_dry_run_prints_the_missing_data_and_the_estimate(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    suite = {"suite": "plan-test", "paper": "cgsv", "scale": "paper", "seeds": [0, 1],
+             "base": {"model": {"init_args": {"backbone": "fl_mlp", "num_rounds": 5}},
+                      "data": {"source": "mnist", "data_dir": str(tmp_path / "data"), "num_clients": 10}},
+             "benchmarks": [{"name": "mnist/iid"}],
+             "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}]}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    assert len(load_suite(str(path))) == 2
+    assert main(["run", str(path), "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"]) == 0
+    out = capsys.readouterr().out
+    assert "data missing for 2 run(s): mnist needs " in out and "train-images-idx3-ubyte" in out
+    assert "estimated time:" in out and "for 2 of 2 run(s) (2 from perf" in out
+    assert not (tmp_path / "runs.db").exists()

@@ -461,3 +461,15 @@ def test_cached_builtins_equal_their_packages_own_parse(cache):
         assert torch.equal(small.y_train, torch.as_tensor(digits.target, dtype=torch.int64))
         sources._PARSED.clear()
     assert len(list(cache.glob("*.npz"))) == 2
+
+
+def test_synthetic_client_sizes_replace_the_power_law():
+    given = load_source("synthetic", seed=3, num_clients=2, client_sizes=[41, 3215], test_per_client=20)
+    default = load_source("synthetic", seed=3, num_clients=2, test_per_client=20)
+    assert given.client_of_train.bincount().tolist() == [41, 3215]
+    first = given.client_of_test == 0  # the first client's distribution is drawn before any sample
+    assert torch.equal(given.x_client_test[first], default.x_client_test[first])
+    assert torch.equal(given.y_client_test[first], default.y_client_test[first])
+    for wrong in ([41], [0, 5], [1.5, 2], "41,3215"):
+        with pytest.raises(ValueError, match="client_sizes must list num_clients=2 integers"):
+            load_source("synthetic", num_clients=2, client_sizes=wrong)

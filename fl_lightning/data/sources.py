@@ -563,9 +563,18 @@ _SYNTHETIC_INFO = SourceInfo(
 
 
 def _describe_synthetic(
-    alpha: float, beta: float, num_clients: int, iid: bool, test_per_client: int
+    alpha: float, beta: float, num_clients: int, iid: bool, test_per_client: int,
+    client_sizes: list[int] | None = None,
 ) -> SourceInfo:
     """Synthetic's info; the registry's check of its parameters (before every load)."""
+    if client_sizes is not None and (
+        not isinstance(client_sizes, (list, tuple)) or len(client_sizes) != num_clients
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in client_sizes)
+    ):
+        raise ValueError(
+            f"synthetic client_sizes must list num_clients={num_clients} integers >= 1 (one per client), "
+            f"got {client_sizes!r}; leave it null for FedProx's power-law sizes."
+        )
     if alpha < 0 or beta < 0:
         raise ValueError(f"synthetic alpha and beta must be >= 0, got alpha={alpha}, beta={beta}.")
     if num_clients < 1:
@@ -585,6 +594,7 @@ def _load_synthetic(
     num_clients: int = 30,
     iid: bool = False,
     test_per_client: int = 0,
+    client_sizes: list[int] | None = None,
 ) -> SourceData:
     """Synthetic(alpha, beta) of FedProx (Li et al., "Federated Optimization in Heterogeneous
     Networks", MLSys 2020, Sec. 5.1; also in LEAF, Caldas et al. 2018).
@@ -598,10 +608,16 @@ def _load_synthetic(
     ``test_per_client`` > 0 also draws that many test samples per client from the client's
     own distribution (a separate random stream: the training data stays the same), so
     per-client accuracy is not measured on a fifth of a 50-sample client.
+
+    ``client_sizes`` replaces the power-law sizes with given ones (the first client's
+    distribution stays that of the seed; the others are drawn after its samples), e.g. ``[41, 3215]`` for two domains as unequal as Adult's PhD
+    and non-PhD users (AFL, Mohri et al., ICML 2019).
     """
     test_rng = np.random.default_rng([seed, 1])
     rng = np.random.default_rng(seed)
     sizes = synthetic_client_sizes(num_clients, rng)
+    if client_sizes is not None:
+        sizes = np.asarray(client_sizes, dtype=np.int64)
     feature_std = np.arange(1, SYNTHETIC_FEATURES + 1) ** (-1.2 / 2)  # sqrt of diag(j^-1.2)
     model_means = rng.normal(0, alpha, num_clients)  # u_k
     feature_mean_centres = rng.normal(0, beta, num_clients)  # B_k

@@ -146,6 +146,7 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> lis
     throughput = model_throughput()
     total, estimated, unknown_models = 0.0, 0, set()
     basis = {"store": 0, "perf": 0}
+    per_model: dict[str, float] = {}
     for cell in cells:
         seen = durations.get(cell.cell)
         if seen:
@@ -159,10 +160,15 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> lis
             basis["perf"] += 1
         total += seconds
         estimated += 1
+        model = _init_args(cell.config).get("backbone", "fl_mlp")
+        per_model[model] = per_model.get(model, 0.0) + seconds
     if cells:
         how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)
         lines.append(f"  estimated time: {_duration(total / jobs)} with {jobs} job(s) for {estimated} of "
                      f"{len(cells)} run(s) ({how or 'none'}; perf: the CPU figures in benchmarks/perf/results/{PERF_FILES})")
+    if len(per_model) > 1:
+        largest = sorted(per_model.items(), key=lambda item: -item[1])[:3]
+        lines.append("  of which " + ", ".join(f"{m} {_duration(t / jobs)}" for m, t in largest))
     if unknown_models:
         lines.append(f"  not estimated: no throughput figure for {', '.join(sorted(unknown_models))} "
                      "(measure it: python -m benchmarks.perf --models <name> --sections throughput "

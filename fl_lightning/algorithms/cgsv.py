@@ -162,6 +162,7 @@ class CGSV(AgentModels):
         c = self.hparams.gamma / (G.diagonal().sqrt() + 1e-7)  # u_i = −c_i g_i   (1)
         a = self.aggregation_weights(payload)  # u_N = Σ a_i u_i
         psi = self.contributions(G, c, a)  # ψ_i                                 (3)
+        self.last_psi = (psi.detach(), payload.clients.tolist())
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
@@ -204,8 +205,14 @@ class CGSV(AgentModels):
 
     # ----------------------------------------------------------------------------- reporting
     def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
-        """Every r_i and download density q_i / D (per agent for N ≤ 20, and summaries)."""
-        self.log_per_agent({"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist())})
+        """Every r_i, ψ_i (eq. 3), download density q_i / D and distance ||w_i − w|| of the agent's
+        model to the server's (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves."""
+        series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist()),
+                  "cgsv_distance": ((self.agent_models - self.global_vector()).norm(dim=1), range(len(self.r)))}
+        psi = getattr(self, "last_psi", None)
+        if psi is not None:
+            series["cgsv_psi"] = psi
+        self.log_per_agent(series)
 
     def evaluate_all_clients(self) -> dict[str, float]:
         """The core's evaluation of the agents' models, plus ρ_r (and ρ with standalone models)."""

@@ -209,7 +209,9 @@ def dataset_name(datamodule: Any) -> str:
     split."""
     params = {k: v for k, v in partition_params(datamodule).items() if k not in SEARCH_ONLY_PARAMS}
     partition = call_text(str(datamodule.hparams.get("partition", "")), params)
-    return f"{source_text(datamodule)}/{partition}/{datamodule.hparams.get('num_clients')} clients"
+    noisy = "".join(f"/{name}({','.join(f'{k}={v:g}' for k, v in spec.items())})"
+                    for name, spec in client_noise(datamodule).items())
+    return f"{source_text(datamodule)}/{partition}/{datamodule.hparams.get('num_clients')} clients{noisy}"
 
 
 # --------------------------------------------------------------------------- the run's name
@@ -261,7 +263,18 @@ def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
     }
     if model.get("attack"):
         settings |= {key: model.get(key) for key in ("attack", "attack_client", "attack_strength")}
+    settings |= client_noise(datamodule)  # noisy clients make another problem
     return canonical(settings)
+
+
+def client_noise(datamodule: Any) -> dict[str, dict[str, float]]:
+    """``{"label_noise": {"0": 0.2}, ...}``: the clients whose training data is corrupted."""
+    noise = {}
+    for name in ("label_noise", "feature_noise"):
+        spec = datamodule.hparams.get(name)
+        if spec:
+            noise[name] = {str(k): float(v) for k, v in sorted(spec.items(), key=lambda kv: int(kv[0]))}
+    return noise
 
 
 def task_key(task_json: str) -> str:

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
+from fl_lightning.data.noise import apply_client_noise, check_noise
 from fl_lightning.data.partition import (
     check_num_clients,
     check_partition_params,
@@ -125,6 +126,10 @@ class FederatedDataModule(LightningDataModule):
         seed: seeds the source (synthetic), the partition and the train/test splits;
             ``None`` (the default) takes the run's seed (``seed_everything``), else 0.
             Logged as the hyper-parameter ``data_seed``.
+        label_noise: {client id: fraction}: that fraction of the client's training labels is
+            replaced by another class, e.g. ``{0: 0.2, 1: 0.4, 2: 0.6}`` (CGSV, Xu et al.
+            NeurIPS 2021, Fig. 2); see :mod:`fl_lightning.data.noise`.
+        feature_noise: {client id: std}: Gaussian noise added to the client's training inputs.
     """
 
     # The clients' tensors (see the module docstring): None until setup() has built them.
@@ -156,9 +161,13 @@ class FederatedDataModule(LightningDataModule):
         data_dir: str = "data",
         download: bool = False,
         seed: int | None = None,
+        label_noise: dict[int, float] | None = None,
+        feature_noise: dict[int, float] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["seed"])
+        self.label_noise = check_noise("label_noise", label_noise, num_clients, upper=1.0)
+        self.feature_noise = check_noise("feature_noise", feature_noise, num_clients, upper=None)
         self.seed = run_seed(seed, "data.seed")
         params = _as_params("partition_params", partition_params, "{alpha: 0.5}")
         self.source_params, info = self._checked_source(source, num_clients, source_params)
@@ -266,7 +275,11 @@ class FederatedDataModule(LightningDataModule):
             )
         else:
             train_lists, test_lists = clients, [np.empty(0, np.int64)] * len(clients)
-        built = dict(zip(_TENSOR_NAMES[:4], _pack_clients(pool.x, pool.y, train_lists)))
+        train_x, train_y, train_index, train_sizes = _pack_clients(pool.x, pool.y, train_lists)
+        train_x, train_y = apply_client_noise(train_x, train_y, train_sizes, self.num_classes,
+                                              _derived_seed(self.seed, "client_noise"),
+                                              self.label_noise, self.feature_noise)
+        built = dict(zip(_TENSOR_NAMES[:4], (train_x, train_y, train_index, train_sizes)))
         built |= dict(zip(_TENSOR_NAMES[4:8], _pack_clients(pool.x, pool.y, test_lists)))
         built |= {"global_test_x": pool.global_x, "global_test_y": pool.global_y}
         class_counts = client_class_counts(pool.y.numpy(), train_lists, self.num_classes)

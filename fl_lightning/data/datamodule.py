@@ -209,6 +209,7 @@ class FederatedDataModule(LightningDataModule):
                     f"source_params['num_clients']={given} disagrees with num_clients="
                     f"{num_clients}; drop it from source_params (num_clients is passed on)."
                 )
+            info = source_info(source, **params)  # the source checks the count it is given
         return params, info
 
     def _check_arguments(

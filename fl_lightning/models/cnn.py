@@ -10,7 +10,12 @@
   conv5 64 -> ReLU -> LocalResponseNorm(2) -> max-pool 2 -> 1600 -> 384 -> 192 -> classes.
   Exactly 797,962 parameters on (3, 32, 32) with 10 classes, as in the table.
 
-Both accept other image sizes: the width of the first dense layer follows ``input_shape``.
+* ``fl_cnn_femnist``: the Federated EMNIST CNN of Reddi et al. ("Adaptive Federated
+  Optimization", ICLR 2021), FedMGDA+ Table 4: conv3 32 -> ReLU -> conv3 64 -> ReLU ->
+  max-pool 2 -> dropout 0.25 -> 9216 -> 128 -> ReLU -> dropout 0.5 -> 62. Exactly 1,206,590
+  parameters on (1, 28, 28) with 62 classes, as in the table.
+
+All accept other image sizes: the width of the first dense layer follows ``input_shape``.
 LocalResponseNorm has no parameters and no state, so the models stay ``vmap``-safe.
 """
 
@@ -25,7 +30,7 @@ from timm.models import generate_default_cfgs, register_model
 
 from ._builder import as_input_shape, build_fl_model, paper_cfg
 
-__all__ = ["CnnMnist", "CnnCifar"]
+__all__ = ["CnnMnist", "CnnCifar", "CnnFemnist"]
 
 
 class CnnMnist(nn.Module):
@@ -107,6 +112,43 @@ class CnnCifar(nn.Module):
         return self.fc(self.pre_logits(self.features(x)))
 
 
+class CnnFemnist(nn.Module):
+    """Reddi et al. (ICLR 2021) / FedMGDA+ Table 4 FEMNIST CNN; 1,206,590 parameters on
+    (1, 28, 28) with 62 classes."""
+
+    def __init__(
+        self,
+        num_classes: int = 62,
+        input_shape: Sequence[int] = (1, 28, 28),
+        hidden_size: int = 128,
+        drop_rates: Sequence[float] = (0.25, 0.5),
+    ) -> None:
+        super().__init__()
+        self.num_classes = int(num_classes)
+        self.input_shape = as_input_shape(input_shape, model="fl_cnn_femnist", image=True)
+        channels, height, width = self.input_shape
+        out_h, out_w = (height - 4) // 2, (width - 4) // 2  # two unpadded 3x3 convs, one 2x2 pool
+        if min(out_h, out_w) < 1:
+            raise ValueError(f"fl_cnn_femnist needs H, W >= 6, got input_shape={self.input_shape}")
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, 32, kernel_size=3),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Dropout(drop_rates[0]),
+            nn.Flatten(start_dim=1),
+        )
+        self.pre_logits = nn.Sequential(
+            nn.Linear(64 * out_h * out_w, hidden_size), nn.ReLU(), nn.Dropout(drop_rates[1])
+        )
+        self.num_features = hidden_size
+        self.fc = nn.Linear(hidden_size, self.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pre_logits(self.features(x)))
+
+
 default_cfgs = generate_default_cfgs(
     {
         "fl_cnn_mnist": paper_cfg(
@@ -122,6 +164,14 @@ default_cfgs = generate_default_cfgs(
             10,
             "FedMGDA+ Table 2 CIFAR-10 CNN (797,962 parameters).",
             paper_name="FedMGDA+: Federated Learning meets Multi-objective Optimization",
+            first_conv="features.0",
+            classifier="fc",
+        ),
+        "fl_cnn_femnist": paper_cfg(
+            (1, 28, 28),
+            62,
+            "Reddi et al. 2021 / FedMGDA+ Table 4 FEMNIST CNN (1,206,590 parameters).",
+            paper_name="Adaptive Federated Optimization (ICLR 2021)",
             first_conv="features.0",
             classifier="fc",
         ),
@@ -142,4 +192,12 @@ def fl_cnn_cifar(pretrained: bool = False, **kwargs: Any) -> CnnCifar:
     """FedMGDA+ CIFAR-10 CNN (Table 2); 797,962 parameters on (3, 32, 32), 10 classes."""
     return build_fl_model(
         "fl_cnn_cifar", CnnCifar, pretrained, kwargs, num_classes=10, input_shape=(3, 32, 32)
+    )
+
+
+@register_model
+def fl_cnn_femnist(pretrained: bool = False, **kwargs: Any) -> CnnFemnist:
+    """Reddi et al. (2021) FEMNIST CNN (FedMGDA+ Table 4); 1,206,590 parameters, 62 classes."""
+    return build_fl_model(
+        "fl_cnn_femnist", CnnFemnist, pretrained, kwargs, num_classes=62, input_shape=(1, 28, 28)
     )

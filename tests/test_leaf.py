@@ -185,3 +185,17 @@ def test_fedavg_fits_pydoc_chars_with_the_lstm():
     assert module.engine_used == "vectorised"
     assert trainer.current_epoch == 2
     assert all(torch.isfinite(p).all() for p in module.model.parameters())
+
+
+def test_shakespeare_through_the_data_module(shakespeare_dir):
+    data = FederatedDataModule(source="shakespeare", data_dir=shakespeare_dir, num_clients=5,
+                               partition="natural", seed=2)
+    data.setup("fit")
+    again = FederatedDataModule(source="shakespeare", data_dir=shakespeare_dir, num_clients=5,
+                                partition="natural", seed=2)
+    again.setup("fit")
+    assert data.num_classes == 80 and data.input_shape == (80,)
+    assert len(data.train_sizes) == 5 and torch.equal(data.train_x, again.train_x)
+    source = load_source("shakespeare", shakespeare_dir, seed=2, num_clients=5)
+    assert data.train_sizes.tolist() == source.client_of_train.bincount().tolist()
+    assert data.test_sizes.tolist() == source.client_of_test.bincount().tolist()  # LEAF's own test files

@@ -19,6 +19,7 @@ from torch.func import functional_call, grad, vmap
 
 import fl_lightning.models as flm
 from fl_lightning.models import create_fl_model, list_fl_models
+from tests.model_inputs import sample_inputs
 
 NUM_CLIENTS = 3
 BATCH = 2
@@ -34,6 +35,8 @@ DEFAULTS = {
     "fl_nf_resnet18_standard": ((3, 32, 32), 100),
     "fl_nf_resnet18_fedlf": ((3, 32, 32), 100),
     "fl_cct_7_3x1": ((3, 32, 32), 100),
+    "fl_cnn_femnist": ((1, 28, 28), 62),
+    "fl_lstm_chars": ((80,), 80),
 }
 ALL_MODELS = sorted(DEFAULTS)
 # gradient tests of the transformer on 16x16 images (64 tokens, not 256): same code paths,
@@ -59,6 +62,9 @@ PARAM_COUNTS = [
     ("fl_cct_7_3x1", 10, (3, 32, 32), {}, 3_760_139),
     ("fl_cct_7_3x1", 100, (3, 32, 32), {}, 3_783_269),
     ("fl_cct_7_3x1", 100, (3, 32, 32), {"positional_embedding": "sine"}, 3_783_269 - 256 * 256),
+    ("fl_cnn_femnist", 62, (1, 28, 28), {}, 1_206_590),  # Reddi et al. 2021 / FedMGDA+ Table 4
+    # FedMGDA+ Sec. 6.1.3: embedding 80 x 8, LSTM 8 -> 256 -> 256 (4 gates, biases), dense 256 -> 80
+    ("fl_lstm_chars", 80, (80,), {}, 80 * 8 + 4 * 256 * (8 + 256 + 1) + 4 * 256 * (256 + 256 + 1) + 256 * 80 + 80),
 ]
 
 # other inputs the data sources produce: digits 8x8, synthetic 60 features, MNIST, CIFAR
@@ -108,9 +114,9 @@ def stack(per_client: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {name: torch.stack([p[name] for p in per_client]) for name in per_client[0]}
 
 
-def client_batches(shape, num_classes, seed=0):
+def client_batches(shape, num_classes, seed=0, model=None):
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(NUM_CLIENTS, BATCH, *shape, generator=gen)
+    x = sample_inputs(model, NUM_CLIENTS, BATCH, *shape, generator=gen)
     y = torch.randint(0, num_classes, (NUM_CLIENTS, BATCH), generator=gen)
     return x, y
 
@@ -144,7 +150,7 @@ def test_timm_create_model_defaults(name):
     model = timm.create_model(name)
     assert isinstance(model, nn.Module)
     assert model.num_classes == classes
-    assert model(torch.randn(BATCH, *shape)).shape == (BATCH, classes)
+    assert model(sample_inputs(model, BATCH, *shape)).shape == (BATCH, classes)
     cfg = timm.models.get_pretrained_cfg(name)
     assert tuple(cfg.input_size) == shape and cfg.num_classes == classes
 
@@ -200,7 +206,7 @@ def test_nf_resnet18_structure():
 def test_forward_shape_variants(name, shape, classes):
     model = create_fl_model(name, num_classes=classes, input_shape=shape).eval()
     with torch.no_grad():
-        out = model(torch.randn(BATCH, *shape))
+        out = model(sample_inputs(model, BATCH, *shape))
     assert out.shape == (BATCH, classes)
     assert torch.isfinite(out).all()
 
@@ -243,7 +249,7 @@ def test_no_batchnorm_and_no_changing_buffers(name):
     before = {k: v.clone() for k, v in model.named_buffers()}
     model.train()
     shape, _ = DEFAULTS[name]
-    model(torch.randn(BATCH, *shape))
+    model(sample_inputs(model, BATCH, *shape))
     after = dict(model.named_buffers())
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -280,7 +286,7 @@ def test_vmap_forward_equals_per_client_forward(name):
     torch.manual_seed(0)
     model = build(name).eval()
     params = client_params(model)
-    x, _ = client_batches(shape, classes)
+    x, _ = client_batches(shape, classes, model=model)
 
     def forward(p, xb):
         return functional_call(model, p, (xb,))
@@ -300,7 +306,7 @@ def test_vmap_grad_equals_per_client_grad(name):
     torch.manual_seed(0)
     model = build(name, input_shape=shape).eval()
     params = client_params(model)
-    x, y = client_batches(shape, classes)
+    x, y = client_batches(shape, classes, model=model)
 
     def loss(p, xb, yb):
         return F.cross_entropy(functional_call(model, p, (xb,)), yb)

@@ -19,6 +19,7 @@ from fl_lightning.core.local import (
 )
 from fl_lightning.models import create_fl_model, list_fl_models
 from fl_lightning.models.stacked import register_stacked_rule, stacked_forward, why_not_stacked
+from tests.model_inputs import sample_inputs
 
 # every registered model, shrunk so that a few SGD steps of three clients take milliseconds;
 # dropout and stochastic depth off (train mode must be deterministic to compare engines)
@@ -33,6 +34,8 @@ SMALL = {
     "fl_nf_resnet18_fedlf": dict(input_shape=(3, 8, 8)),
     "fl_cct_7_3x1": dict(input_shape=(3, 8, 8), embed_dim=8, depth=2, num_heads=2,
                          attn_drop_rate=0.0, drop_path_rate=0.0),
+    "fl_cnn_femnist": dict(input_shape=(1, 8, 8), hidden_size=8, drop_rates=(0.0, 0.0)),
+    "fl_lstm_chars": dict(input_shape=(6,), vocab_size=7, embedding_dim=4, hidden_size=8),
 }
 NUM_CLASSES = 3
 
@@ -42,10 +45,10 @@ def small_model(name: str, **overrides) -> nn.Module:
     return create_fl_model(name, NUM_CLASSES, **{**SMALL[name], **overrides})
 
 
-def image_shards(sizes, input_shape, seed=0) -> ClientShards:
+def image_shards(sizes, input_shape, seed=0, model=None) -> ClientShards:
     g = torch.Generator().manual_seed(seed)
     total = sum(sizes)
-    x = torch.randn(total, *input_shape, generator=g)
+    x = sample_inputs(model, total, *input_shape, generator=g)
     y = torch.randint(0, NUM_CLASSES, (total,), generator=g)
     index = torch.zeros(len(sizes), max(sizes), dtype=torch.long)
     first = 0
@@ -61,7 +64,7 @@ def ce(logits, targets, mask, local_params, anchor):
 
 def train_both(model, sgd, sizes=(5, 2, 7), objective=ce, start=None, anchor=None, forward="auto"):
     layout = ParameterLayout.of(model)
-    shards = image_shards(list(sizes), tuple(model.input_shape))
+    shards = image_shards(list(sizes), tuple(model.input_shape), model=model)
     order = batch_order(shards.sizes, max(sizes), sgd.epochs, torch.Generator().manual_seed(1))
     start = start if start is not None else {n: p.detach() for n, p in model.named_parameters()}
     engine = VectorisedEngine(forward=forward)
@@ -81,7 +84,7 @@ def test_stacked_forward_equals_each_clients_own_forward(name, one_thread):
     assert forward is not None, reason
     m = 3
     params = {n: p.detach() + 0.1 * torch.randn(m, *p.shape) for n, p in model.named_parameters()}
-    x = torch.randn(m, 4, *model.input_shape)
+    x = sample_inputs(model, m, 4, *model.input_shape)
     expected = torch.stack(
         [functional_call(model, {n: p[i] for n, p in params.items()}, (x[i],)) for i in range(m)]
     )

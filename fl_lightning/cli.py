@@ -29,10 +29,13 @@ ALGORITHM_NAMES = (
     "FedGini", "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
 )
 MODEL_NAMES = (
-    "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_mlp", "fl_nf_resnet18",
-    "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard",
+    "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_femnist", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_lstm_chars",
+    "fl_mlp", "fl_nf_resnet18", "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard",
 )
-SOURCE_NAMES = ("cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "mnist", "mnist5k", "synthetic")
+SOURCE_NAMES = (
+    "adult", "cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "femnist", "mnist", "mnist5k",
+    "pydoc_chars", "shakespeare", "synthetic",
+)
 PARTITION_NAMES = (
     "iid", "dirichlet", "pathological", "shards", "power_law", "linspace_classes", "class_assignment", "natural",
 )

@@ -102,6 +102,10 @@ def test_list_sources():
             "mnist5k",
             "digits",
             "synthetic",
+            "adult",
+            "femnist",
+            "shakespeare",
+            "pydoc_chars",
         ]
     )
 

@@ -36,8 +36,6 @@ TRAIN_SIZES = {  # published training-set sizes (samples), for estimates only
     "femnist": 805_263,  # LEAF, all 3,550 writers
     "shakespeare": 4_226_158,  # LEAF, all roles
     "adult": 32_561,
-    "mr": 10_662,
-    "sst": 67_349,  # SST-2 sentences
 }
 SYNTHETIC_MEAN_CLIENT_SIZE = 400  # FedProx's lognormal sizes + 50, clipped: about 400 on average
 ROUND_OVERHEAD_S = 0.05  # logging, sampling and aggregation of a small model, per round

@@ -109,13 +109,20 @@ class CharLstm(nn.Module):
 # --- stacked rules: x [m, B, ...], parameters [m, ...] ------------------------------------
 
 
+def _stacked_param(call: StackedCall, module: nn.Module, prefix: str, name: str) -> torch.Tensor:
+    weight = call.param(module, prefix, name)
+    if weight is None:
+        raise ValueError(f"{type(module).__name__} has no parameter {prefix + name!r} to stack")
+    return weight
+
+
 @register_stacked_rule(CharLstm)
 def _stacked_char_lstm(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    weight = call.param(module, prefix, "embedding")  # [m, V, E]
+    weight = _stacked_param(call, module, prefix, "embedding")  # [m, V, E]
     index = x.long().reshape(x.shape[0], -1)  # [m, B*T]
     h = torch.gather(weight, 1, index.unsqueeze(-1).expand(-1, -1, weight.shape[-1]))
     h = h.view(*x.shape, weight.shape[-1])  # [m, B, T, E]
-    for k in range(module.num_layers):
+    for k in range(int(module.num_layers)):  # type: ignore[arg-type]
         h = call.child(module, prefix, f"lstm{k}", h)
     return call.child(module, prefix, "fc", h[..., -1, :])
 
@@ -123,8 +130,9 @@ def _stacked_char_lstm(call: StackedCall, module: nn.Module, prefix: str, x: tor
 @register_stacked_rule(LstmLayer)
 def _stacked_lstm_layer(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:
     projected = call.child(module, prefix, "input", x)  # [m, B, T, 4H]
-    weight = call.param(module.hidden, f"{prefix}hidden.", "weight")  # [m, 4H, H]
-    return _recur(projected, lambda h: torch.bmm(h, weight.transpose(1, 2)), module.hidden_size)
+    hidden = module.get_submodule("hidden")
+    weight = _stacked_param(call, hidden, f"{prefix}hidden.", "weight")  # [m, 4H, H]
+    return _recur(projected, lambda h: torch.bmm(h, weight.transpose(1, 2)), int(module.hidden_size))  # type: ignore[arg-type]
 
 
 def _children_in_order(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,12 @@
 - ``clients``: the distribution of the final client accuracies of each configuration
   (all clients of all finished seeds);
 - ``pareto``: mean accuracy against unfairness (std of client accuracy; angle when logged),
-  the Pareto-optimal configurations highlighted and labelled.
+  the Pareto-optimal configurations highlighted and labelled;
+- ``agents``: CGSV's Fig. 2 view, one line of panels per configuration that logged per-agent
+  series (CGSV and its variants): each agent's reputation r, contribution ψ and download density
+  q/D against rounds (mean over seeds), and its final l2 distance to the server model (mean ± std
+  over seeds); agents with noisy data are labelled with their noise (the task's label_noise /
+  feature_noise).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from leaderboard.runs import is_agent_series
 from leaderboard.tables import BenchmarkTable, ConfigRow, Stat
 
 DPI = 100
@@ -192,6 +198,90 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
     return figure
 
 
+AGENT_PANELS = (
+    ("cgsv_r", "reputation r"),
+    ("cgsv_psi", "contribution ψ (eq. 3)"),
+    ("cgsv_density", "download density q/D (reward)"),
+)
+
+
+def agent_ids(row: ConfigRow) -> list[int]:
+    """The agents whose per-agent series the row's finished runs logged."""
+    return sorted({int(name.rpartition("/")[2]) for r in row.finished_runs for name in r.histories
+                   if is_agent_series(name)})
+
+
+def noise_labels(table: BenchmarkTable) -> dict[int, str]:
+    """{agent: "40% noisy labels, noise std 0.5"} from the table's task (label_noise / feature_noise)."""
+    fields = table.task.fields if table.task is not None else {}
+    labels: dict[int, list[str]] = {}
+    for name, text in (("label_noise", "{:.0%} noisy labels"), ("feature_noise", "input noise std {:g}")):
+        spec = fields.get(name)
+        if isinstance(spec, dict):
+            for agent, value in spec.items():
+                try:
+                    labels.setdefault(int(agent), []).append(text.format(float(value)))
+                except (TypeError, ValueError):
+                    continue
+    return {agent: ", ".join(parts) for agent, parts in labels.items()}
+
+
+def final_values(row: ConfigRow, metric: str) -> list[float]:
+    """The metric's last logged value in each finished run that logged it."""
+    return [max(r.histories[metric])[1] for r in row.finished_runs if r.histories.get(metric)]
+
+
+def agents_figure(table: BenchmarkTable) -> Figure | None:
+    """Per agent: r, ψ and download density against rounds, and the final distance to the server."""
+    rows = [(row, agents) for row in table.rows if (agents := agent_ids(row))]
+    if not rows:
+        return None
+    noise = noise_labels(table)
+    num_agents = max(max(agents) for _, agents in rows) + 1
+    colors = palette(num_agents)
+    figure = Figure(figsize=(14, 2.9 * len(rows) + 0.6), dpi=DPI, layout="constrained")
+    grid = np.atleast_2d(figure.subplots(len(rows), len(AGENT_PANELS) + 1, squeeze=False))
+    handles = {}
+    for axes_row, (row, agents) in zip(grid, rows):
+        label = row_label(row, table)
+        for axes, (series, title) in zip(axes_row, AGENT_PANELS):
+            for agent in agents:
+                curve = mean_curve(row, f"{series}/{agent}")
+                if curve is None:
+                    continue
+                steps, mean, std = curve
+                (line,) = axes.plot(steps, mean, color=colors[agent], linewidth=1.4,
+                                    linestyle="-" if agent not in noise else "--")
+                handles.setdefault(agent, line)
+                if not np.all(np.isnan(std)):
+                    axes.fill_between(steps, mean - std, mean + std, color=colors[agent], alpha=0.12, linewidth=0)
+            axes.set_title(f"{label}: {title}", fontsize=9)
+            axes.set_xlabel("round", fontsize=8)
+            axes.grid(True, alpha=0.3)
+            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+            axes.tick_params(labelsize=8)
+        bars = axes_row[-1]
+        for agent in agents:
+            values = final_values(row, f"cgsv_distance/{agent}")
+            if not values:
+                continue
+            spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+            bars.bar(agent, float(np.mean(values)), yerr=spread, color=colors[agent], capsize=3,
+                     hatch="//" if agent in noise else None, edgecolor="white" if agent not in noise else "black")
+        bars.set_title(f"{label}: final ‖w_i − w‖ (l2 to server)", fontsize=9)
+        bars.set_xlabel("agent", fontsize=8)
+        bars.set_xticks(agents)
+        bars.grid(True, axis="y", alpha=0.3)
+        bars.tick_params(labelsize=8)
+    if not handles:
+        return None
+    ordered = sorted(handles)
+    labels = [f"agent {a}" + (f" ({noise[a]})" if a in noise else " (clean)" if noise else "") for a in ordered]
+    figure.legend([handles[a] for a in ordered], labels, loc="outside lower center", ncols=min(len(ordered), 5),
+                  fontsize=8, frameon=False)
+    return figure
+
+
 def save(figure: Figure, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=DPI)
@@ -201,6 +291,9 @@ FIGURES = (
     ("curves", "Accuracy and fairness against rounds", curves_figure),
     ("clients", "Distribution of the final client accuracies", clients_figure),
     ("pareto", "Accuracy against fairness (Pareto-optimal configurations labelled)", pareto_figure),
+    ("agents", "Per agent (CGSV Fig. 2): reputation r, contribution ψ and download density (the reward) against "
+               "rounds, mean over seeds ± std; final l2 distance of each agent's model to the server's "
+               "(dashed / hatched: noisy agents)", agents_figure),
 )
 
 

@@ -48,6 +48,8 @@ HISTORY_METRICS = (
     "client_time_s",
     "server_time_s",
 )
+# Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2): whole histories too.
+AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance")
 # Logged once per round: the largest step among them is the number of completed rounds.
 PER_ROUND_METRICS = ("client_time_s", "server_time_s", "conflicts_model")
 CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"
@@ -298,6 +300,12 @@ def _time(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
+def is_agent_series(name: str) -> bool:
+    """``cgsv_r/3`` and the like: one agent's value of an ``AGENT_SERIES`` metric."""
+    series, _, agent = name.rpartition("/")
+    return series in AGENT_SERIES and agent.isdigit()
+
+
 def _history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, float]]:
     by_step: dict[int, tuple[int, float]] = {}
     for metric in client.get_metric_history(run_id, name):
@@ -393,7 +401,7 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
             )
             record.histories = {
                 name: _history(client, info.run_id, name) for name in HISTORY_METRICS if name in data.metrics
-            }
+            } | {name: _history(client, info.run_id, name) for name in data.metrics if is_agent_series(name)}
             record.client_metrics = _client_metrics(client, info.run_id, scratch)
             runs.append(record)
             if index % step == 0 or index == len(found):

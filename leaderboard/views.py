@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
 from leaderboard.summary import ControlGroup, SuiteSummary, matching_row
 from leaderboard.tables import (
@@ -130,7 +131,8 @@ def leaderboard_view(table: BenchmarkTable) -> TableView:
                           "(not in the means)", "num", "desc", "superseded"))
     view = TableView(f"leaderboard-{table.slug}", headers)
     for row in table.rows:
-        cells = [Cell(row.config, row.config), Cell(row.algorithm or MISSING, row.algorithm)]
+        cells = [Cell(row.config, row.config),
+                 Cell(row.algorithm or MISSING, row.algorithm, sub=interpretations(row.algorithm))]
         cells += [stat_cell(row, column, table) for column in table.columns]
         cells.append(Cell(row.rounds_text, _num(row.rounds_sort)))
         cells.append(Cell(f"{row.seeds_finished} / {row.seeds_total}", str(row.seeds_finished)))
@@ -302,7 +304,8 @@ def matrix_view(summary: SuiteSummary, view_id: str) -> TableView:
         headers.append(Header(label, title, "num", "desc", table.slug, link=f"benchmarks/{table.slug}"))
     view = TableView(view_id, headers, css_class="matrix")
     for config in summary.configs:
-        cells = [Cell(config, config)]
+        algorithm = next((row.algorithm for table in summary.tables for row in table.rows if row.config == config), "")
+        cells = [Cell(config, config, sub=interpretations(algorithm))]
         cells += [matrix_cell(summary, table, config) for table in summary.tables]
         view.rows.append(cells)
     return view

@@ -48,6 +48,10 @@ class FedGini(FederatedModule):
             only with ``weighting="reference"``.
     """
 
+    # Shown under FedGini's rows on the leaderboard (leaderboard/algorithms.py): the method as read
+    # from secondary sources (the module docstring), not checked against its paper.
+    interpretation = "interpretation (paper unavailable)"
+
     def __init__(
         self, *args: Any, penalty: float = 0.5, weighting: str = "gini", epsilon: float = 0.5, **kwargs: Any
     ) -> None:

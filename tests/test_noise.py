@@ -73,3 +73,30 @@ def test_noisy_clients_are_another_task_and_named_in_the_dataset():
     assert task(module, noisy)["label_noise"] == {"0": 0.2, "1": 0.4, "2": 0.6}
     assert dataset_name(noisy).endswith("/5 clients/label_noise(0=0.2,1=0.4,2=0.6)")
     assert noisy.hparams["label_noise"] == NOISE  # saved: logged to MLflow with the data's params
+
+
+@pytest.mark.integration
+def test_noise_set_on_the_command_line_reaches_mlflow_and_cgsv_logs_each_agent(tmp_path, monkeypatch):
+    import json
+
+    import mlflow
+
+    from fl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    main(["fit", f"--trainer.logger.init_args.tracking_uri={uri}", "--model=CGSV", "--model.fraction=1.0",
+          "--model.num_rounds=2", "--model.eval_every=2", "--data.num_clients=5", "--data.partition=iid",
+          "--data.label_noise={0: 0.2, 1: 0.4, 2: 0.6}", "--data.feature_noise={4: 0.1}"])
+    run = mlflow.search_runs(experiment_names=["fl-lightning"]).iloc[0]
+    assert run["status"] == "FINISHED"
+    params = {k[len("params."):]: v for k, v in run.items() if k.startswith("params.") and v is not None}
+    logged = {k: v for k, v in params.items() if "noise" in k}
+    assert logged, params.keys()
+    text = " ".join(f"{k}={v}" for k, v in logged.items())
+    assert "0.6" in text and "0.1" in text
+    task = json.loads(run["tags.task"])
+    assert task["label_noise"] == {"0": 0.2, "1": 0.4, "2": 0.6} and task["feature_noise"] == {"4": 0.1}
+    for series in ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance"):
+        assert all(f"metrics.{series}/{agent}" in run for agent in range(5)), series

@@ -266,8 +266,10 @@ def agents_figure(table: BenchmarkTable) -> Figure | None:
             if not values:
                 continue
             spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-            bars.bar(agent, float(np.mean(values)), yerr=spread, color=colors[agent], capsize=3,
-                     hatch="//" if agent in noise else None, edgecolor="white" if agent not in noise else "black")
+            drawn = bars.bar(agent, float(np.mean(values)), yerr=spread, color=colors[agent], capsize=3,
+                             hatch="//" if agent in noise else None,
+                             edgecolor="white" if agent not in noise else "black")
+            bars.bar_label(drawn, fmt="%.2g", fontsize=7, padding=2)  # a clean agent's ~0 stays readable
         bars.set_title(f"{label}: final ‖w_i − w‖ (l2 to server)", fontsize=9)
         bars.set_xlabel("agent", fontsize=8)
         bars.set_xticks(agents)

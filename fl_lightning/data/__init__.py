@@ -3,7 +3,7 @@
 Reports on a built split (a text table, a figure) are in :mod:`fl_lightning.data.reports`.
 """
 
-from fl_lightning.data import adult, leaf  # noqa: F401  (register their sources)
+from fl_lightning.data import adult, leaf, text  # noqa: F401  (register their sources)
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition import (
     PARTITIONERS,

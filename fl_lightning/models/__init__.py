@@ -35,7 +35,7 @@ import numpy as np
 import timm
 import torch.nn as nn
 
-from . import cct, cnn, lstm, mlp, nf_resnet  # noqa: F401  (registers the models with timm)
+from . import cct, cnn, lstm, mlp, nf_resnet, text_cnn  # noqa: F401  (registers the models with timm)
 from .cct import CompactTransformer
 from .cnn import CnnCifar, CnnMnist
 from .mlp import FeedForwardNet

@@ -122,11 +122,10 @@ def test_text_cnn_shape_parameters_and_stacked_forward():
         timm.create_model("fl_text_cnn", input_shape=(4,))
 
 
-@pytest.mark.parametrize("forward", ["auto", "vmap"])
-def test_text_cnn_vectorised_equals_sequential(forward):
+def engines_on_three_clients(forward, drop_rate):
     torch.manual_seed(0)
     model = timm.create_model("fl_text_cnn", input_shape=(9,), vocab_size=30, embedding_dim=8,
-                              num_filters=4, drop_rate=0.0)  # dropout off: engines compared exactly
+                              num_filters=4, drop_rate=drop_rate)
     sizes = [5, 2, 7]
     g = torch.Generator().manual_seed(1)
     total = sum(sizes)
@@ -150,8 +149,20 @@ def test_text_cnn_vectorised_equals_sequential(forward):
     vec = layout.flatten_stacked(engine.train(model, layout, params, shards, order, sgd, ce))
     assert engine.forward_kind == ("vmap" if forward == "vmap" else "stacked"), engine.forward_reason
     seq = layout.flatten_stacked(SequentialEngine().train(model, layout, params, shards, order, sgd, ce))
+    return vec, seq, layout.flatten(params)
+
+
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_text_cnn_vectorised_equals_sequential(forward):
+    vec, seq, start = engines_on_three_clients(forward, drop_rate=0.0)  # dropout off: engines compared exactly
     assert torch.allclose(vec, seq, atol=1e-5), (vec - seq).abs().max()
-    assert not torch.allclose(vec, layout.flatten(params).expand_as(vec))
+    assert not torch.allclose(vec, start.expand_as(vec))
+
+
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_text_cnn_trains_with_dropout_in_both_vectorised_forwards(forward):
+    vec, _, _ = engines_on_three_clients(forward, drop_rate=0.5)  # independent masks per client (randomness)
+    assert torch.isfinite(vec).all()
 
 
 @pytest.mark.filterwarnings("ignore")

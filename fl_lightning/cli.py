@@ -30,11 +30,11 @@ ALGORITHM_NAMES = (
 )
 MODEL_NAMES = (
     "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_femnist", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_lstm_chars",
-    "fl_mlp", "fl_nf_resnet18", "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard",
+    "fl_mlp", "fl_nf_resnet18", "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard", "fl_text_cnn",
 )
 SOURCE_NAMES = (
-    "adult", "cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "femnist", "mnist", "mnist5k",
-    "pydoc_chars", "shakespeare", "synthetic",
+    "adult", "cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "femnist", "mnist", "mnist5k", "mr",
+    "pydoc_chars", "shakespeare", "sst", "synthetic",
 )
 PARTITION_NAMES = (
     "iid", "dirichlet", "pathological", "shards", "power_law", "linspace_classes", "class_assignment", "natural",

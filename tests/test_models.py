@@ -37,6 +37,7 @@ DEFAULTS = {
     "fl_cct_7_3x1": ((3, 32, 32), 100),
     "fl_cnn_femnist": ((1, 28, 28), 62),
     "fl_lstm_chars": ((80,), 80),
+    "fl_text_cnn": ((56,), 2),
 }
 ALL_MODELS = sorted(DEFAULTS)
 # gradient tests of the transformer on 16x16 images (64 tokens, not 256): same code paths,

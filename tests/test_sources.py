@@ -106,6 +106,8 @@ def test_list_sources():
             "femnist",
             "shakespeare",
             "pydoc_chars",
+            "mr",
+            "sst",
         ]
     )
 

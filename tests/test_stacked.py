@@ -36,6 +36,8 @@ SMALL = {
                          attn_drop_rate=0.0, drop_path_rate=0.0),
     "fl_cnn_femnist": dict(input_shape=(1, 8, 8), hidden_size=8, drop_rates=(0.0, 0.0)),
     "fl_lstm_chars": dict(input_shape=(6,), vocab_size=7, embedding_dim=4, hidden_size=8),
+    "fl_text_cnn": dict(input_shape=(6,), vocab_size=7, embedding_dim=4, kernel_sizes=(2, 3), num_filters=4,
+                        drop_rate=0.0),
 }
 NUM_CLASSES = 3
 

@@ -8,7 +8,10 @@ samples per client (so cells of different sizes do the same work per client):
 * the CIFAR-shaped models (3x32x32): no source gives CIFAR-shaped images offline (the
   torchvision CIFAR sources need downloaded files), so ``RandomImageData`` fills a
   ``FederatedDataModule`` with seeded N(0, 1) images and uniform labels. Timing does not
-  depend on pixel values, so random images measure the same work as CIFAR-10 would.
+  depend on pixel values, so random images measure the same work as CIFAR-10 would;
+* the token models (``fl_text_cnn``: MR's 56 tokens of a 20,000-word vocabulary, 2 classes;
+  ``fl_lstm_chars``: Shakespeare's 80 characters of 80, 80 classes): seeded uniform token ids,
+  since MR, SST and LEAF's files are not offline either.
 
 Real sources use the ``iid`` partition of a random subset of ``num_clients *
 samples_per_client`` samples (its ``total_size``) and no local test split, so every client
@@ -23,6 +26,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 IMAGE_SHAPE = (3, 32, 32)
 SOURCES = {"fl_logreg": "synthetic", "fl_mlp": "mnist5k", "fl_cnn_mnist": "mnist5k"}
+TOKENS = {"fl_text_cnn": ((56,), 20000, 2), "fl_lstm_chars": ((80,), 80, 80)}  # input shape, vocabulary, classes
 TEST_SAMPLES_PER_CLIENT = 2  # a client's local test set (never evaluated in the suite)
 
 
@@ -41,6 +45,7 @@ class RandomImageData(FederatedDataModule):
         input_shape: tuple[int, ...] = IMAGE_SHAPE,
         num_classes: int = 10,
         seed: int = 0,
+        vocab_size: int | None = None,
     ) -> None:
         # the parent's arguments only pass its checks; setup() never loads the source
         super().__init__(source="digits", num_clients=num_clients, partition="iid", seed=seed)
@@ -49,6 +54,7 @@ class RandomImageData(FederatedDataModule):
         self.samples_per_client = samples_per_client
         self.input_shape = tuple(input_shape)
         self.num_classes = num_classes
+        self.vocab_size = vocab_size  # token ids in [0, vocab_size) as floats instead of N(0, 1) images
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_x is not None:
@@ -57,7 +63,9 @@ class RandomImageData(FederatedDataModule):
         k = self.num_clients
         for split, per_client in (("train", self.samples_per_client), ("test", TEST_SAMPLES_PER_CLIENT)):
             n = k * per_client
-            setattr(self, f"{split}_x", torch.randn(n, *self.input_shape, generator=generator))
+            x = (torch.randn(n, *self.input_shape, generator=generator) if self.vocab_size is None else
+                 torch.randint(self.vocab_size, (n, *self.input_shape), generator=generator).float())
+            setattr(self, f"{split}_x", x)
             setattr(self, f"{split}_y", torch.randint(self.num_classes, (n,), generator=generator))
             setattr(self, f"{split}_index", torch.arange(n).view(k, per_client))
             setattr(self, f"{split}_sizes", torch.full((k,), per_client, dtype=torch.int64))
@@ -66,8 +74,11 @@ class RandomImageData(FederatedDataModule):
 def clients_for(model: str, num_clients: int, samples_per_client: int, seed: int = 0) -> FederatedDataModule:
     """A set-up data module for ``model``: its input shape, ``samples_per_client`` each."""
     source = SOURCES.get(model)
-    if source is None:
-        data: FederatedDataModule = RandomImageData(num_clients, samples_per_client, seed=seed)
+    if model in TOKENS:
+        shape, vocab, classes = TOKENS[model]
+        data: FederatedDataModule = RandomImageData(num_clients, samples_per_client, shape, classes, seed, vocab)
+    elif source is None:
+        data = RandomImageData(num_clients, samples_per_client, seed=seed)
     else:
         data = FederatedDataModule(
             source=source, num_clients=num_clients, partition="iid",

@@ -58,6 +58,7 @@ class RoundCheckpoint(ModelCheckpoint):
         self._unsaved: tuple[dict[str, Any], list[tuple[torch.Tensor, int]]] | None = None
         self._chosen_first: int | None = None  # the interval said; a different final one is said at the end
         self._round_times: list[float] = []
+        self.in_memory = False  # a round's checkpoint is being kept in memory, not written
 
     @property
     def state_key(self) -> str:
@@ -142,8 +143,12 @@ class RoundCheckpoint(ModelCheckpoint):
         """This round's checkpoint, as a write now would hold it, with its tensors' versions."""
         module = trainer.lightning_module
         deferred = getattr(module, "compaction_deferred", contextlib.nullcontext)  # core.state: no copy of the history
-        with deferred():
-            checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # what save_checkpoint writes
+        self.in_memory = True
+        try:
+            with deferred():
+                checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # what save_checkpoint writes
+        finally:
+            self.in_memory = False
         tensors: list[tuple[torch.Tensor, int]] = []
         return copy_containers(checkpoint, tensors), tensors
 
@@ -163,6 +168,7 @@ class RoundCheckpoint(ModelCheckpoint):
         path = Path(self.last_model_path or Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
         partial = path.with_name(path.name + ".partial")
         try:
+            flush_loggers(trainer)  # the store is never behind a checkpoint
             trainer.strategy.save_checkpoint(checkpoint, partial)
             if trainer.is_global_zero:
                 os.replace(partial, path)
@@ -175,6 +181,20 @@ class RoundCheckpoint(ModelCheckpoint):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.save_unsaved_round(trainer)
+
+
+def flush_loggers(trainer: pl.Trainer) -> None:
+    """Write what the loggers hold back (``mlflow_run.BufferedClient``) before a checkpoint is
+    written, so that a resumed run's metrics are never behind its checkpoint."""
+    for logger in trainer.loggers:
+        buffer = getattr(logger, "metrics_buffer", None)
+        if buffer is not None:
+            buffer.flush()
+
+
+def in_memory_checkpoint(trainer: pl.Trainer) -> bool:
+    """Whether the checkpoint being made is one a :class:`RoundCheckpoint` keeps in memory."""
+    return any(getattr(callback, "in_memory", False) for callback in trainer.callbacks)  # type: ignore[attr-defined]
 
 
 def copy_containers(value: Any, tensors: list[tuple[torch.Tensor, int]]) -> Any:

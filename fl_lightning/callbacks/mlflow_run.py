@@ -16,6 +16,7 @@ checkpoint's own round is logged if the process died before logging it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -23,6 +24,8 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -35,7 +38,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
+from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
+from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import partition_figure, partition_table
 from fl_lightning.data.sources import cache_dir
@@ -240,9 +245,13 @@ def unlogged_epoch_metrics(trainer: pl.Trainer) -> dict[str, float]:
 
 def round_end_metrics(trainer: pl.Trainer) -> dict[str, Any] | None:
     """At the end of a round, the round's metrics that Lightning sends to the loggers only
-    after the checkpoint of that round is written ({"step", "metrics"}); None elsewhere."""
+    after the checkpoint of that round is written ({"step", "metrics"}); None elsewhere. A
+    ``FederatedModule`` holds them itself (``core.round_log``)."""
     if not trainer.training:
         return None
+    round_log = getattr(trainer.lightning_module, "round_log", None)
+    if isinstance(round_log, RoundLog):
+        return round_log.pending
     try:
         logged = unlogged_epoch_metrics(trainer)
     except (KeyError, RuntimeError, TypeError, ValueError):
@@ -269,15 +278,92 @@ def restore_checkpoint_round(logger: MLFlowLogger, rounds_completed: int,
         logger.log_metrics(missing, step)
 
 
+class BufferedClient:
+    """An ``MlflowClient`` whose metric-only ``log_batch`` calls are held and written together
+    (one ``log_batch``) once ``every_s`` seconds have passed since the last write; every other
+    call to the store (tags, params, artifacts, reads, the run's end) first writes what is held,
+    so reads see every metric and nothing is left behind when the run ends. Metrics keep the
+    time they were logged at. :meth:`flush` writes now (before a checkpoint: ``flush_loggers``);
+    every buffer is also written at interpreter exit."""
+
+    def __init__(self, client: Any, every_s: float) -> None:
+        self.client, self.every_s = client, every_s
+        self.held: list[tuple[str, Any]] = []  # (run_id, Metric)
+        self.written_at = time.monotonic()
+        _BUFFERS.add(self)
+
+    def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = (), **kwargs: Any) -> Any:
+        if params or tags or kwargs.get("synchronous") is False:
+            self.flush()
+            return self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags, **kwargs)
+        self.held.extend((run_id, metric) for metric in metrics)
+        if time.monotonic() - self.written_at >= self.every_s:
+            self.flush()
+        return None
+
+    def flush(self) -> None:
+        """Write the held metrics (one ``log_batch`` per run); kept if the store refuses them."""
+        if not self.held:
+            return
+        self.written_at = time.monotonic()
+        held, self.held = self.held, []
+        try:
+            for run_id in dict.fromkeys(run for run, _ in held):
+                self.client.log_batch(run_id, metrics=[metric for run, metric in held if run == run_id])
+        except BaseException:
+            self.held = held + self.held
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.client, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.flush()
+            return value(*args, **kwargs)
+
+        return call
+
+
+_BUFFERS: weakref.WeakSet[BufferedClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for buffer in list(_BUFFERS):
+        with contextlib.suppress(Exception):
+            buffer.flush()
+
+
+def buffer_metrics(logger: MLFlowLogger, every_s: float) -> None:
+    """Hold ``logger``'s metrics in a :class:`BufferedClient` (written every ``every_s`` seconds,
+    before checkpoints and at the run's end); ``every_s`` 0 leaves it writing every call."""
+    client = getattr(logger, "_mlflow_client", None)  # Lightning's MLFlowLogger keeps its client here
+    if every_s <= 0 or client is None or isinstance(client, BufferedClient):
+        return
+    logger._mlflow_client = BufferedClient(client, every_s)
+    logger.metrics_buffer = logger._mlflow_client  # type: ignore[attr-defined]  # flush_loggers finds it
+
+
 class MLflowRunInfo(Callback):
     """Sets the run's tags and logs the partition and per-client artifacts; records the run in
-    every checkpoint so that a resumed fit continues it."""
+    every checkpoint so that a resumed fit continues it. Metrics are written to the store in
+    batches, at most every ``flush_every_s`` seconds (0: every call), and always before a
+    checkpoint is written and when the run ends (:class:`BufferedClient`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, flush_every_s: float = 5.0) -> None:
         super().__init__()
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
+        self.flush_every_s = flush_every_s
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for logger in mlflow_loggers(trainer):
+            buffer_metrics(logger, self.flush_every_s)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if not in_memory_checkpoint(trainer):  # a checkpoint file: the store first
+            flush_loggers(trainer)
         loggers = mlflow_loggers(trainer) if trainer.is_global_zero else []  # rank 0 writes the file
         checkpoint[CHECKPOINT_KEY] = {
             # rounds done: `processed` already counts the round whose end saves the checkpoint

@@ -20,7 +20,12 @@ from fl_lightning.core.gram import conflict_counts
 
 
 def _log(pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
-    pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+    """With the round's metrics (``FederatedModule.log_round``: one call per round), else ``log_dict``."""
+    log_round = getattr(pl_module, "log_round", None)
+    if callable(log_round):
+        log_round(metrics)
+    else:
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 
 
 class ConflictCounts(Callback):

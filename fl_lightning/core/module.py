@@ -6,7 +6,8 @@ g_i = w - w_i, leaving out non-finite rows; ``aggregate(payload)`` -> the step d
 w <- w - d through the server optimizer (``global_step`` counts applied rounds), commit the
 state ``aggregate`` proposed and call ``on_round_end``, else keep model and state. Every client
 is evaluated every ``eval_every`` rounds and after the last; one Lightning epoch is one round,
-and every metric is logged with step = rounds completed.
+and every metric is logged with step = rounds completed: a round's metrics are collected
+(``log_round``) and reach the loggers in one call, as Lightning's epoch metrics would.
 
 The algorithm contract (what a subclass may override, and when state may change):
  - ``__init__``: validate its hyper-parameters, ``save_hyperparameters()``, declare per-client
@@ -40,6 +41,7 @@ from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices, model_vector
 from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.core.payload import RoundPayload, ServerStep, as_server_step, finite_rows
+from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.core.training import EngineRunner
@@ -126,6 +128,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.engines = EngineRunner(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
         self.last_client_metrics: dict[str, list[float]] = {}
         self.round_qp_fallbacks = 0
+        self.round_log = RoundLog()
 
     def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
         """Lightning's, with ``seed`` recorded as the seed used (the run's, when None was
@@ -286,7 +289,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if self.attacker is not None:
             sampled = self.attacker.joins(sampled)
         answered = self.drop_clients(t, sampled)
-        metrics = {"clients_sampled": float(len(sampled)), "clients_answered": float(len(answered))}
+        metrics: dict[str, float | torch.Tensor] = {"clients_sampled": float(len(sampled)), "clients_answered": float(len(answered))}
         if len(answered) == 0:
             self.print(f"round {t + 1}: no sampled client answered; the global model is kept")
             self.log_round(metrics | {"clients_aggregated": 0.0})
@@ -311,10 +314,10 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         metrics |= {
             "clients_nonfinite": float(num_nonfinite),
             # kept, but algorithms must not divide by their norm (tests/test_faults.py)
-            "clients_zero_update": float((payload.updates.abs().amax(dim=1) == 0).sum()) if payload.num_clients else 0.0,
+            "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
-            "train_loss": float(losses.mean()),
-            "train_acc": float(accuracies.mean()),
+            "train_loss": losses.mean(),
+            "train_acc": accuracies.mean(),
             "client_time_s": client_time,
             "engine_vectorised": float(self.engines.engine_used == "vectorised"),
             "chunk_size": float(self.engines.last_chunk_size or 0),
@@ -336,7 +339,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             return outcome
         self.apply_server_step(step.direction)
         self.commit_round(payload, step)
-        self.log_round(metrics | {"server_step_norm": float(step.direction.norm())})
+        self.log_round(metrics | {"server_step_norm": step.direction.norm()})
         return outcome | {"server_step": step.direction}
 
     def commit_round(self, payload: RoundPayload, step: ServerStep) -> None:
@@ -361,10 +364,32 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    def log_round(self, metrics: dict[str, float]) -> None:
-        """Log metrics of this round with step = rounds completed (algorithms may call it too)."""
-        self.log_dict({**metrics, "round": float(self.round_index + 1), "step": float(self.round_index + 1)},
-                      on_step=False, on_epoch=True, batch_size=1)
+    def log_round(self, metrics: dict[str, float | torch.Tensor]) -> None:
+        """Log metrics of this round with step = rounds completed (algorithms and callbacks may call
+        it too; in an evaluation they join its metrics). Collected, converted with one host sync,
+        and sent in one call per round (``core.round_log``)."""
+        if self._trainer is None:
+            return
+        if self.trainer.training:
+            self.round_log.add_round(metrics, self.round_index + 1)
+        else:
+            self.round_log.add_evaluation(metrics, self.rounds_completed())
+
+    def on_train_epoch_start(self) -> None:
+        self.round_log.send_round(self.trainer)  # the previous round's, after its checkpoint
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.round_log.end_round(self.trainer)  # visible to the epoch-end callbacks (monitors, the bar)
+
+    def on_train_epoch_end(self) -> None:
+        self.round_log.end_round(self.trainer)  # anything logged after the round's step
+
+    def on_validation_epoch_end(self) -> None:
+        self.round_log.end_evaluation(self.trainer)
+
+    def on_train_end(self) -> None:
+        self.round_log.end_round(self.trainer)
+        self.round_log.send_round(self.trainer)
 
     # ------------------------------------------------------------------------ evaluation
     def rounds_completed(self) -> int:
@@ -391,7 +416,11 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if not self.is_eval_round():
             return
         metrics = self.evaluate_all_clients()
-        self.log_dict({**metrics, "step": float(self.rounds_completed())}, batch_size=1)
-        shown = {k: metrics[k] for k in ("test_acc_mean", "global_test_acc") if k in metrics}
-        self.log_dict({f"{k}_now": v for k, v in shown.items()}, prog_bar=True, logger=False, batch_size=1)
+        shown = {f"{k}_now": metrics[k] for k in ("test_acc_mean", "global_test_acc") if k in metrics}
+        if self.trainer.state.fn != "fit":  # validate: Lightning's results table
+            self.log_dict({**metrics, "step": float(self.rounds_completed())}, batch_size=1)
+            self.log_dict(shown, prog_bar=True, logger=False, batch_size=1)
+            return
+        self.round_log.add_evaluation(metrics, self.rounds_completed())
+        self.round_log.add_evaluation(shown, self.rounds_completed(), progress_bar=True)
 

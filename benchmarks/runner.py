@@ -22,8 +22,8 @@ A suite file (``benchmarks/<paper>/<scale>.yaml``) holds:
 Every (benchmark, algorithm configuration) is a cell, and every cell runs once per seed
 through the same code path as the CLI (``fl_lightning.cli``, with ``seed_everything: <seed>``
 deciding every random stream), in one of ``--jobs`` reused worker processes (imports and
-dataset parsing paid once per worker; ``--isolate``: a fresh process per run, same results),
-tagged with suite, scale,
+dataset parsing paid once per worker; ``--isolate``: a fresh process per run, same results;
+``--cluster slurm``: one submitit job per run on a SLURM cluster), tagged with suite, scale,
 paper, benchmark, cell, algorithm_config, seed, suite_description, control (a variant's
 declared control benchmark) and cell_config (a digest of the cell's whole config).
 Finished runs of the same cell config are found in the store and skipped, so an
@@ -572,6 +572,57 @@ class WarmWorkers:
             worker.close()
 
 
+def _fit_as_job(config_path: str, suite: str, log_path: str, threads: int) -> int:
+    """A cell inside a scheduler's job (:class:`SubmititJobs`): thread counts set before torch
+    loads (a job's process is fresh), then the same fit as in a reused worker."""
+    os.environ.update(_thread_env(threads))
+    return _fit_in_this_process(config_path, suite, log_path)
+
+
+class SubmititJobs:
+    """Every cell as one job of a submitit executor (``--cluster slurm`` on a SLURM cluster,
+    ``--cluster local``: submitit's local executor, one process a job, on this machine).
+
+    A job runs the cell as a reused worker would (:func:`_fit_in_this_process`); its config is
+    copied into the job folder (``benchmark_jobs/<suite>`` beside the store unless
+    ``--job-folder`` says otherwise), which, like the logs and the store, must be on a file system
+    the cluster's nodes share; a SLURM cluster wants an MLflow tracking server
+    (``--tracking-uri http://...``) rather than one SQLite file written from many nodes.
+    ``--jobs`` bounds the jobs in flight; a job the scheduler loses or kills is that cell's
+    failure, with the scheduler's reason."""
+
+    def __init__(self, cluster: str, folder: Path, threads: int, timeout_min: int = 24 * 60,
+                 slurm_partition: str | None = None) -> None:
+        try:
+            import submitit
+        except ImportError:
+            raise SystemExit("--cluster needs submitit: pip install 'fl-lightning[cluster]' (or pip install submitit)") from None
+        self.folder = folder
+        self.threads = threads
+        folder.mkdir(parents=True, exist_ok=True)
+        self.executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=cluster)
+        parameters: dict[str, Any] = {"timeout_min": timeout_min, "cpus_per_task": threads, "name": "fl-lightning"}
+        if slurm_partition:
+            parameters["slurm_partition"] = slurm_partition
+        self.executor.update_parameters(**parameters)
+
+    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.folder, delete=False) as handle:
+            handle.write(Path(config_path).read_text())  # where the job's node can read it
+        try:
+            job = self.executor.submit(_fit_as_job, handle.name, suite, str(Path(log_path).resolve()), self.threads)
+            try:
+                return int(job.result())
+            except Exception as error:  # noqa: BLE001 - the scheduler's reason becomes the cell's error
+                first = str(error).strip().splitlines()
+                return f"job {job.job_id} failed: {first[0] if first else type(error).__name__}"
+        finally:
+            os.unlink(handle.name)
+
+    def close(self) -> None:
+        """Jobs end with their cells: nothing to stop."""
+
+
 def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tuple[Cell, str, float, str]:
     """Runs one (cell, seed) through ``launcher`` (:class:`WarmWorkers` or :class:`IsolatedProcesses`);
     (cell, status, seconds, error). A cell that fails is recorded in the store as a FAILED run."""
@@ -624,7 +675,8 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
 
 
 def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False,
-              isolate: bool = False) -> int:
+              isolate: bool = False, cluster: str | None = None, job_folder: str | None = None,
+              slurm_partition: str | None = None, timeout_min: int = 24 * 60, cpus_per_job: int | None = None) -> int:
     cells = load_suite(name, seeds)
     suite = cells[0].suite if cells else name
     durations: dict[str, list[float]] = {}
@@ -651,7 +703,12 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     threads = max(1, (os.cpu_count() or 1) // jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
-    launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
+    launcher: Any
+    if cluster is not None:
+        launcher = SubmititJobs(cluster, Path(job_folder or Path("benchmark_jobs") / suite), cpus_per_job or threads,
+                                timeout_min, slurm_partition)
+    else:
+        launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
@@ -692,6 +749,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--isolate", action="store_true",
                      help="run every cell in a fresh process (slower: start-up and data loading paid per cell) "
                           "instead of in --jobs reused worker processes")
+    run.add_argument("--cluster", choices=["slurm", "local"],
+                     help="submit every cell as a job through submitit (slurm: a SLURM cluster; local: "
+                          "submitit's local executor on this machine), --jobs of them in flight")
+    run.add_argument("--job-folder", help="submitit's folder for job files and outputs (default "
+                                          "benchmark_jobs/<suite>; on a SLURM cluster a folder every node sees)")
+    run.add_argument("--slurm-partition", help="the SLURM partition to submit to (--cluster slurm)")
+    run.add_argument("--timeout-min", type=int, default=24 * 60, help="a job's time limit in minutes (--cluster)")
+    run.add_argument("--cpus-per-job", type=int, help="cores (and torch threads) of a job (--cluster; "
+                                                      "default: this machine's cores / --jobs)")
     sub.add_parser("list", help="list the suites")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -699,7 +765,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         run.error("--jobs must be >= 1")
-    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.isolate)
+    if args.cluster is not None and args.isolate:
+        run.error("--isolate and --cluster both choose where cells run: give one")
+    if args.timeout_min < 1:
+        run.error("--timeout-min must be >= 1")
+    if args.cpus_per_job is not None and args.cpus_per_job < 1:
+        run.error("--cpus-per-job must be >= 1")
+    if args.cluster is None and (args.job_folder or args.slurm_partition or args.cpus_per_job):
+        run.error("--job-folder, --slurm-partition and --cpus-per-job go with --cluster")
+    return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.isolate,
+                     args.cluster, args.job_folder, args.slurm_partition, args.timeout_min, args.cpus_per_job)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The benchmark runner: grid expansion, tags, resuming, failed cells recorded, summary."""
 
+from pathlib import Path
+
 import mlflow
 import pytest
 import yaml
@@ -299,3 +301,32 @@ def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypat
     assert "PL_GLOBAL_SEED" not in os.environ and not torch.are_deterministic_algorithms_enabled()
     assert (dict(os.environ), os.getcwd(), torch.are_deterministic_algorithms_enabled(),
             [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)]) == before
+
+
+def test_cells_submitted_as_submitit_jobs_log_what_reused_workers_log(tmp_path, monkeypatch, capsys):
+    """--cluster local: every cell a job of submitit's local executor (a SLURM cluster takes the same
+    path); a failing cell fails alone, with its log; the metrics equal the reused worker's."""
+    pytest.importorskip("submitit", reason="pip install 'fl-lightning[cluster]'")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).resolve().parents[1]}:{tmp_path}")  # jobs import benchmarks
+    suite = dict(SUITE)
+    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    jobs, reused = f"sqlite:///{tmp_path / 'jobs.db'}", f"sqlite:///{tmp_path / 'reused.db'}"
+    assert main(["run", str(path), "--tracking-uri", jobs, "--cluster", "local", "--jobs", "2",
+                 "--cpus-per-job", "1", "--job-folder", str(tmp_path / "jobs")]) == 1  # the mu=-1 cell fails
+    out = capsys.readouterr().out
+    assert "FINISHED" in out and "FAILED" in out and "exit code" in out
+    assert any((tmp_path / "jobs").iterdir())  # submitit's job folders
+    assert main(["run", str(path), "--tracking-uri", reused, "--jobs", "1"]) == 1
+    capsys.readouterr()
+    submitted, warm = metric_histories(jobs, "tiny-offline"), metric_histories(reused, "tiny-offline")
+    assert list(submitted) == [("digits/iid/full/fl_logreg|FedAvg", "0")]
+    assert submitted == warm
+
+
+def test_cluster_options_need_a_cluster(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "fedfv/offline", "--slurm-partition", "gpu"])
+    assert "go with --cluster" in capsys.readouterr().err

@@ -70,7 +70,10 @@ def test_fedprox_with_mu_zero_is_fedavg():
     prox = module_for(data, cls=FedProx, fraction=0.5, mu=0.0)
     fit(avg, data)
     fit(prox, data)
-    assert torch.equal(model_vector(avg.model, avg.layout), model_vector(prox.model, prox.layout))
+    # FedAvg's plain cross-entropy trains with hand-derived gradients (core.fused), FedProx's
+    # objective through autograd: the same arithmetic, rounded differently
+    torch.testing.assert_close(model_vector(avg.model, avg.layout), model_vector(prox.model, prox.layout),
+                               rtol=0, atol=1e-5)
 
 
 def test_fedprox_term_keeps_clients_closer_to_the_global_model():

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from benchmarks.perf.data import RandomImageData
 from benchmarks.perf.machine import describe_machine
 from fl_lightning.core.flat import ParameterLayout
+from fl_lightning.core.fused import mean_cross_entropy_objective
 from fl_lightning.core.local import (
     ClientShards,
     LocalSGD,
@@ -148,6 +149,7 @@ def time_task(task: Task, repeats: int, warmup: int, seed: int = 0) -> dict:
     shards: ClientShards = ClientDataSlicer().shards(data, torch.tensor(clients))
     samples = sum(shards.sizes_cpu) * task.epochs
 
+    @mean_cross_entropy_objective  # as FederatedModule's default: the engine may use its fused gradients
     def objective(logits, targets, mask, local_params, anchor):
         return masked_cross_entropy(logits, targets, mask)
 

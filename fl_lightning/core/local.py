@@ -7,7 +7,8 @@ Two engines compute the same thing:
   its own parameters, and one backward pass gives every client's gradient. The forward
   pass is the model's stacked form (``fl_lightning.models.stacked``: batched matmuls and
   grouped convolutions, plain autograd) when every submodule has a stacked rule, and
-  ``torch.func.vmap`` over ``functional_call`` otherwise. Clients are ordered by their number of
+  ``torch.func.vmap`` over ``functional_call`` otherwise; fully connected nets under the
+  plain mean cross-entropy skip autograd with hand-derived gradients (``core.fused``). Clients are ordered by their number of
   steps so that, at step s, the clients that still have a batch form a prefix of the
   stack: later steps only touch that prefix (slices are views, updates are in place), so
   a client with 3 batches costs 3 steps of work, not ``max_steps``.
@@ -34,6 +35,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fl_lightning.core.flat import ParameterLayout
+from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients
 from fl_lightning.models.stacked import StackedForward, stacked_forward
 
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
@@ -266,11 +268,13 @@ class VectorisedEngine:
             until memory runs out. When a chunk runs out of memory it is retried in
             halves (``oom_retries`` counts them), down to one client at a time.
         autocast: ``None``, ``"bf16"`` or ``"fp16"``: mixed precision for the forward pass.
-        forward: ``"auto"`` (the model's stacked form when it has one, else vmap),
+        forward: ``"auto"`` (hand-derived gradients for a feed-forward net under the plain
+            mean cross-entropy, ``core.fused``; else the model's stacked form when it has one,
+            else vmap),
             ``"stacked"`` (required: an error says which submodule has no rule) or ``"vmap"``.
 
     After ``train``, ``chunk_size`` is the chunk size that was used (the last one that
-    fitted in memory), ``forward_kind`` is ``"stacked"`` or ``"vmap"`` and
+    fitted in memory), ``forward_kind`` is ``"fused"``, ``"stacked"`` or ``"vmap"`` and
     ``forward_reason`` says why vmap was used (None otherwise).
     """
 
@@ -336,7 +340,13 @@ class VectorisedEngine:
         else:
             chunk = min(m, int(self.clients_per_chunk or m))
         is_stacked, anchor = resolve_start(start, anchor, m, layout)
-        forward = self.step_forward(model)
+        forward: StackedForward | FeedForwardGradients | None = None
+        if self.forward == "auto":  # hand-derived gradients where they apply (core.fused)
+            forward, _ = feedforward_gradients(model, list(layout.names), objective, self.autocast)
+            if forward is not None:
+                self.forward_kind, self.forward_reason = "fused", None
+        if forward is None:
+            forward = self.step_forward(model)
         trained = {n: torch.empty(m, *p.shape, dtype=p.dtype, device=p.device) for n, p in anchor.items()}
         first = 0
         while first < m:
@@ -392,11 +402,12 @@ class VectorisedEngine:
         sgd: LocalSGD,
         objective: ClientObjective,
         autocast: str | None = None,
-        stacked: StackedForward | None = None,
+        stacked: StackedForward | FeedForwardGradients | None = None,
     ) -> dict[str, torch.Tensor]:
         """Local SGD of clients sorted by descending ``steps``, all stacked together;
         ``params`` (stacked, owned by this call) are updated in place and returned.
-        ``stacked``: the model's stacked forward (None: vmap over ``functional_call``)."""
+        ``stacked``: the model's stacked forward (None: vmap over ``functional_call``), or
+        hand-derived gradients (``core.fused``) that replace forward, objective and autograd."""
         device = x.device
         width = index.shape[1] if sgd.batch_size is None else min(sgd.batch_size, index.shape[1])
         # active[s]: clients that still have a batch at step s (a prefix, as steps descend);
@@ -417,7 +428,9 @@ class VectorisedEngine:
         # batched logits, and one backward pass of the summed losses gives every client's
         # own gradient (client i's loss depends on its parameters alone).
         forward: StepForward
-        if stacked is not None:
+        if isinstance(stacked, FeedForwardGradients):
+            gradients = stacked
+        elif stacked is not None:
             forward = stacked
         else:
             buffers = dict(model.named_buffers())
@@ -438,12 +451,16 @@ class VectorisedEngine:
                     # non-finite sample can only ever affect its own client
                     xb = torch.where(mask.view(*mask.shape, *[1] * (xb.dim() - 2)) > 0, xb, 0.0)
                 prefix = [params[n][:a] for n in names]  # views: the update lands in params
-                live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
-                with autocast_context(device, autocast):
-                    total = objective(forward(live, xb), yb, mask, live, anchor).sum()
-                grads = torch.autograd.grad(total, list(live.values()))
+                if isinstance(stacked, FeedForwardGradients):
+                    with torch.no_grad():
+                        grads = gradients(prefix, xb, yb, mask)
+                else:
+                    live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
+                    with autocast_context(device, autocast):
+                        total = objective(forward(live, xb), yb, mask, live, anchor).sum()
+                    grads = list(torch.autograd.grad(total, list(live.values())))
                 with torch.no_grad():
-                    sgd_step(prefix, list(grads), None if momentum is None else [b[:a] for b in momentum], sgd)
+                    sgd_step(prefix, grads, None if momentum is None else [b[:a] for b in momentum], sgd)
         return params
 
 

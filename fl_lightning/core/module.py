@@ -39,6 +39,7 @@ from fl_lightning.core.diagnostics import ConflictCounts, ImprovementShare, QPFa
 from fl_lightning.core.distributed import world_size
 from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices, model_vector
+from fl_lightning.core.fused import mean_cross_entropy_objective
 from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.core.payload import RoundPayload, ServerStep, as_server_step, finite_rows
 from fl_lightning.core.round_log import RoundLog
@@ -139,6 +140,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             hparams["seed"] = self.run_seed
 
     # ----------------------------------------------------------------- hooks to override
+    @mean_cross_entropy_objective  # the engine may use hand-derived gradients (an override is unmarked)
     def client_objective(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                          local_params: dict[str, torch.Tensor], global_params: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every training client's minibatch loss, shape (m,).

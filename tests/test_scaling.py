@@ -45,10 +45,10 @@ def largest_difference(a, b):
     return max(float((a[n] - b[n]).abs().max()) for n in a)
 
 
-def test_auto_chunk_size_on_the_cpu_keeps_a_chunk_within_64_mb():
+def test_auto_chunk_size_on_the_cpu_keeps_a_chunk_within_32_mb():
     cpu = torch.device("cpu")
     assert auto_chunk_size(100, 610, cpu) == 100  # logistic regression: everyone at once
-    assert auto_chunk_size(100, 199_210, cpu) == 64 * 2**20 // (16 * 199_210) == 21
+    assert auto_chunk_size(100, 199_210, cpu) == 32 * 2**20 // (16 * 199_210) == 10
     assert auto_chunk_size(100, 11_000_000, cpu) == 1  # never zero
 
 

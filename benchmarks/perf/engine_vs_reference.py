@@ -157,7 +157,7 @@ def time_task(task: Task, repeats: int, warmup: int, seed: int = 0) -> dict:
         order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs, torch.Generator().manual_seed(seed))
         engine.train(model, layout, start, shards, order, sgd, objective)
 
-    vectorised = VectorisedEngine()
+    vectorised = VectorisedEngine(clients_per_chunk="auto")  # FederatedModule's default
     ways = {
         "reference": lambda: reference_round(model, data, clients, sgd, seed),
         "sequential": lambda: engine_round(SequentialEngine()),
@@ -173,6 +173,7 @@ def time_task(task: Task, repeats: int, warmup: int, seed: int = 0) -> dict:
         print(f"  {task.name:24s} {name:10s} {seconds[name]:8.4f} s/round  {samples / seconds[name]:10.0f} samples/s",
               flush=True)
     entry["forward_kind"] = getattr(vectorised, "forward_kind", "vmap")
+    entry["chunk_size"] = vectorised.chunk_size
     entry["vectorised_over_reference"] = seconds["reference"] / seconds["vectorised"]
     entry["vectorised_over_sequential"] = seconds["sequential"] / seconds["vectorised"]
     entry["sequential_over_reference"] = seconds["reference"] / seconds["sequential"]

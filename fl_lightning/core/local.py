@@ -206,16 +206,16 @@ def auto_chunk_size(num_clients: int, num_parameters: int, device: torch.device)
     Each stacked client costs about 16 bytes per parameter (parameters, gradients,
     momentum, the copy into the result). On a GPU the chunk takes half the free memory
     (the rest is left to activations; an out-of-memory error halves it again, see
-    ``VectorisedEngine``). On a CPU, stacks that stay within ~64 MB (the size of a large
-    last-level cache) are faster than one huge stack: every step reads and writes every
-    client's parameters.
+    ``VectorisedEngine``). On a CPU, stacks that stay within ~32 MB (a last-level cache)
+    are faster than one huge stack: every step reads and writes every client's parameters
+    (``fl_mlp``, 100 clients on 2 cores: 0.16 s a round at once, 0.074 s in chunks of 10).
     """
     per_client = 16 * num_parameters
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         budget = free // 2
     else:
-        budget = 64 * 2**20
+        budget = 32 * 2**20
     return max(1, min(num_clients, budget // per_client))
 
 

@@ -71,7 +71,8 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             (the default) takes the run's seed (``--seed_everything N``), else 0.
         engine_memory_budget_gb: what ``engine="auto"`` may spend on stacked clients.
         clients_per_chunk: clients trained together by the vectorised engine (None = all,
-            ``"auto"`` = sized from the free memory); the size used is logged as
+            ``"auto"``, the default = sized from the free GPU memory, or on a CPU to stay
+            within its cache, ``core.local.auto_chunk_size``); the size used is logged as
             ``chunk_size``, and a chunk that runs out of memory is retried in halves.
         lr_decay: the local learning rate of round t is ``lr * lr_decay**t``.
         layer_grouping: a "layer" of per-layer conflicts and aggregation: a ``"tensor"`` or ``"module"``.
@@ -103,7 +104,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         eval_every: int = 1,
         seed: int | None = None,
         engine_memory_budget_gb: float = 4.0,
-        clients_per_chunk: settings.ChunkSize = None,
+        clients_per_chunk: settings.ChunkSize = "auto",
         lr_decay: float = 1.0,
         layer_grouping: settings.LayerGrouping = "tensor",
         track_improvement: bool = False,

@@ -34,7 +34,7 @@ MODEL_NAMES = (
 )
 SOURCE_NAMES = (
     "adult", "cifar10", "cifar100", "digits", "emnist", "fashion_mnist", "femnist", "mnist", "mnist5k", "mr",
-    "pydoc_chars", "shakespeare", "sst", "synthetic",
+    "pydoc_chars", "pydoc_sentences", "shakespeare", "sst", "synthetic",
 )
 PARTITION_NAMES = (
     "iid", "dirichlet", "pathological", "shards", "power_law", "linspace_classes", "class_assignment", "natural",

@@ -178,3 +178,39 @@ def test_fedavg_fits_mr_with_the_text_cnn(mr_dir):
     assert module.engine_used == "vectorised"
     assert trainer.current_epoch == 2
     assert all(torch.isfinite(p).all() for p in module.model.parameters())
+
+
+def test_pydoc_sentences_offline_stand_in_is_labelled_by_topic_and_split_once():
+    from pydoc_data.topics import topics
+
+    from fl_lightning.data.text import STATEMENT_TOPICS, pydoc_sentences
+
+    assert STATEMENT_TOPICS <= set(topics)  # every statement topic exists in this Python's help
+    sentences, labels = pydoc_sentences()
+    assert all(len(tokens) >= 4 for tokens in sentences) and set(labels) == {0, 1}
+    data = load_source("pydoc_sentences")
+    assert len(data.y_train) + len(data.y_test) == len(sentences)
+    assert len(data.y_test) == int(len(sentences) * 0.1)
+    assert data.x_train.shape[1] == 40 and source_info("pydoc_sentences").num_classes == 2
+    assert set(data.y_train.tolist()) == {0, 1} and set(data.y_test.tolist()) == {0, 1}
+    again = load_source("pydoc_sentences", seed=7)  # the run's seed does not move the split
+    assert torch.equal(again.x_test, data.x_test) and torch.equal(again.y_train, data.y_train)
+    other = load_source("pydoc_sentences", split_seed=1)
+    assert not torch.equal(other.y_test, data.y_test)
+    with pytest.raises(ValueError, match="max_length"):
+        source_info("pydoc_sentences", max_length=0)
+
+
+def test_cgsv_fits_five_power_law_agents_of_pydoc_sentences():
+    from fl_lightning.algorithms import CGSV
+
+    data = FederatedDataModule(source="pydoc_sentences", num_clients=5, partition="power_law",
+                               partition_params={"total_size": 1000}, test_mode="global", seed=0)
+    module = CGSV(backbone="fl_text_cnn", backbone_kwargs={"vocab_size": 5000, "embedding_dim": 8, "num_filters": 4},
+                  num_classes=2, input_shape=(40,), num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, gamma=1.0,
+                  track_standalone=True, seed=0)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1000)
+    trainer.fit(module, datamodule=data)
+    assert sorted(data.train_sizes.tolist()) != [200] * 5 and int(data.train_sizes.sum()) == 1000  # POW sizes
+    assert trainer.current_epoch == 2 and 0.0 <= float(trainer.callback_metrics["test_acc_mean"]) <= 1.0

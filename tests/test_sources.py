@@ -108,6 +108,7 @@ def test_list_sources():
             "pydoc_chars",
             "mr",
             "sst",
+            "pydoc_sentences",
         ]
     )
 

@@ -173,3 +173,54 @@ def _load_sst(data_dir: str, download: bool, seed: int, max_vocab: int = 20000, 
     _require(paths, "SST", SST_OBTAIN)
     (train, y_train), (test, y_test) = (_read_trees(path) for path in paths)
     return _source_data(train, y_train, test, y_test, max_vocab, max_length, _describe_sst(max_vocab, max_length))
+
+
+# --------------------------------------------------------------------------- pydoc_sentences (offline)
+
+# the help topics that document a statement (The Python Language Reference, chapters 7 and 8)
+STATEMENT_TOPICS = frozenset({
+    "assert", "assignment", "augassign", "break", "class", "compound", "continue", "del", "for", "function",
+    "global", "if", "import", "nonlocal", "pass", "raise", "return", "try", "while", "with", "yield",
+})
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def _describe_pydoc_sentences(max_vocab: int = 5000, max_length: int = 40, test_fraction: float = 0.1,
+                              split_seed: int = 0) -> SourceInfo:
+    _check_text_params("pydoc_sentences", max_vocab, max_length)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"pydoc_sentences test_fraction must be in (0, 1), got {test_fraction!r}")
+    return SourceInfo("pydoc_sentences", 2, (int(max_length),), has_official_test=True, natural_clients=False)
+
+
+def pydoc_sentences() -> tuple[list[list[str]], list[int]]:
+    """Every sentence (at least 4 tokens) of Python's help topics, tokenized, and its label:
+    1 when its topic documents a statement (:data:`STATEMENT_TOPICS`), else 0."""
+    from pydoc_data.topics import topics
+
+    sentences, labels = [], []
+    for name in sorted(topics):
+        for text in _SENTENCE_END.split(topics[name]):
+            tokens = tokenize(text)
+            if len(tokens) >= 4:
+                sentences.append(tokens)
+                labels.append(int(name in STATEMENT_TOPICS))
+    return sentences, labels
+
+
+@register_source("pydoc_sentences", info=_describe_pydoc_sentences)
+def _load_pydoc_sentences(data_dir: str, download: bool, seed: int, max_vocab: int = 5000, max_length: int = 40,
+                          test_fraction: float = 0.1, split_seed: int = 0) -> SourceData:
+    """OFFLINE-SCALE stand-in for MR (sentence classification with the text CNN, CGSV Sec. 4): the
+    sentences of the English help text shipped with Python (``pydoc_data.topics``), 2 classes
+    (does the sentence's topic document a statement, or an expression, type or object?), a
+    held-out ``test_fraction`` drawn as MR's, Kim's tokens and a training vocabulary. The text
+    depends on the Python version only; ``seed`` is not used."""
+    sentences, labels = pydoc_sentences()
+    order = np.random.default_rng(split_seed).permutation(len(sentences))
+    num_test = int(len(sentences) * test_fraction)
+    test_rows, train_rows = np.sort(order[:num_test]), np.sort(order[num_test:])
+    y = np.asarray(labels)
+    return _source_data([sentences[i] for i in train_rows], y[train_rows], [sentences[i] for i in test_rows],
+                        y[test_rows], max_vocab, max_length,
+                        _describe_pydoc_sentences(max_vocab, max_length, test_fraction, split_seed))

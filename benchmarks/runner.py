@@ -645,13 +645,22 @@ def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tup
 
 
 def final_metric(tracking_uri: str, suite: str) -> dict[tuple[str, str], float]:
+    """(cell, seed) -> the run's mean client accuracy; for one model shared by every client tested
+    on the shared set (``test_mode: global``), its global test accuracy, which every client has."""
+    import math
+
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
     runs = mlflow.search_runs(experiment_names=[suite])
-    if runs.empty or "metrics.test_acc_mean" not in runs:
-        return {}
-    return {(r["tags.cell"], r["tags.seed"]): r["metrics.test_acc_mean"] for _, r in runs.iterrows()}
+    accuracy = {}
+    for _, run in runs.iterrows():
+        for key in ("metrics.test_acc_mean", "metrics.global_test_acc"):
+            value = run.get(key)
+            if value is not None and not math.isnan(value):
+                accuracy[(run["tags.cell"], run["tags.seed"])] = float(value)
+                break
+    return accuracy
 
 
 def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, float]], accuracy: dict) -> str:

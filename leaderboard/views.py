@@ -31,7 +31,8 @@ from leaderboard.tables import (
 MARKS = {BEST: BEST_MARK, TIE: TIE_MARK}
 MARK_TITLES = {BEST: "best, separated from every other row beyond seed noise (Welch p < 0.05)",
                TIE: "tied for the lead: not separable from the top row (Welch p ≥ 0.05, or fewer than 2 seeds)"}
-FAIRNESS_SHORT = {"test_acc_worst10": "worst 10%", "test_acc_worst5": "worst 5%", "test_acc_std": "std"}
+FAIRNESS_SHORT = {"test_acc_worst10": "worst 10%", "test_acc_worst5": "worst 5%", "test_acc_std": "std",
+                  "cgsv_rho": "CGSV ρ"}
 
 
 @dataclass

@@ -237,7 +237,8 @@ def log_verdict_runs(client, experiment_id: str) -> dict[str, str]:
         log_run(client, experiment_id, VERDICTS, CLA, "DW", seed, minute=30 + seed,
                 tags={**global_tags, "per_client_models": "true"},
                 metrics={"test_acc_mean": 0.75 + 0.01 * seed, "test_acc_std": 0.0, "test_acc_jain": 1.0,
-                         "test_acc_worst10": 0.75 + 0.01 * seed, "global_test_acc": 0.75 + 0.01 * seed})
+                         "test_acc_worst10": 0.75 + 0.01 * seed, "global_test_acc": 0.75 + 0.01 * seed,
+                         "cgsv_rho": 40.0 + 10 * seed})
         log_run(client, experiment_id, VERDICTS, CLA, "FedAvg", seed, minute=30 + seed, tags=global_tags,
                 metrics={"global_test_acc": 0.82 + 0.01 * seed})
         log_run(client, experiment_id, VERDICTS, CLA, "QFedAvg(q=1.0)", seed, minute=30 + seed, tags=global_tags,
@@ -776,7 +777,11 @@ def test_fairness_is_a_dash_under_a_global_client_test(contract):
     matrix = Page((contract["out"] / "index.html").read_text()).tables["matrix-2"]
     keys = [h["key"] for h in matrix["headers"][0]]
     dw = dict(zip(keys, next(r for r in matrix["rows"] if r[0]["text"] == "DW")))
-    assert "fairness — ‡" in dw[slugify(CLA, set())]["text"]
+    fedavg_cell = dict(zip(keys, next(r for r in matrix["rows"] if r[0]["text"] == "FedAvg")))
+    # CGSV's rho compares each agent's own models: defined on the shared test set, so shown and judged
+    assert "CGSV ρ 50.00" in dw[slugify(CLA, set())]["text"] and "CGSV ρ" in fedavg_cell[slugify(CLA, set())]["text"]
+    rho = rows["DW"]["cgsv_rho"]
+    assert main_number(rho) == "50.00" and "‡" not in rho["text"]
 
 
 def test_index_matrix_ranks_benchmarks_by_suite(contract):

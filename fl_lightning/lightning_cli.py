@@ -267,8 +267,11 @@ class FederatedCLI(LightningCLI):
             self.parser.error(str(error))
         config = self.config_init.get(self.subcommand) if self.subcommand else self.config_init
         loggers = self.mlflow_setup.trainer_loggers(config.trainer.get("logger"), self.model, self.datamodule)
+        defaults = self.trainer_defaults["callbacks"]
+        if config.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar then
+            defaults = [callback for callback in defaults if not isinstance(callback, RoundProgressBar)]
         self.trainer_defaults["callbacks"] = [  # RoundCheckpoint, unless the user configured a ModelCheckpoint
-            *self.trainer_defaults["callbacks"],
+            *defaults,
             *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"))]
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})
 

@@ -82,6 +82,14 @@ def test_fit_logs_a_complete_run(store, capsys):
     assert "FedProx" in config and "mu: 0.01" in config
 
 
+def test_a_fit_without_progress_bar_runs_and_logs(store, capsys):
+    """--trainer.enable_progress_bar false drops the CLI's own bar (Lightning refuses one then)."""
+    main(short_run(store, "--trainer.enable_progress_bar=false"))
+    assert "rounds:" not in capsys.readouterr().err
+    (run,) = MlflowClient(store).search_runs([MlflowClient(store).get_experiment_by_name("fl-lightning").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.metrics["round"] == 3
+
+
 def test_unknown_algorithm_is_refused(store, capsys):
     with pytest.raises(SystemExit):
         main(short_run(store, "--model=FedMagic"))

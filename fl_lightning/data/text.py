@@ -109,12 +109,29 @@ def mr_files(data_dir: str, **_) -> list[str]:
     return [os.path.join(data_dir, "mr", f"rt-polarity.{kind}") for kind in ("pos", "neg")]
 
 
+def _describe_held_out(name: str, max_vocab: int, max_length: int, test_fraction: float) -> SourceInfo:
+    """A 2-class sentence source without an official test split (one held out by ``_held_out_split``)."""
+    _check_text_params(name, max_vocab, max_length)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"{name} test_fraction must be in (0, 1), got {test_fraction!r}")
+    return SourceInfo(name, 2, (int(max_length),), has_official_test=True, natural_clients=False)
+
+
+def _held_out_split(sentences: list[list[str]], labels: list[int], test_fraction: float, split_seed: int,
+                    max_vocab: int, max_length: int, info: SourceInfo) -> SourceData:
+    """``test_fraction`` of the sentences held out by a permutation seeded with ``split_seed`` (not
+    the run's seed, so every run shares the split); the vocabulary from the rest."""
+    order = np.random.default_rng(split_seed).permutation(len(sentences))
+    num_test = int(len(sentences) * test_fraction)
+    test_rows, train_rows = np.sort(order[:num_test]), np.sort(order[num_test:])
+    y = np.asarray(labels)
+    return _source_data([sentences[i] for i in train_rows], y[train_rows], [sentences[i] for i in test_rows],
+                        y[test_rows], max_vocab, max_length, info)
+
+
 def _describe_mr(max_vocab: int = 20000, max_length: int = 56, test_fraction: float = 0.1,
                  split_seed: int = 0) -> SourceInfo:
-    _check_text_params("mr", max_vocab, max_length)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"mr test_fraction must be in (0, 1), got {test_fraction!r}")
-    return SourceInfo("mr", 2, (int(max_length),), has_official_test=True, natural_clients=False)
+    return _describe_held_out("mr", max_vocab, max_length, test_fraction)
 
 
 @register_source("mr", info=_describe_mr, files=mr_files, obtain=MR_OBTAIN)
@@ -129,12 +146,8 @@ def _load_mr(data_dir: str, download: bool, seed: int, max_vocab: int = 20000, m
             lines = [line for line in file.read().splitlines() if line.strip()]
         sentences += [tokenize(line) for line in lines]
         labels += [label] * len(lines)
-    order = np.random.default_rng(split_seed).permutation(len(sentences))
-    num_test = int(len(sentences) * test_fraction)
-    test_rows, train_rows = np.sort(order[:num_test]), np.sort(order[num_test:])
-    y = np.asarray(labels)
-    return _source_data([sentences[i] for i in train_rows], y[train_rows], [sentences[i] for i in test_rows],
-                        y[test_rows], max_vocab, max_length, _describe_mr(max_vocab, max_length, test_fraction))
+    return _held_out_split(sentences, labels, test_fraction, split_seed, max_vocab, max_length,
+                           _describe_mr(max_vocab, max_length, test_fraction))
 
 
 # --------------------------------------------------------------------------- SST-5
@@ -187,10 +200,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 def _describe_pydoc_sentences(max_vocab: int = 5000, max_length: int = 40, test_fraction: float = 0.1,
                               split_seed: int = 0) -> SourceInfo:
-    _check_text_params("pydoc_sentences", max_vocab, max_length)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"pydoc_sentences test_fraction must be in (0, 1), got {test_fraction!r}")
-    return SourceInfo("pydoc_sentences", 2, (int(max_length),), has_official_test=True, natural_clients=False)
+    return _describe_held_out("pydoc_sentences", max_vocab, max_length, test_fraction)
 
 
 def pydoc_sentences() -> tuple[list[list[str]], list[int]]:
@@ -217,10 +227,5 @@ def _load_pydoc_sentences(data_dir: str, download: bool, seed: int, max_vocab: i
     held-out ``test_fraction`` drawn as MR's, Kim's tokens and a training vocabulary. The text
     depends on the Python version only; ``seed`` is not used."""
     sentences, labels = pydoc_sentences()
-    order = np.random.default_rng(split_seed).permutation(len(sentences))
-    num_test = int(len(sentences) * test_fraction)
-    test_rows, train_rows = np.sort(order[:num_test]), np.sort(order[num_test:])
-    y = np.asarray(labels)
-    return _source_data([sentences[i] for i in train_rows], y[train_rows], [sentences[i] for i in test_rows],
-                        y[test_rows], max_vocab, max_length,
-                        _describe_pydoc_sentences(max_vocab, max_length, test_fraction, split_seed))
+    return _held_out_split(sentences, labels, test_fraction, split_seed, max_vocab, max_length,
+                           _describe_pydoc_sentences(max_vocab, max_length, test_fraction))

@@ -343,6 +343,18 @@ def short_name(name: str, control: str) -> str:
     return name[len(prefix):] if prefix and name.startswith(prefix) else name
 
 
+ATTACK_ARGUMENTS = ("attack", "attack_client", "attack_strength")
+
+
+def without_attack(config: str) -> str:
+    """``config`` without the attack's arguments: ``QFedAvg(attack_strength=30.0,q=5.0)`` -> ``QFedAvg(q=5.0)``."""
+    name, bracket, arguments = config.partition("(")
+    if not bracket or not arguments.endswith(")"):
+        return config
+    kept = [a for a in arguments[:-1].split(",") if a.split("=", 1)[0].strip() not in ATTACK_ARGUMENTS]
+    return f"{name}({','.join(kept)})" if kept else name
+
+
 def control_view(group: ControlGroup, view_id: str) -> TableView:
     """Every configuration under the control and each variant, Δ = variant − control (same configuration,
     the control's table with the closest task)."""
@@ -362,13 +374,22 @@ def control_view(group: ControlGroup, view_id: str) -> TableView:
                                   f"{column.title}; Δ = this variant − its declared control {group.control}, "
                                   "same configuration", "num", "desc", f"{name}:{key}"))
     view = TableView(view_id, headers)
+
+    def control_of(config: str, like: BenchmarkTable | None = None) -> tuple[ConfigRow | None, BenchmarkTable | None]:
+        """The control's row of ``config``, else of ``config`` without its attack arguments (an
+        attacked configuration is compared with the same algorithm unattacked)."""
+        row, table = matching_row(group.control_tables, config, like=like)
+        if row is None and without_attack(config) != config:
+            row, table = matching_row(group.control_tables, without_attack(config), like=like)
+        return row, table
+
     for config in group.configs():
         cells = [Cell(config, config)]
         control_rows = {}
         for name, tables in group.variants:
             row, table = matching_row(tables, config)
-            control_rows[name] = matching_row(group.control_tables, config, like=table)
-        base_row, base_table = matching_row(group.control_tables, config)
+            control_rows[name] = control_of(config, like=table)
+        base_row, base_table = control_of(config)
         for key in keys:
             cells.append(_value_cell(base_row, base_table, key))
         for name, tables in group.variants:

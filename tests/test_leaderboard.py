@@ -1140,3 +1140,12 @@ def test_a_store_left_mid_write_is_read_as_last_committed_and_left_as_it_is(tmp_
     assert f"Read 2 runs from 1 experiment(s) ({SUITE})" in out
     index = (tmp_path / "leaderboard_build" / "index.md").read_text()
     assert "FAILED" not in index  # the uncommitted write is not read
+
+
+def test_an_attacked_configuration_is_compared_with_the_same_algorithm_unattacked():
+    from leaderboard.views import without_attack
+
+    assert without_attack("QFedAvg(attack_strength=30.0,q=5.0)") == "QFedAvg(q=5.0)"
+    assert without_attack("FedMGDAPlus(attack=bias,attack_client=0,attack_strength=30.0)") == "FedMGDAPlus"
+    assert without_attack("FedFV(alpha=0.1,tau=1)") == "FedFV(alpha=0.1,tau=1)"
+    assert without_attack("FedAvg") == "FedAvg"

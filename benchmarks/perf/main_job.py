@@ -39,7 +39,7 @@ def timed(args: list[str], folder: str, env: dict[str, str]) -> tuple[float, str
     done = subprocess.run([sys.executable, "-m", "fl_lightning.cli", *args], cwd=folder, env=env,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    if done.returncode not in (0,) and args != ["--help"]:
+    if done.returncode != 0:
         raise SystemExit(f"fl-lightning {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds, done.stdout + done.stderr
 

@@ -295,9 +295,17 @@ class VectorisedEngine:
         self.forward_kind: str | None = None
         self.forward_reason: str | None = None
 
-    def step_forward(self, model: nn.Module) -> StackedForward | None:
-        """The stacked forward of ``model``, or None for vmap (``forward_kind``/``forward_reason``
-        record which and why)."""
+    def step_forward(self, model: nn.Module, names: list[str] | None = None,
+                     objective: ClientObjective | None = None) -> StackedForward | FeedForwardGradients | None:
+        """How a step computes every client's gradient: hand-derived gradients (``core.fused``,
+        with ``forward="auto"`` where they apply to ``model`` and ``objective``), the stacked
+        forward of ``model``, or None for vmap (``forward_kind``/``forward_reason`` record which
+        and why)."""
+        if self.forward == "auto" and names is not None and objective is not None:
+            fused, _ = feedforward_gradients(model, names, objective, self.autocast)
+            if fused is not None:
+                self.forward_kind, self.forward_reason = "fused", None
+                return fused
         stacked: StackedForward | None
         reason: str | None
         if self.forward == "vmap":
@@ -340,13 +348,7 @@ class VectorisedEngine:
         else:
             chunk = min(m, int(self.clients_per_chunk or m))
         is_stacked, anchor = resolve_start(start, anchor, m, layout)
-        forward: StackedForward | FeedForwardGradients | None = None
-        if self.forward == "auto":  # hand-derived gradients where they apply (core.fused)
-            forward, _ = feedforward_gradients(model, list(layout.names), objective, self.autocast)
-            if forward is not None:
-                self.forward_kind, self.forward_reason = "fused", None
-        if forward is None:
-            forward = self.step_forward(model)
+        forward = self.step_forward(model, list(layout.names), objective)
         trained = {n: torch.empty(m, *p.shape, dtype=p.dtype, device=p.device) for n, p in anchor.items()}
         first = 0
         while first < m:
@@ -428,6 +430,7 @@ class VectorisedEngine:
         # batched logits, and one backward pass of the summed losses gives every client's
         # own gradient (client i's loss depends on its parameters alone).
         forward: StepForward
+        gradients: FeedForwardGradients | None = None  # set: no forward, no autograd (core.fused)
         if isinstance(stacked, FeedForwardGradients):
             gradients = stacked
         elif stacked is not None:
@@ -451,7 +454,7 @@ class VectorisedEngine:
                     # non-finite sample can only ever affect its own client
                     xb = torch.where(mask.view(*mask.shape, *[1] * (xb.dim() - 2)) > 0, xb, 0.0)
                 prefix = [params[n][:a] for n in names]  # views: the update lands in params
-                if isinstance(stacked, FeedForwardGradients):
+                if gradients is not None:
                     with torch.no_grad():
                         grads = gradients(prefix, xb, yb, mask)
                 else:

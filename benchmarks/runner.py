@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import itertools
 import os
 import subprocess
@@ -572,6 +573,9 @@ class WarmWorkers:
             worker.close()
 
 
+SUBMITIT_MISSING = "--cluster needs submitit: pip install 'fl-lightning[cluster]' (or pip install submitit)"
+
+
 def _fit_as_job(config_path: str, suite: str, log_path: str, threads: int) -> int:
     """A cell inside a scheduler's job (:class:`SubmititJobs`): thread counts set before torch
     loads (a job's process is fresh), then the same fit as in a reused worker."""
@@ -596,7 +600,7 @@ class SubmititJobs:
         try:
             import submitit
         except ImportError:
-            raise SystemExit("--cluster needs submitit: pip install 'fl-lightning[cluster]' (or pip install submitit)") from None
+            raise SystemExit(SUBMITIT_MISSING) from None
         self.folder = folder
         self.threads = threads
         folder.mkdir(parents=True, exist_ok=True)
@@ -782,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
         run.error("--cpus-per-job must be >= 1")
     if args.cluster is None and (args.job_folder or args.slurm_partition or args.cpus_per_job):
         run.error("--job-folder, --slurm-partition and --cpus-per-job go with --cluster")
+    if args.cluster is not None and importlib.util.find_spec("submitit") is None:  # before the store is touched
+        run.error(SUBMITIT_MISSING)
     return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.isolate,
                      args.cluster, args.job_folder, args.slurm_partition, args.timeout_min, args.cpus_per_job)
 

@@ -330,3 +330,15 @@ def test_cluster_options_need_a_cluster(capsys):
     with pytest.raises(SystemExit):
         main(["run", "fedfv/offline", "--slurm-partition", "gpu"])
     assert "go with --cluster" in capsys.readouterr().err
+
+
+def test_a_cluster_without_submitit_is_refused_before_the_store_exists(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["run", "fedfv/offline", "--cluster", "local", "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"])
+    assert "pip install 'fl-lightning[cluster]'" in capsys.readouterr().err
+    assert not (tmp_path / "runs.db").exists() and not (tmp_path / "benchmark_logs").exists()

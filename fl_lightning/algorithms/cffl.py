@@ -24,6 +24,7 @@ The arXiv text was not reachable from here; the steps follow the authors' code r
 (what CGSV Sec. 4.1 describes). Our choices, where the two differ or are silent: the draft's
 (r + f)/2 average is not used (both scores go through the same moving average and sinh); the
 downloaded count is not also scaled by n_j / max n, as the release does; α stays constant.
+``CFFL``'s docstring lists where we depart from the release.
 
 The validation set is the server's own data, so it must not be test data: ``ValidatedAgents``
 holds out ``validation_fraction`` of every agent's training samples (drawn from the module's
@@ -131,7 +132,37 @@ class CFFL(ValidatedAgents):
 
     Logged every round: ``cffl_r/<i>`` and ``cffl_density/<i>`` (N ≤ 20), their min/mean/max,
     and ``cffl_reputable`` (|R|).
+
+    Deviations from Lyu et al. (Algorithm 1 of the authors' workshop draft and their code
+    release, the module docstring's sources; the arXiv text was not reachable):
+      1. Round order: Δw_g sums over R as it stands at the start of the round and the
+         threshold comes after, so a party that leaves R in round t is still aggregated in
+         round t (it then downloads nothing and keeps all of its Δw_j). The release thresholds
+         first and aggregates only the parties still in R. Ours is the draft's order
+         (aggregate, score, remove), which leave-one-out scoring needs.
+      2. Aggregation weights: a_j = n_j / Σ_{i∈R} n_i, summing to 1 over R; the release's are
+         n_j / Σ_{all i} n_i, so its server step shrinks as parties leave. Ours keeps Δw_g a
+         FedAvg of R.
+      3. Own share: a party of R subtracts a_j Δw_j^S, exactly its part of Δw_g; the release
+         subtracts (n_j / max_i n_i) Δw_j^S, more than that part (the largest party its
+         whole upload). Ours: a party that downloads all of Δw_g holds its own update once.
+      4. Score at θ_u = 1: always vacc_j = acc(w_g + Δw_j^S). The release, at θ_u = 1 only,
+         scores the party's own model, acc(w_j + Δw_j). Ours is one score for every θ_u;
+         they differ at our default θ_u = 1 (w_j ≠ w_g after the first round).
+      5. V: held out of the agents' training samples after any ``label_noise`` of the data
+         module was applied, so V carries the noisy agents' wrong labels in proportion
+         (noise 20/40/60 % on 3 of 5 equal agents: about 24 % of V's labels wrong, 22 % at
+         seed 0). Lyu et al. hold V out of the training set before partitioning (draft: 10 %;
+         release: 20 %), with clean labels, and have no label noise. Ours keeps the test sets
+         untouched; the data module keeps no clean copy of noisy labels to score on.
+      6. Absent parties (``dropout_prob``, non-finite updates; the release has every party in
+         every round): a party of R that does not answer skips the moving average, yet its
+         stored r still goes through sinh(α r) and the normalisation with the others', so it
+         keeps changing while the party is away, and the party can leave R on it.
     """
+
+    # Shown under CFFL's rows on the leaderboard (leaderboard/algorithms.py).
+    interpretation = "interpretation (paper unavailable: the authors' code and draft, 6 deviations documented)"
 
     def __init__(self, *args: Any, reputation: Reputation = "validation", alpha: float = 5.0, fade: float = 0.8,
                  threshold: float = 1 / 3, upload_fraction: float = 1.0, clip: float | None = None,

@@ -47,6 +47,7 @@ HISTORY_METRICS = (
     "conflicts_model",
     "client_time_s",
     "server_time_s",
+    "improved_fraction",  # FedMGDA+ Fig. 4: share of participants whose loss did not increase
 )
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2): whole histories too.
 AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance")

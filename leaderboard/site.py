@@ -15,6 +15,7 @@ import jinja2
 import mlflow
 
 from fl_lightning.machine import cpu_model
+from leaderboard import claims as ledger
 from leaderboard.figures import write_figures
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
 from leaderboard.runs import LeaderboardError, Progress, StoreContents, load_runs, store_name
@@ -148,6 +149,24 @@ def publish(staging: Path, out: Path) -> None:
     staging.rename(out)
 
 
+def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: list, paper_root: Path,
+                   progress: Progress) -> dict | None:
+    """The claims table's context (and its CSV / JSON exports); None when no suite of the store
+    is named by a claim (a build of other experiments shows no empty ledger)."""
+    suites_read = {run.suite for run in store.runs}
+    named = {c.offline.suite for c in claims if c.offline} | {a.location.suite for c in claims for a in c.ablations}
+    if not claims or not suites_read & named:
+        return None
+    results = ledger.evaluate(claims, store.runs)
+    suites = ledger.suite_files(paper_root)
+    counts = Counter(result.verdict for result in results)
+    progress(f"Claims: {len(results)} from {paper_root}/*/{ledger.FILE_NAME}: "
+             + ", ".join(f"{count} {name}" for name, count in counts.most_common()))
+    return dict(rows=ledger.claim_rows(results, tables, suites), counts=counts.most_common(),
+                problems=ledger.claim_problems(claims, suites), window=ledger.CONVERGENCE_WINDOW,
+                improving=ledger.STILL_IMPROVING_PP, csv=ledger.export_csv(results), json=ledger.export_json(results))
+
+
 def build_site(
     tracking_uri: str,
     out: Path = DEFAULT_OUT,
@@ -158,6 +177,7 @@ def build_site(
     """Read the store, write the site into ``out``; returns the path of ``index.html``."""
     check_output(Path(out))
     store = load_runs(tracking_uri, experiments, progress)
+    claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before anything is written
     paper_numbers, warnings = load_paper_numbers(paper_root)
     for warning in warnings:
         progress(f"warning: {warning}")
@@ -185,6 +205,10 @@ def build_site(
             progress(f"  table {number}/{len(tables)}: {table.suite} {table.key} "
                      f"({len(table.rows)} configurations, {len(table.runs)} runs, {len(figures)} figures)")
         summaries = summarize(tables, paper_numbers)
+        claims_context = claims_section(claims, store, tables, paper_root, progress)
+        if claims_context is not None:
+            (staging / "claims.csv").write_text(claims_context.pop("csv"))
+            (staging / "claims.json").write_text(claims_context.pop("json"))
         context = dict(
             info=info, tables=tables, store=store, index=index_view(tables),
             suites=[(summary, matrix_view(summary, f"matrix-{number}"),
@@ -198,6 +222,7 @@ def build_site(
                 for paper in sorted({n.paper for n in unmatched})
             ],
             num_runs=len(store.runs),
+            claims=claims_context,
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))

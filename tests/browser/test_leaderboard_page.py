@@ -145,6 +145,15 @@ def site(tmp_path_factory):
         "algorithm_config: FedAvg, metrics: {test_acc_mean: 0.81, test_acc_var_percent2: 150.0}, source: Fixture T1}\n"
         "- {benchmark_setting: 'CIFAR-10, 100 clients (fixture)', matches_benchmark: null, "
         "algorithm_config: FedAvg, metrics: {test_acc_mean: 0.4685}, source: FedFV Table 2}\n")
+    # the claims ledger: FedAvg ahead of FedFV on the first benchmark (paired, 3 seeds), and a suite file
+    # that defines the benchmark, so the claim is judged and links to its evidence
+    (papers / "offline.yaml").write_text(
+        f"suite: {SUITE}\nbenchmarks:\n  - name: {BENCHMARKS[0]}\n  - name: {BENCHMARKS[1]}\n")
+    (papers / "claims.yaml").write_text(
+        "paper: fixture\nclaims:\n"
+        "  - {id: fixture-mean, where: Table 1, claim: FedAvg is more accurate than FedFV, quantity: mean,\n"
+        f"     direction: greater, offline: {{suite: {SUITE}, benchmark: {BENCHMARKS[0]}}},\n"
+        "     comparisons: [{treatment: FedAvg, baseline: 'FedFV(alpha=0.1,tau=1)', paper: [80.0, 72.0]}]}\n")
     out = tmp / "site"
     assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out),
                              "--paper-numbers", str(tmp / "papers")]) == 0
@@ -330,3 +339,26 @@ def test_missing_values_sort_last_and_failed_run_is_shown(site, browser_context)
     assert "FAILED" in problems and "NaN at round 2" in problems
     assert page.locator("td.best .marker").count() >= 1
     assert not errors, f"script errors: {errors}"
+
+
+def test_claims_table_renders_with_a_verdict_and_links_to_its_evidence(site, browser_context):
+    page, errors = open_page(browser_context, (site / "index.html").as_uri())
+    row = page.locator("#claims-table tr#claim-fixture-mean")
+    assert row.count() == 1
+    assert row.locator(".verdict").inner_text().startswith("reproduced")
+    text = row.inner_text()
+    # FedAvg − FedFV at the runs' convergence point (the mean of their last 3 evaluations), paired over 3 seeds
+    assert "FedAvg − FedFV(alpha=0.1,tau=1): +7.42 pp [" in text and "3 seeds" in text and "paper +8.00" in text
+    # the index lists the claims before the rules
+    assert page.evaluate("document.getElementById('claims').compareDocumentPosition(document.getElementById('rules'))"
+                         " & Node.DOCUMENT_POSITION_FOLLOWING")
+    link = row.locator("a.evidence").first
+    assert link.inner_text() == BENCHMARKS[0]
+    link.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith(".html") and "/benchmarks/" in page.url
+    check_tables_have_rows(page)
+    assert BENCHMARKS[0] in page.locator("h1").inner_text()
+    assert not errors, errors
+    exported = (site / "claims.csv").read_text().splitlines()
+    assert len(exported) == 1 + 2 * len(SEEDS)

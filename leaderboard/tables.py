@@ -6,9 +6,10 @@ together. A row is one algorithm configuration (``algorithm_config``). Per (conf
 the newest FINISHED run enters the means; older FINISHED runs of that seed are counted as
 superseded; failed and unfinished runs are listed apart. Never silently dropped.
 
-Verdicts (per ranked column): the top row by mean gets ★ only when Welch's t-test separates it
-from every other row (p < 0.05, at least 2 seeds in both); otherwise the rows not separated from
-it are the tied leaders, marked ≈.
+Verdicts (per ranked column): the top row by mean gets ★ only when a two-sided t-test separates
+it from every other row (p < 0.05): paired by seed when the two rows share at least 3 seeds, else
+Welch's (at least 2 seeds in both); otherwise the rows not separated from it are the tied
+leaders, marked ≈.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CLIENT_TESTS_WITH_OWN_TEST, RunRecord
-from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, welch_test
+from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, p_between
 from leaderboard.tasks import UNRECORDED, Task, differences
 
 MISSING = "—"
@@ -99,20 +100,28 @@ def run_value(run: RunRecord, key: str) -> float | None:
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean ± sample std (ddof=1) over seeds of a per-run value, with the values themselves."""
+    """Mean ± sample std (ddof=1) over seeds of a per-run value, with the values themselves and
+    the seed of each (aligned with ``values``; empty when unknown)."""
 
     mean: float
     std: float | None  # None with a single seed
     n: int
     values: tuple[float, ...] = ()
+    seeds: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, values: list[float | None]) -> Stat | None:
-        present = tuple(v for v in values if v is not None and not math.isnan(v))
-        if not present:
+    def of(cls, values: list[float | None], seeds: list[str] | None = None) -> Stat | None:
+        """The stat of the present (not None, not NaN) values; ``seeds``, when given, align with ``values``."""
+        if seeds is not None and len(seeds) != len(values):
+            raise ValueError(f"{len(seeds)} seeds for {len(values)} values")
+        pairs = [(v, s) for v, s in zip(values, seeds if seeds is not None else [""] * len(values))
+                 if v is not None and not math.isnan(v)]
+        if not pairs:
             return None
+        present = tuple(v for v, _ in pairs)
         std = statistics.stdev(present) if len(present) >= 2 else None
-        return cls(statistics.fmean(present), std, len(present), present)
+        kept = tuple(s for _, s in pairs) if seeds is not None else ()
+        return cls(statistics.fmean(present), std, len(present), present, kept)
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,9 @@ class Verdict:
     rank: int  # 1 + the number of rows with a strictly better mean
     of: int  # rows with a value in this column
     mark: str = ""  # BEST, TIE or ""
-    p: float | None = None  # Welch p against the top row (the top row: against the runner-up)
+    # two-sided p against the top row (the top row: against the runner-up): paired t-test over the
+    # shared seeds when >= PAIRED_MIN_SEEDS, else Welch (None: fewer than MIN_SEEDS seeds)
+    p: float | None = None
 
 
 def format_number(value: float | None, column: Column) -> str:
@@ -233,18 +244,18 @@ def pick_used_runs(runs: list[RunRecord]) -> tuple[list[RunRecord], dict[str, Ru
 
 def judge(rows: list[ConfigRow], column: Column) -> None:
     """Rank the rows in one column and mark the verdict: ★ on the top row when it is separated
-    from every other row (Welch p < 0.05); else ≈ on the top row and every row not separated from it."""
-    scored = [(row, row.stats[column.key]) for row in rows if row.stats.get(column.key)]
+    from every other row (two-sided p < 0.05: paired t-test over the seeds both rows share when
+    there are >= PAIRED_MIN_SEEDS, else Welch); else ≈ on the top row and every row not separated from it."""
+    scored = [(row, stat) for row in rows if (stat := row.stats.get(column.key))]
     if not scored or column.better is None:
         return
     sign = 1.0 if column.better == "max" else -1.0
     scored.sort(key=lambda pair: -sign * pair[1].mean)
     top_row, top = scored[0]
-    p_values = {}
+    p_values: dict[int, float | None] = {}
     for row, stat in scored[1:]:
-        test = welch_test(top.values, stat.values)
-        p_values[id(row)] = None if test is None else test.p
-    tied = {id(row) for row, _ in scored[1:] if p_values[id(row)] is None or p_values[id(row)] >= SIGNIFICANCE}
+        p_values[id(row)] = p_between(top.values, stat.values, top.seeds, stat.seeds)
+    tied = {key for key, p in p_values.items() if p is None or p >= SIGNIFICANCE}
     runner_up_p = p_values[id(scored[1][0])] if len(scored) > 1 else None
     for row, stat in scored:
         better_rows = sum(1 for _, other in scored if sign * (other.mean - stat.mean) > 1e-12 * max(1.0, abs(stat.mean)))
@@ -436,7 +447,8 @@ def make_table(suite: str, benchmark: str, task: Task, client_test: str, runs: l
     for config, config_runs in by_config.items():
         used, superseded = pick_used_runs(config_runs)
         row = ConfigRow(config, config_runs, used, superseded)
-        row.stats = {c.key: Stat.of([run_value(r, c.key) for r in used]) for c in columns}
+        seeds = [r.seed for r in used]
+        row.stats = {c.key: Stat.of([run_value(r, c.key) for r in used], seeds) for c in columns}
         rows.append(row)
     rows.sort(key=_row_order)
     table = BenchmarkTable(suite, benchmark, task, client_test, rows, runs, columns)
@@ -515,9 +527,9 @@ def unmatched_paper_numbers(paper_numbers: list[PaperNumber], tables: list[Bench
 
 
 def welch_between(first: ConfigRow, second: ConfigRow, key: str = HEADLINE) -> float | None:
-    """Welch p between two rows in one column (None with fewer than 2 seeds in either)."""
+    """Two-sided p between two rows in one column: paired t-test over the seeds both share when
+    there are >= PAIRED_MIN_SEEDS, else Welch (None with fewer than 2 seeds in either)."""
     a, b = first.stats.get(key), second.stats.get(key)
     if a is None or b is None or a.n < MIN_SEEDS or b.n < MIN_SEEDS:
         return None
-    result = welch_test(a.values, b.values)
-    return None if result is None else result.p
+    return p_between(a.values, b.values, a.seeds, b.seeds)

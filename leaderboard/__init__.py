@@ -5,7 +5,8 @@
 - ``runs``     reads the runs of an MLflow store (``mlflow.search_runs``) into ``RunRecord``s
 - ``papers``   reads the papers' reported numbers (``benchmarks/<paper>/paper_numbers.yaml``)
 - ``tasks``    what a run was asked to solve (its ``task`` tag, else its params): only like with like
-- ``stats``    Welch's t-test (Student t via the regularized incomplete beta; no scipy)
+- ``stats``    paired-by-seed and Welch t-tests, Holm, two one-sided tests, detectable effects (scipy)
+- ``claims``   the papers' claims (``benchmarks/<paper>/claims.yaml``) judged on the runs, paired by seed
 - ``tables``   one table per (suite, benchmark, task, client test); seeds -> rows; ★ / ≈ verdicts
 - ``summary``  per suite: the algorithm x benchmark matrix, gains over FedAvg, variants vs their control
 - ``views``    tables as rows of cells, shared by the HTML and the Markdown twin

@@ -3,6 +3,7 @@ beside the paper's, and each variant (attack, fault) against its declared contro
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from leaderboard.papers import PaperNumber
@@ -130,17 +131,38 @@ def relative(value: float | None, base: float | None) -> float | None:
     return (value - base) / base
 
 
+def normalized_setting(setting: str) -> str:
+    """A setting string for comparison: case, spacing and punctuation do not matter."""
+    return " ".join(re.sub(r"[^a-z0-9.%/+-]+", " ", setting.lower()).split())
+
+
+def paper_baseline(number: PaperNumber, numbers: list[PaperNumber]) -> PaperNumber | None:
+    """The paper's FedAvg entry that ``number``'s gain is taken against: the same paper table
+    (``source``) and the same ``offline_counterpart``; where the FedAvg entry names no counterpart,
+    the same table and the same setting (compared without case, spacing and punctuation). The
+    setting strings of one table's entries need not be identical."""
+    candidates = [n for n in numbers if n.paper == number.paper and n.source == number.source
+                  and n.algorithm_config == BASELINE and HEADLINE in n.metrics]
+    same_counterpart = [n for n in candidates if number.offline_counterpart
+                        and n.offline_counterpart == number.offline_counterpart]
+    if same_counterpart:
+        return same_counterpart[0]
+    setting = normalized_setting(number.setting)
+    return next((n for n in candidates if not n.offline_counterpart and normalized_setting(n.setting) == setting),
+                None)
+
+
 def paper_gains(numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> list[Gain]:
-    """For every paper entry with an ``offline_counterpart`` among these tables and a FedAvg entry in
-    the same paper table and setting: the paper's relative gain beside ours in the counterpart."""
+    """For every paper entry with an ``offline_counterpart`` among these tables and a FedAvg entry of
+    the same paper table and counterpart (``paper_baseline``): the paper's relative gain beside ours
+    in the counterpart, under our configuration label (``counterpart_config`` where it differs)."""
     by_benchmark = {t.benchmark: t for t in tables}
     gains = []
     for number in numbers:
         table = by_benchmark.get(number.offline_counterpart or "")
         if table is None or number.algorithm_config == BASELINE or HEADLINE not in number.metrics:
             continue
-        paper_base = next((n for n in numbers if n.algorithm_config == BASELINE and n.source == number.source
-                           and n.setting == number.setting and HEADLINE in n.metrics), None)
+        paper_base = paper_baseline(number, numbers)
         if paper_base is None:
             continue
         ours_row, ours_base = table.row(number.our_config), baseline_row(table)

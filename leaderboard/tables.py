@@ -49,12 +49,14 @@ COLUMNS = (
            "the model that client ends with, at the final evaluation, in %", "max", 100, 2),
     Column("global_test_acc", "Global acc. (%)", "Accuracy on the shared global test set, in % (secondary: "
            "not judged)", None, 100, 2),
-    Column("test_acc_std", "Std (pp)", "Std of the clients' test accuracies, in percentage points "
-           "(lower = fairer)", "min", 100, 2, True),
+    Column("test_acc_std", "Std (pp)", "Population std of the clients' test accuracies, in percentage points "
+           "(FedFV's 'Var.' and FedMGDA+'s std are this quantity) (lower = fairer)", "min", 100, 2, True),
     Column("test_acc_worst10", "Worst 10% (%)", "Mean accuracy of the worst 10% of clients, in %", "max", 100, 2,
            True),
     Column("test_acc_worst5", "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2, True),
-    Column("test_acc_var", "Var (%²)", "Variance of the clients' test accuracies, in %² as in FedFV "
+    # our variance (population, of accuracies in %) is Std²; FedFV's "Var." is a std (pp): see Std
+    Column("test_acc_var", "Variance (pp²)", "Population variance of the clients' test accuracies, in "
+           "percentage points squared (= Std²; not FedFV's 'Var.', which is a std in pp: the Std column) "
            "(lower = fairer)", "min", 1e4, 2, True),
     Column("test_acc_angle", "Angle (rad)", "FedLF's fairness angle between the accuracy vector and 1, "
            "in radians (lower = fairer)", "min", 1, 3, True),

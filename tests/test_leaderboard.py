@@ -570,7 +570,7 @@ def test_paper_numbers_beside_ours_and_unmatched_ones_apart(site):
     headers = [h["text"] for h in comparison["headers"][0]]
     row = {h: c["text"] for h, c in zip(headers, comparison["rows"][0])}
     assert row["Configuration"] == "FedAvg" and row["Source"] == "Fixture Table 1"
-    assert row["Mean client acc. (%) paper"] == "90.00" and row["Var (%²) paper"] == "12.57"  # %² converted back
+    assert row["Mean client acc. (%) paper"] == "90.00" and row["Variance (pp²) paper"] == "12.57"  # %² converted back
     assert row["Mean client acc. (%) ours"].count("±") == 1 and "n=2" in row["Mean client acc. (%) ours"]
     index = (site["out"] / "index.html").read_text()
     assert "Reported in the papers" in index and "FedFV Table 2" in index and "paper-scale" in index

@@ -16,12 +16,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
 from leaderboard.runs import is_agent_series
@@ -64,6 +67,7 @@ FAIRNESS_AXIS = {
     "test_acc_angle": ("fairness angle (rad, lower = fairer)", 1.0),
     "test_acc_std": ("std of client accuracy (pp, lower = fairer)", 100.0),
 }
+FAIRNESS_NAME = {"test_acc_angle": "FedLF's fairness angle", "test_acc_std": "std of the client accuracies"}
 
 
 def headline_metric(row: ConfigRow) -> str:
@@ -71,12 +75,33 @@ def headline_metric(row: ConfigRow) -> str:
     return "global_test_acc" if row.headline_derived else "test_acc_mean"
 
 
+def fairness_panel(table: BenchmarkTable) -> str | None:
+    """The fairness history the curves figure plots beside the accuracy: only where fairness is
+    shown (client test local or matched) and some finished run logged it."""
+    if not table.fairness_shown:
+        return None
+    fairness = fairness_metric(table)
+    logged = any(r.histories.get(fairness) for row in table.rows for r in row.finished_runs)
+    return fairness if logged else None
+
+
+def curves_caption(table: BenchmarkTable) -> str:
+    """What the curves figure of this table plots (the fairness panel only where it is drawn)."""
+    accuracy = "Mean client accuracy"
+    if any(row.headline_derived for row in table.rows):
+        accuracy += " (global test accuracy for the † rows)"
+    fairness = fairness_panel(table)
+    if fairness is not None:
+        return f"{accuracy} and {FAIRNESS_NAME[fairness]} across clients against rounds (mean over seeds ± std)"
+    return f"{accuracy} against rounds (mean over seeds ± std)"
+
+
 def curves_figure(table: BenchmarkTable) -> Figure | None:
     """Accuracy against rounds; beside it the fairness indicator, only where fairness is shown."""
-    fairness = fairness_metric(table)
+    fairness = fairness_panel(table)
     colors = palette(len(table.rows))
-    figure = Figure(figsize=(11 if table.fairness_shown else 7.5, 4.2), dpi=DPI, layout="constrained")
-    if table.fairness_shown:
+    figure = Figure(figsize=(11 if fairness else 7.5, 4.2), dpi=DPI, layout="constrained")
+    if fairness is not None:
         acc_axes, fair_axes = figure.subplots(1, 2)
         panels = ((acc_axes, None, 100.0), (fair_axes, fairness, FAIRNESS_AXIS[fairness][1]))
     else:
@@ -163,10 +188,39 @@ def pareto_rows(table: BenchmarkTable, fairness: str) -> list[tuple[ConfigRow, S
     return [(row, x, y, on) for (row, x, y), on in zip(pairs, front)]
 
 
-def pareto_figure(table: BenchmarkTable) -> Figure | None:
+def pareto_metrics(table: BenchmarkTable) -> list[str]:
+    """The unfairness axes of the Pareto figure: std and angle, where some row has both numbers."""
     if not table.fairness_shown:
-        return None
-    metrics = [m for m in ("test_acc_std", "test_acc_angle") if len(pareto_rows(table, m)) >= 1]
+        return []
+    return [m for m in ("test_acc_std", "test_acc_angle") if len(pareto_rows(table, m)) >= 1]
+
+
+def label_directions(points: list[tuple[float, float]], labelled: list[int]) -> dict[int, tuple[float, float]]:
+    """For each labelled point, a unit direction (in axes-normalised units) pointing away from the
+    other points (inverse-square repulsion), so that its label is placed on its own side and never
+    beside a neighbour; up-right when it stands alone."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    scaled = [((x - min(xs)) / span_x, (y - min(ys)) / span_y) for x, y in points]
+    directions = {}
+    for i in labelled:
+        push_x = push_y = 0.0
+        for j, (x, y) in enumerate(scaled):
+            dx, dy = scaled[i][0] - x, scaled[i][1] - y
+            distance = (dx * dx + dy * dy) ** 0.5
+            if j == i or distance == 0:
+                continue
+            push_x, push_y = push_x + dx / distance**3, push_y + dy / distance**3
+        norm = (push_x * push_x + push_y * push_y) ** 0.5
+        directions[i] = (push_x / norm, push_y / norm) if norm > 0 else (0.7071, 0.7071)
+    return directions
+
+
+LABEL_DISTANCE = 16  # points between a Pareto point and the near corner of its label
+
+
+def pareto_figure(table: BenchmarkTable) -> Figure | None:
+    metrics = pareto_metrics(table)
     if not metrics:
         return None
     colors = dict(zip((id(r) for r in table.rows), palette(len(table.rows))))
@@ -180,13 +234,21 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
                           fmt="o", color=colors[id(row)], alpha=1.0 if on_front else 0.45,
                           markersize=9 if on_front else 6, markeredgecolor="black" if on_front else "none",
                           markeredgewidth=1.2, elinewidth=0.8, capsize=2, zorder=3 if on_front else 2)
-        front = sorted(((x.mean * scale, y.mean * 100, row) for row, x, y, on in entries if on), key=lambda p: (p[0], -p[1]))
+        points = [(x.mean * scale, y.mean * 100) for _, x, y, _ in entries]
+        front = sorted((i for i, entry in enumerate(entries) if entry[3]), key=lambda i: (points[i][0], -points[i][1]))
         if len(front) >= 2:
-            axes.plot([p[0] for p in front], [p[1] for p in front], linestyle="--", color="black",
+            axes.plot([points[i][0] for i in front], [points[i][1] for i in front], linestyle="--", color="black",
                       linewidth=1, alpha=0.6, zorder=1, label="Pareto front")
-        for k, (fx, fy, row) in enumerate(front):
-            axes.annotate(row_label(row, table), (fx, fy), xytext=(6, 8 if k % 2 == 0 else -12),
-                          textcoords="offset points", fontsize=8, fontweight="bold")
+        # each label at its own configuration's point (the same entry's coordinates), pushed away
+        # from the other points and tied to its point by a line in the row's colour
+        for i, (dx, dy) in label_directions(points, front).items():
+            row = entries[i][0]
+            axes.annotate(row_label(row, table), points[i], xytext=(LABEL_DISTANCE * dx, LABEL_DISTANCE * dy),
+                          textcoords="offset points", fontsize=8, fontweight="bold",
+                          ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top",
+                          arrowprops=dict(arrowstyle="-", color=colors[id(row)], linewidth=0.8,
+                                          shrinkA=0, shrinkB=4),
+                          gid=f"pareto-label:{row.config}")
         axes.set(xlabel=label, ylabel="mean client test accuracy (%)",
                  title=f"Accuracy vs {'angle' if metric == 'test_acc_angle' else 'std'} (labelled: Pareto-optimal)")
         axes.grid(True, alpha=0.3)
@@ -195,7 +257,37 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
                                        label=row_label(row, table)) for row in table.rows]
     figure.legend(handles=handles, loc="outside right upper", fontsize=8, title="configuration",
                   title_fontsize=8, frameon=False)
+    keep_labels_inside(figure)
     return figure
+
+
+def keep_labels_inside(figure: Figure, pad: float = 6.0) -> None:
+    """Widen each axes' limits until its annotations (labels pushed away from the points) lie inside
+    it, so that no label runs over an axis label; a label's extent beyond its anchor, in pixels,
+    does not depend on the limits."""
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    for _ in range(3):  # the layout moves a little with the limits: settle in a few passes
+        figure.draw(renderer)
+        for axes in figure.axes:
+            labels = [t for t in axes.texts if isinstance(t, Annotation)]
+            if not labels:
+                continue
+            box = axes.get_window_extent(renderer)
+            for get, set_, low, high, size in ((axes.get_xlim, axes.set_xlim, "x0", "x1", box.width),
+                                               (axes.get_ylim, axes.set_ylim, "y0", "y1", box.height)):
+                lower, upper = get()
+                axis = 0 if get == axes.get_xlim else 1
+                for label in labels:
+                    extent = label.get_window_extent(renderer)
+                    anchor = axes.transData.transform(label.xy)[axis]
+                    before = (anchor - getattr(extent, low) + pad) / size  # share of the axes needed below
+                    after = (getattr(extent, high) - anchor + pad) / size
+                    value = label.xy[axis]
+                    if 0 < before < 0.9:
+                        lower = min(lower, (value - before * upper) / (1 - before))
+                    if 0 < after < 0.9:
+                        upper = max(upper, (value - after * lower) / (1 - after))
+                set_(lower, upper)
 
 
 AGENT_PANELS = (
@@ -289,23 +381,36 @@ def save(figure: Figure, path: Path) -> None:
     figure.savefig(path, dpi=DPI)
 
 
-FIGURES = (
-    ("curves", "Accuracy and fairness against rounds", curves_figure),
-    ("clients", "Distribution of the final client accuracies", clients_figure),
-    ("pareto", "Accuracy against fairness (Pareto-optimal configurations labelled)", pareto_figure),
-    ("agents", "Per agent (CGSV Fig. 2): reputation r, contribution ψ and download density (the reward) against "
-               "rounds, mean over seeds ± std; final l2 distance of each agent's model to the server's "
-               "(dashed / hatched: noisy agents)", agents_figure),
+def pareto_caption(table: BenchmarkTable) -> str:
+    axes = " and ".join(FAIRNESS_NAME[m] for m in pareto_metrics(table)) or "unfairness"
+    return (f"Mean client accuracy against unfairness ({axes}), mean over seeds ± std; the Pareto-optimal "
+            "configurations are labelled, each label tied to its own point")
+
+
+def agents_caption(table: BenchmarkTable) -> str:
+    text = ("Per agent (CGSV Fig. 2): reputation r, contribution ψ and download density (the reward) against "
+            "rounds, mean over seeds ± std; final l2 distance of each agent's model to the server's")
+    return text + (" (dashed / hatched: noisy agents)" if noise_labels(table) else "")
+
+
+Caption = Callable[[BenchmarkTable], str]
+FIGURES: tuple[tuple[str, Caption, Callable[[BenchmarkTable], Figure | None]], ...] = (
+    ("curves", curves_caption, curves_figure),
+    ("clients", lambda table: "Distribution of the final client accuracies (all clients of all finished seeds)",
+     clients_figure),
+    ("pareto", pareto_caption, pareto_figure),
+    ("agents", agents_caption, agents_figure),
 )
 
 
 def write_figures(table: BenchmarkTable, folder: Path) -> list[tuple[str, str]]:
-    """Write the benchmark's figures into ``folder``; (file name, caption) of those that had data."""
+    """Write the benchmark's figures into ``folder``; (file name, caption) of those that had data,
+    each caption saying what this table's figure plots."""
     written = []
     for name, caption, make in FIGURES:
         figure = make(table)
         if figure is None:
             continue
         save(figure, folder / f"{name}.png")
-        written.append((f"{name}.png", caption))
+        written.append((f"{name}.png", caption(table)))
     return written

@@ -138,9 +138,28 @@ def ordered_fields(fields: Mapping[str, object]) -> list[str]:
     return known + sorted(set(fields) - set(known))
 
 
+def fresh_test_samples(fields: Mapping[str, object]) -> object | None:
+    """``source_params.test_per_client``: each client is tested on that many fresh samples of its
+    own distribution (a Synthetic source), not on a fraction of its data; None when not set."""
+    params = fields.get("source_params")
+    value = params.get("test_per_client") if isinstance(params, Mapping) else None
+    return None if value in (None, 0) else value
+
+
 def task_lines(task: Task) -> list[tuple[str, str]]:
-    """(label, value) of every field of the task, in reading order."""
-    return [(TASK_LABELS.get(name, name), format_value(task.fields[name])) for name in ordered_fields(task.fields)]
+    """(label, value) of every field of the task, in reading order. Where the source draws each
+    client's test set fresh (``test_per_client``), the local test fraction (0: no split of the
+    client's data) is replaced by what the test is."""
+    fresh = fresh_test_samples(task.fields)
+    lines = []
+    for name in ordered_fields(task.fields):
+        if fresh is not None and name == "local_test_fraction":
+            lines.append(("local test", f"{format_value(fresh)} fresh samples of each client's own distribution "
+                                        "(source parameter test_per_client)"))
+            if not task.fields[name]:  # 0: no split of the client's data, nothing more to say
+                continue
+        lines.append((TASK_LABELS.get(name, name), format_value(task.fields[name])))
+    return lines
 
 
 def differences(tasks: list[Task]) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
+from leaderboard.runs import RunRecord
 from leaderboard.summary import ControlGroup, SuiteSummary, matching_row
 from leaderboard.tables import (
     BEST,
@@ -22,6 +23,7 @@ from leaderboard.tables import (
     BenchmarkTable,
     Column,
     ConfigRow,
+    Stat,
     format_number,
     format_p,
     format_stat,
@@ -78,6 +80,104 @@ class TableView:
     sortable: bool = True
     row_classes: list[str] = field(default_factory=list)
     css_class: str = ""  # e.g. "matrix": a compact table, not stretched to the page's width
+    notes: list[str] = field(default_factory=list)  # footnotes printed under the table (HTML and Markdown)
+
+
+# --- what a row ran with: participation, local optimiser, FedMGDA+'s improvement share -------------
+
+IMPROVEMENT = Column(
+    "improved_fraction", "Loss not increased (%)",
+    "Share of the round's participants whose training loss did not increase after the server step "
+    "(FedMGDA+ Fig. 4, footnote 6; logged with track_improvement), mean over rounds, in % "
+    "(a diagnostic: not judged)", None, 100, 1)
+OPTIMISER_KEY = "optimiser"
+CGSV_RHO_KEYS = ("cgsv_rho", "cgsv_rho_r")
+CGSV_MATCHED_NOTE = (
+    "CGSV ρ under client test matched: each agent is scored on the shared pool weighted by its own "
+    "training label distribution, not on one shared test set as in the paper (Xu et al., NeurIPS 2021, "
+    "Sec. 4). An agent that holds a single class then scores about 100 % standalone, which can flip "
+    "the sign of ρ (e.g. on CLA); this ρ is not the paper's quantity.")
+
+
+def _float(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number
+
+
+def participation_text(fraction: float) -> str:
+    """``all clients each round`` / ``20% of the clients each round``."""
+    return "all clients each round" if fraction >= 1 else f"{100 * fraction:g}% of the clients each round"
+
+
+def task_fraction(table: BenchmarkTable | None) -> float | None:
+    """The share of clients sampled per round in the table's task (None when not recorded)."""
+    return None if table is None or table.task is None else _float(table.task.fields.get("fraction"))
+
+
+def row_fraction(row: ConfigRow, table: BenchmarkTable | None = None) -> float | None:
+    """The share of clients the row's runs sampled per round: their ``fraction`` param where all
+    agree, else the task's."""
+    runs = row.used_runs or row.runs
+    logged = {_float(r.params.get("fraction")) for r in runs} - {None}
+    if len(logged) == 1:
+        return logged.pop()
+    return task_fraction(table)
+
+
+def differs(fraction: float | None, reference: float | None) -> bool:
+    return fraction is not None and reference is not None and abs(fraction - reference) > 1e-9
+
+
+def marked_config(config: str, fraction: float | None, reference: float | None) -> str:
+    """``AFL · all clients each round`` where the row's participation is not the reference's."""
+    return f"{config} · {participation_text(fraction)}" if differs(fraction, reference) else config
+
+
+OTHER_TASK = "Those values come from runs of that other task (never ranked with these rows)."
+SAME_TABLE = ("Its runs sampled otherwise than this table's task records: its rank here is not a "
+              "like-for-like comparison.")
+
+
+def participation_note(marked: dict[str, float], reference: float, tail: str = OTHER_TASK) -> str:
+    names = ", ".join(f"{config} ({participation_text(fraction)})" for config, fraction in marked.items())
+    return f"Participation differs: {names}; the other rows sample {participation_text(reference)}. {tail}"
+
+
+def optimiser_text(run: RunRecord) -> str:
+    """``lr 0.05 × 0.999^t, momentum 0.9``: the run's local SGD from its MLflow params ("" without lr)."""
+    lr = _float(run.params.get("lr"))
+    if lr is None:
+        return ""
+    text = f"lr {lr:g}"
+    decay = _float(run.params.get("lr_decay"))
+    if decay not in (None, 0.0, 1.0):
+        text += f" × {decay:g}^t"
+    for name, label in (("momentum", "momentum"), ("weight_decay", "weight decay")):
+        value = _float(run.params.get(name))
+        if value:
+            text += f", {label} {value:g}"
+    return text
+
+
+def row_optimiser(row: ConfigRow) -> tuple[str, float | None]:
+    """(the row's local SGD in words, its lr for sorting); several texts when its runs differ."""
+    runs = row.used_runs or row.runs
+    texts = list(dict.fromkeys(t for t in (optimiser_text(r) for r in runs) if t))
+    rates = [lr for r in runs if (lr := _float(r.params.get("lr"))) is not None]
+    return "; ".join(texts), (min(rates) if rates else None)
+
+
+def improvement_stat(row: ConfigRow) -> Stat | None:
+    """Mean over seeds of each run's mean over rounds of ``improved_fraction`` (its history)."""
+    return Stat.of([r.mean_over_rounds(IMPROVEMENT.key) for r in row.used_runs])
+
+
+def cgsv_rho_shown(table: BenchmarkTable) -> bool:
+    """A CGSV-family ρ is shown in the table (CGSV, DW, RR, EU log it)."""
+    return any(row.stats.get(key) for row in table.rows for key in CGSV_RHO_KEYS)
 
 
 def _num(value: float | None) -> str:
@@ -121,9 +221,19 @@ def stat_cell(row: ConfigRow, column: Column, table: BenchmarkTable) -> Cell:
 
 
 def leaderboard_view(table: BenchmarkTable) -> TableView:
+    optimisers = {id(row): row_optimiser(row) for row in table.rows}
+    show_optimiser = any(text for text, _ in optimisers.values())
+    improvements = {id(row): improvement_stat(row) for row in table.rows}
+    show_improvement = any(improvements.values())
     headers = [Header("Configuration", "algorithm_config tag of the runs", key="config"),
                Header("Algorithm", "algorithm class", key="algorithm")]
+    if show_optimiser:
+        headers.append(Header("Local SGD", "each client's local optimiser, from the runs' MLflow params: learning "
+                              "rate lr (× lr_decay^t where it decays per round), momentum and weight decay where "
+                              "nonzero", "num", "asc", OPTIMISER_KEY))
     headers += [_metric_header(c, c.fairness and not table.fairness_shown) for c in table.columns]
+    if show_improvement:
+        headers.append(_metric_header(IMPROVEMENT))
     headers.append(Header("Rounds", "rounds completed (of planned num_rounds), runs in the means", "num", "desc",
                           "rounds"))
     headers.append(Header("Seeds", "seeds in the means (newest FINISHED run per seed) / seeds run", "num", "desc",
@@ -131,14 +241,39 @@ def leaderboard_view(table: BenchmarkTable) -> TableView:
     headers.append(Header("Superseded", "older FINISHED runs of a seed that was run again with this task "
                           "(not in the means)", "num", "desc", "superseded"))
     view = TableView(f"leaderboard-{table.slug}", headers)
+    reference = task_fraction(table)
+    marked: dict[str, float] = {}
     for row in table.rows:
-        cells = [Cell(row.config, row.config),
+        fraction = row_fraction(row, table)
+        if differs(fraction, reference):
+            marked[row.config] = fraction
+        cells = [Cell(marked_config(row.config, fraction, reference), row.config),
                  Cell(row.algorithm or MISSING, row.algorithm, sub=interpretations(row.algorithm))]
+        if show_optimiser:
+            text, lr = optimisers[id(row)]
+            cells.append(Cell(text or MISSING, _num(lr)))
         cells += [stat_cell(row, column, table) for column in table.columns]
+        if show_improvement:
+            stat = improvements[id(row)]
+            cells.append(Cell(MISSING) if stat is None else Cell(
+                format_number(stat.mean, IMPROVEMENT), _num(stat.mean),
+                sub=(f"± {format_number(stat.std, IMPROVEMENT)} · " if stat.std is not None else "")
+                + seeds_text(stat.n)))
         cells.append(Cell(row.rounds_text, _num(row.rounds_sort)))
         cells.append(Cell(f"{row.seeds_finished} / {row.seeds_total}", str(row.seeds_finished)))
         cells.append(Cell(str(len(row.superseded)), str(len(row.superseded))))
         view.rows.append(cells)
+    if marked and reference is not None:
+        view.notes.append(participation_note(marked, reference, SAME_TABLE))
+    texts = {text for text, _ in optimisers.values() if text}
+    if len(texts) > 1:
+        view.notes.append("⚠ The rows differ in their local learning rate or optimiser (column Local SGD: "
+                          + "; ".join(sorted(texts)) + "): their accuracies differ by the step size too, "
+                          "not by the algorithm alone.")
+    if show_improvement:
+        view.notes.append(f"{IMPROVEMENT.label}: {IMPROVEMENT.title}.")
+    if table.client_test == "matched" and cgsv_rho_shown(table):
+        view.notes.append(CGSV_MATCHED_NOTE)
     return view
 
 
@@ -152,8 +287,9 @@ def comparison_view(table: BenchmarkTable) -> TableView:
                               "num", "desc" if column.better == "max" else "asc"))
     view = TableView(f"papers-{table.slug}", headers)
     for comparison in table.comparisons:
-        paper, ours = comparison.paper, comparison.ours
-        cells = [Cell(paper.algorithm_config, paper.algorithm_config), Cell(paper.source, paper.source)]
+        paper = comparison.paper
+        ours = comparison.ours or table.row(paper.our_config)
+        cells = [config_cell(paper), Cell(paper.source, paper.source)]
         for column in columns:
             value = paper.metrics.get(column.key)
             cells.append(Cell(format_number(value, column), _num(value)))
@@ -166,7 +302,16 @@ def comparison_view(table: BenchmarkTable) -> TableView:
                               sub=(f"± {text.split(' ± ')[1]} · " if " ± " in text else "") + seeds_text(stat.n)
                               if stat else ""))
         view.rows.append(cells)
+    if table.client_test == "matched" and any(c.key in CGSV_RHO_KEYS for c in columns):
+        view.notes.append(CGSV_MATCHED_NOTE)
     return view
+
+
+def config_cell(number: PaperNumber) -> Cell:
+    """A paper entry's configuration under our label (``counterpart_config`` where it differs, e.g.
+    ``FedFV(alpha=2/3,tau=0)`` for the paper-scale ``alpha=0.6666666666666666``): one configuration
+    is never shown under two labels."""
+    return Cell(number.our_config, number.our_config)
 
 
 def problem_runs_view(table: BenchmarkTable) -> TableView:
@@ -304,12 +449,37 @@ def matrix_view(summary: SuiteSummary, view_id: str) -> TableView:
         label += " ⚠" if table.mixed_versions else ""
         headers.append(Header(label, title, "num", "desc", table.slug, link=f"benchmarks/{table.slug}"))
     view = TableView(view_id, headers, css_class="matrix")
+    marked: dict[str, float] = {}
+    references = []
     for config in summary.configs:
         algorithm = next((row.algorithm for table in summary.tables for row in table.rows if row.config == config), "")
-        cells = [Cell(config, config, sub=interpretations(algorithm))]
+        fraction, reference = matrix_participation(summary, config)
+        if differs(fraction, reference):
+            marked[config] = fraction
+            references.append(reference)
+        cells = [Cell(marked_config(config, fraction, reference), config, sub=interpretations(algorithm))]
         cells += [matrix_cell(summary, table, config) for table in summary.tables]
         view.rows.append(cells)
+    if marked and len(set(references)) == 1:
+        view.notes.append(participation_note(marked, references[0]))
     return view
+
+
+def matrix_participation(summary: SuiteSummary, config: str) -> tuple[float | None, float | None]:
+    """(the configuration's participation, the column's) for the first column where they differ
+    (its row in another task's table, or its runs' own ``fraction``); else (None, None)."""
+    for table in summary.tables:
+        row, other = summary.cell(table, config)
+        if row is None and other is not None:
+            row, owner = other.row(config), other
+        else:
+            owner = table
+        if row is None:
+            continue
+        fraction, reference = row_fraction(row, owner), task_fraction(table)
+        if differs(fraction, reference):
+            return fraction, reference
+    return None, None
 
 
 def percent_change(value: float | None) -> str:
@@ -383,13 +553,21 @@ def control_view(group: ControlGroup, view_id: str) -> TableView:
             row, table = matching_row(group.control_tables, without_attack(config), like=like)
         return row, table
 
+    main_control = next((t for t in group.control_tables if t.main), None)
+    reference = task_fraction(main_control)
+    marked: dict[str, float] = {}
     for config in group.configs():
-        cells = [Cell(config, config)]
         control_rows = {}
         for name, tables in group.variants:
             row, table = matching_row(tables, config)
             control_rows[name] = control_of(config, like=table)
         base_row, base_table = control_of(config)
+        used = [(base_row, base_table)] + [matching_row(tables, config) for _, tables in group.variants]
+        fraction = next((f for row, table in used if row is not None
+                         and differs(f := row_fraction(row, table), reference)), None)
+        if fraction is not None:
+            marked[config] = fraction
+        cells = [Cell(marked_config(config, fraction, reference), config)]
         for key in keys:
             cells.append(_value_cell(base_row, base_table, key))
         for name, tables in group.variants:
@@ -398,6 +576,8 @@ def control_view(group: ControlGroup, view_id: str) -> TableView:
             for key in keys:
                 cells.append(_value_cell(row, table, key, control_row, control_table))
         view.rows.append(cells)
+    if marked and reference is not None:
+        view.notes.append(participation_note(marked, reference))
     return view
 
 
@@ -432,7 +612,7 @@ def paper_numbers_view(numbers: list[PaperNumber], known: set[str], table_id: st
     headers += [Header("Source", key="source"), Header("matches_benchmark", key="matches")]
     view = TableView(table_id, headers)
     for number in numbers:
-        cells = [Cell(number.setting, number.setting), Cell(number.algorithm_config, number.algorithm_config)]
+        cells = [Cell(number.setting, number.setting), config_cell(number)]
         for column in columns:
             value = number.metrics.get(column.key)
             cells.append(Cell(format_number(value, column), _num(value)))
@@ -495,4 +675,7 @@ def markdown_table(view: TableView, link_suffix: str = ".md") -> str:
              "|" + "|".join("---:" if h.kind == "num" else "---" for h in view.headers) + "|"]
     for row in view.rows:
         lines.append("| " + " | ".join(cell_markdown(cell, link_suffix) for cell in row) + " |")
+    if view.notes:
+        lines.append("")
+        lines += [f"- {note}" for note in view.notes]
     return "\n".join(lines)

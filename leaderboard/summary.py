@@ -20,7 +20,7 @@ class Gain:
     table: BenchmarkTable
     config: str
     ours: float | None  # (ours - FedAvg) / FedAvg of the headline means
-    ours_p: float | None  # Welch p of the configuration against FedAvg in our table
+    ours_p: float | None  # p of the configuration against FedAvg in our table (paired by seed, or Welch)
     paper: float | None
     source: str  # the paper's table
     setting: str  # the paper's setting

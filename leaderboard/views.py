@@ -31,8 +31,8 @@ from leaderboard.tables import (
 )
 
 MARKS = {BEST: BEST_MARK, TIE: TIE_MARK}
-MARK_TITLES = {BEST: "best, separated from every other row beyond seed noise (Welch p < 0.05)",
-               TIE: "tied for the lead: not separable from the top row (Welch p ≥ 0.05, or fewer than 2 seeds)"}
+MARK_TITLES = {BEST: "best, separated from every other row beyond seed noise (p < 0.05: paired by seed, or Welch)",
+               TIE: "tied for the lead: not separable from the top row (p ≥ 0.05, or fewer than 2 seeds)"}
 FAIRNESS_SHORT = {"test_acc_worst10": "worst 10%", "test_acc_worst5": "worst 5%", "test_acc_std": "std",
                   "cgsv_rho": "CGSV ρ"}
 
@@ -52,7 +52,7 @@ class Cell:
     text: str  # the value (first line)
     sort: str = ""  # the raw value the script sorts by ("" = missing, sorted last)
     mark: str = ""  # BEST, TIE or ""
-    mark_title: str = ""  # why the mark (the Welch p)
+    mark_title: str = ""  # why the mark (the p: paired by seed, or Welch)
     rank: str = ""  # "#2/6": rank by mean among the rows with a value
     note: str = ""  # a footnote marker (†, ‡)
     sub: str = ""  # second line: "± 1.04 · n=2"
@@ -489,7 +489,7 @@ def percent_change(value: float | None) -> str:
 def gains_view(summary: SuiteSummary, view_id: str) -> TableView:
     headers = [Header("Our benchmark", key="benchmark"), Header("Configuration", key="config"),
                Header("Ours: gain over FedAvg", "(ours − FedAvg) / FedAvg of the headline means in the same "
-                      "table; Welch p against FedAvg's seeds", "num", "desc", "ours"),
+                      "table; p against FedAvg's seeds (paired by seed, or Welch)", "num", "desc", "ours"),
                Header("Paper: gain over FedAvg", "(paper − paper's FedAvg) / paper's FedAvg, same paper table",
                       "num", "desc", "paper"),
                Header("Paper source", key="source"), Header("Paper setting", key="setting")]

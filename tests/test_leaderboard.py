@@ -850,7 +850,7 @@ def test_markdown_index_carries_the_same_verdicts(contract):
     matrix = markdown_rows(md.split("## verdicts-offline")[1], "Configuration")
     fedfv = next(row for row in matrix if row[0] == "FedFV(alpha=0.1,tau=1)")
     assert any(cell.startswith("**90.00** ★ #1/3") and "worst 10% 51.67 ≈ #1/3" in cell for cell in fedfv)
-    assert "Welch's t-test, two-sided p < 0.05" in md and "Headline metric" in md
+    assert "a t-test, two-sided p < 0.05, paired by seed" in md and "Headline metric" in md
     assert "mlruns" not in md and str(contract["tmp"]) not in md and "`contract.db`" in md
 
 

@@ -21,7 +21,6 @@ import csv
 import io
 import json
 import math
-import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,12 @@ from pathlib import Path
 import yaml
 
 from leaderboard.papers import DEFAULT_ROOT
-from leaderboard.runs import LeaderboardError, RunRecord
+from leaderboard.runs import (
+    LeaderboardError,
+    RunRecord,
+    converged,
+    still_improving,
+)
 from leaderboard.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -44,8 +48,6 @@ from leaderboard.tables import BenchmarkTable, headline_value, pick_used_runs
 
 FILE_NAME = "claims.yaml"
 SIGNIFICANCE = 0.05
-CONVERGENCE_WINDOW = 3  # evaluations averaged for a run's value
-STILL_IMPROVING_PP = 1.0  # last window's mean accuracy above the window before by more: unconverged
 DIRECTIONS = ("greater", "less", "equal")
 # Claim verdicts beyond the per-comparison ones of leaderboard.stats
 NOT_TESTED, NO_RUNS, WITHDRAWN = "not tested", "no runs", "withdrawn"
@@ -58,35 +60,6 @@ class ClaimsError(LeaderboardError):
 # ---------------------------------------------------------------------------------------------
 # Quantities: a run -> one number, in the unit the papers print
 # ---------------------------------------------------------------------------------------------
-
-
-def converged(run: RunRecord, metric: str) -> float | None:
-    """The mean of the run's last CONVERGENCE_WINDOW logged values of ``metric`` (its final value
-    when it has no history)."""
-    history = [value for _, value in run.histories.get(metric, []) if value == value]
-    if not history:
-        return run.final(metric)
-    tail = history[-CONVERGENCE_WINDOW:]
-    return sum(tail) / len(tail)
-
-
-def accuracy_history(run: RunRecord) -> list[float]:
-    for metric in ("test_acc_mean", "global_test_acc"):
-        history = [value for _, value in run.histories.get(metric, []) if value == value]
-        if history:
-            return history
-    return []
-
-
-def still_improving(run: RunRecord) -> bool:
-    """Whether the run's mean accuracy over its last evaluations is still more than
-    STILL_IMPROVING_PP above the evaluations before them (the curve is not flat at the end)."""
-    history = accuracy_history(run)
-    if len(history) < 2 * CONVERGENCE_WINDOW:
-        return False
-    last = statistics.fmean(history[-CONVERGENCE_WINDOW:])
-    before = statistics.fmean(history[-2 * CONVERGENCE_WINDOW:-CONVERGENCE_WINDOW])
-    return 100 * (last - before) > STILL_IMPROVING_PP
 
 
 def _headline(run: RunRecord) -> float | None:

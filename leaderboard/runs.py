@@ -62,6 +62,10 @@ CLIENT_TESTS_WITH_OWN_TEST = ("local", "matched")
 PER_CLIENT_MODEL_ALGORITHMS = ("Ditto", "CGSV", "DW", "RR", "EU", "Standalone")
 
 
+CONVERGENCE_WINDOW = 3  # evaluations averaged for a run's value at its convergence point
+STILL_IMPROVING_PP = 1.0  # the last window's mean accuracy above the window before by more: unconverged
+
+
 class LeaderboardError(Exception):
     """A problem the user can fix (a wrong experiment name, a store that is not there)."""
 
@@ -200,6 +204,31 @@ class RunRecord:
         clients = (self.client_metrics or {}).get("clients") or {}
         values = clients.get("test_accuracy") or []
         return [float(v) for v in values if v is not None and v == v]
+
+
+def converged(run: RunRecord, metric: str) -> float | None:
+    """The run's value at its convergence point: the mean of its last CONVERGENCE_WINDOW logged
+    values of ``metric`` (its final value when it has no history)."""
+    history = [value for _, value in run.histories.get(metric, []) if value == value]
+    if not history:
+        return run.final(metric)
+    tail = history[-CONVERGENCE_WINDOW:]
+    return sum(tail) / len(tail)
+
+
+def still_improving(run: RunRecord) -> bool:
+    """Whether the run's mean accuracy over its last CONVERGENCE_WINDOW evaluations is still more than
+    STILL_IMPROVING_PP above the evaluations before them: its curve is not flat at its end."""
+    history: list[float] = []
+    for metric in ("test_acc_mean", "global_test_acc"):
+        history = [value for _, value in run.histories.get(metric, []) if value == value]
+        if history:
+            break
+    if len(history) < 2 * CONVERGENCE_WINDOW:
+        return False
+    last = sum(history[-CONVERGENCE_WINDOW:]) / CONVERGENCE_WINDOW
+    before = sum(history[-2 * CONVERGENCE_WINDOW:-CONVERGENCE_WINDOW]) / CONVERGENCE_WINDOW
+    return 100 * (last - before) > STILL_IMPROVING_PP
 
 
 @dataclass

@@ -18,7 +18,15 @@ from fl_lightning.machine import cpu_model
 from leaderboard import claims as ledger
 from leaderboard.figures import write_figures
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
-from leaderboard.runs import LeaderboardError, Progress, StoreContents, load_runs, store_name
+from leaderboard.runs import (
+    CONVERGENCE_WINDOW,
+    STILL_IMPROVING_PP,
+    LeaderboardError,
+    Progress,
+    StoreContents,
+    load_runs,
+    store_name,
+)
 from leaderboard.stats import SIGNIFICANCE
 from leaderboard.summary import summarize
 from leaderboard.tables import (
@@ -163,8 +171,8 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
     progress(f"Claims: {len(results)} from {paper_root}/*/{ledger.FILE_NAME}: "
              + ", ".join(f"{count} {name}" for name, count in counts.most_common()))
     return dict(rows=ledger.claim_rows(results, tables, suites), counts=counts.most_common(),
-                problems=ledger.claim_problems(claims, suites), window=ledger.CONVERGENCE_WINDOW,
-                improving=ledger.STILL_IMPROVING_PP, csv=ledger.export_csv(results), json=ledger.export_json(results))
+                problems=ledger.claim_problems(claims, suites), window=CONVERGENCE_WINDOW,
+                improving=STILL_IMPROVING_PP, csv=ledger.export_csv(results), json=ledger.export_json(results))
 
 
 def build_site(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
-from leaderboard.runs import RunRecord
+from leaderboard.runs import CONVERGENCE_WINDOW, STILL_IMPROVING_PP, RunRecord, still_improving
 from leaderboard.summary import ControlGroup, SuiteSummary, matching_row
 from leaderboard.tables import (
     BEST,
@@ -274,6 +274,13 @@ def leaderboard_view(table: BenchmarkTable) -> TableView:
         view.notes.append(f"{IMPROVEMENT.label}: {IMPROVEMENT.title}.")
     if table.client_test == "matched" and cgsv_rho_shown(table):
         view.notes.append(CGSV_MATCHED_NOTE)
+    unconverged = [run for run in table.used_runs if still_improving(run)]
+    if unconverged:
+        view.notes.append(
+            f"⚠ {len(unconverged)} of {len(table.used_runs)} runs in the means were still improving at their end (mean "
+            f"accuracy of the last {CONVERGENCE_WINDOW} evaluations more than {STILL_IMPROVING_PP:g} pp above the "
+            f"{CONVERGENCE_WINDOW} before): unconverged. This table shows the final evaluation; the claims ledger "
+            f"counts each run at the mean of its last {CONVERGENCE_WINDOW} evaluations.")
     return view
 
 

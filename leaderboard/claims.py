@@ -191,6 +191,7 @@ class Claim:
     id: str
     paper: str
     citation: str
+    name: str  # short: "FedFV (Wang et al., IJCAI 2021)"
     where: str
     text: str
     quantity: str
@@ -282,6 +283,7 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
     if not isinstance(spec, Mapping) or not isinstance(spec.get("claims"), list):
         raise ClaimsError(f"{file}: expected a mapping with `paper`, `citation` and a list `claims`")
     citation = str(spec.get("citation") or paper)
+    name = str(spec.get("name") or citation)
     claims, seen = [], set()
     for index, raw in enumerate(spec["claims"], start=1):
         where = f"{file}: claim {index}"
@@ -321,7 +323,7 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
                 else tuple(_on_benchmark(c, location.benchmark) for c in comparisons))
             ablations.append(Ablation(location, str(entry["factor"]), ablation_comparisons))
         claims.append(Claim(
-            id=claim_id, paper=paper, citation=citation, where=str(raw["where"]), text=str(raw["claim"]),
+            id=claim_id, paper=paper, citation=citation, name=name, where=str(raw["where"]), text=str(raw["claim"]),
             quantity=quantity, direction=direction, margin=margin, offline=offline,
             paper_scale=_location(raw.get("paper_scale"), f"{where}, paper_scale"), comparisons=comparisons,
             ablations=tuple(ablations), not_tested=not_tested, reason=str(raw.get("reason") or ""), file=file,
@@ -445,8 +447,6 @@ class ClaimResult:
         if self.verdict in (REPRODUCED, NOT_TESTED):
             return " ".join(parts)
         changed = [a for a in self.ablations if a.verdict != self.verdict and a.verdict not in (NO_RUNS, TOO_FEW)]
-        for ablation in self.ablations:
-            parts.append(f"{ablation.ablation.factor}: {ablation.verdict}.")
         if self.ablations and not changed and all(a.verdict not in (NO_RUNS, TOO_FEW) for a in self.ablations):
             parts.append("None of the factors tried changes the verdict.")
         elif changed:
@@ -684,6 +684,7 @@ class ClaimRow:
     """One row of the index's claims table."""
 
     paper: str
+    citation: str
     where: str
     claim: str
     claim_id: str
@@ -692,7 +693,8 @@ class ClaimRow:
     verdict_class: str
     verdict_detail: str
     reason: str
-    ablations: tuple[tuple[str, str, str, Link | None], ...]  # (factor, verdict, verdict class, page)
+    ablations: tuple[tuple[str, str, str, Link | None, tuple[tuple[str, str, str], ...]], ...]
+    # (factor, verdict, verdict class, page, its comparison lines)
     evidence: tuple[Link, ...]
     commands: tuple[str, ...]
 
@@ -702,13 +704,28 @@ def _page(tables: Iterable[BenchmarkTable], suite: str, benchmark: str) -> Link 
     return Link(benchmark, f"benchmarks/{slug}.html") if slug else None
 
 
+def comparison_lines(entries: Iterable[ComparisonResult], claim: Claim) -> tuple[tuple[str, str, str], ...]:
+    """(comparison, paired difference, verdict class) per comparison; where the comparisons span several
+    benchmarks, each label starts with the part of its benchmark's name that differs (e.g. "pat-2")."""
+    entries = list(entries)
+    names = sorted({entry.comparison.treatment.benchmark for entry in entries})
+    differing: dict[str, str] = {}
+    if len(names) > 1:
+        parts = [name.split("/") for name in names]
+        varying = [k for k in range(max(map(len, parts)))
+                   if len({p[k] if k < len(p) else "" for p in parts}) > 1]
+        differing = {name: "/".join(p[k] for k in varying if k < len(p)) for name, p in zip(names, parts)}
+    return tuple(((f"{differing[entry.comparison.treatment.benchmark]}: " if differing else "")
+                  + entry.comparison.label, difference_text(entry, claim), VERDICT_CLASS[entry.verdict])
+                 for entry in entries)
+
+
 def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                suites: Mapping[str, SuiteFile]) -> list[ClaimRow]:
     rows = []
     for result in results:
         claim = result.claim
-        lines = tuple((entry.comparison.label, difference_text(entry, claim), VERDICT_CLASS[entry.verdict])
-                      for entry in result.comparisons)
+        lines = comparison_lines(result.comparisons, claim)
         verdicts = [entry.verdict for entry in result.comparisons]
         detail = ""
         if len(verdicts) > 1 and result.verdict not in (NOT_TESTED,):
@@ -728,11 +745,12 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
         if claim.paper_scale is not None:
             commands.append(command_for(claim.paper_scale, suites).replace(" --jobs 2", "") + "   # paper scale: needs the data and a GPU")
         rows.append(ClaimRow(
-            paper=claim.citation, where=claim.where, claim=claim.text, claim_id=claim.id, lines=lines,
+            paper=claim.name, citation=claim.citation, where=claim.where, claim=claim.text, claim_id=claim.id, lines=lines,
             verdict=result.verdict, verdict_class=VERDICT_CLASS[result.verdict], verdict_detail=detail,
             reason=result.reason,
             ablations=tuple((a.ablation.factor, a.verdict, VERDICT_CLASS[a.verdict],
-                             _page(tables, a.ablation.location.suite, a.ablation.location.benchmark))
+                             _page(tables, a.ablation.location.suite, a.ablation.location.benchmark),
+                             comparison_lines(a.comparisons, claim))
                             for a in result.ablations),
             evidence=tuple(evidence), commands=tuple(commands),
         ))

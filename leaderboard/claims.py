@@ -69,11 +69,6 @@ def _headline(run: RunRecord) -> float | None:
     return converged(run, "global_test_acc" if derived else "test_acc_mean")
 
 
-def _worst_client(run: RunRecord) -> float | None:
-    accuracies = run.client_accuracies()
-    return min(accuracies) if accuracies else run.final("test_acc_worst5")
-
-
 def _times_1000(value: float | None) -> float | None:
     return None if value is None else 1000 * value
 
@@ -91,10 +86,10 @@ QUANTITIES: dict[str, Quantity] = {
     "mean": Quantity("mean client accuracy", "%", 100, _headline),
     "global": Quantity("global accuracy", "%", 100, lambda run: converged(run, "global_test_acc")),
     "std": Quantity("std of client accuracies", "pp", 100, lambda run: converged(run, "test_acc_std")),
-    "worst5": Quantity("worst 5 % of clients", "%", 100, lambda run: run.final("test_acc_worst5")),
-    "worst10": Quantity("worst 10 % of clients", "%", 100, lambda run: run.final("test_acc_worst10")),
-    "best5": Quantity("best 5 % of clients", "%", 100, lambda run: run.final("test_acc_best5")),
-    "worst_client": Quantity("worst client", "%", 100, _worst_client),
+    "worst5": Quantity("worst 5 % of clients", "%", 100, lambda run: converged(run, "test_acc_worst5")),
+    "worst10": Quantity("worst 10 % of clients", "%", 100, lambda run: converged(run, "test_acc_worst10")),
+    "best5": Quantity("best 5 % of clients", "%", 100, lambda run: converged(run, "test_acc_best5")),
+    "worst_client": Quantity("worst client", "%", 100, lambda run: converged(run, "test_acc_min")),
     "angle": Quantity("fairness angle", "rad", 1, lambda run: converged(run, "test_acc_angle"), 3),
     "rho": Quantity("CGSV rho", "", 1, lambda run: run.final("cgsv_rho")),
     "conflicts": Quantity("conflicting clients per round (model level)", "clients", 1,

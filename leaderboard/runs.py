@@ -48,6 +48,11 @@ HISTORY_METRICS = (
     "client_time_s",
     "server_time_s",
     "improved_fraction",  # FedMGDA+ Fig. 4: share of participants whose loss did not increase
+    # the claims ledger takes these at each run's convergence point too
+    "test_acc_worst5",
+    "test_acc_worst10",
+    "test_acc_best5",
+    "test_acc_min",
 )
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2): whole histories too.
 AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance")

@@ -690,10 +690,25 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
     return "\n".join(lines)
 
 
+def select_cells(cells: list[Cell], name: str, benchmarks: list[str] | None,
+                 configs: list[str] | None) -> list[Cell]:
+    """Only the cells of the named benchmarks and configurations (all where a list is None); an
+    unknown name is refused with the names the suite has."""
+    for wanted, known, what in ((benchmarks, {c.benchmark for c in cells}, "benchmark"),
+                                (configs, {c.algorithm_config for c in cells}, "configuration")):
+        unknown = sorted(set(wanted or ()) - known)
+        if unknown:
+            raise SystemExit(f"suite '{name}' has no {what} {', '.join(map(repr, unknown))}; "
+                             f"its {what}s: {', '.join(sorted(known))}")
+    return [c for c in cells if (benchmarks is None or c.benchmark in benchmarks)
+            and (configs is None or c.algorithm_config in configs)]
+
+
 def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False,
               isolate: bool = False, cluster: str | None = None, job_folder: str | None = None,
-              slurm_partition: str | None = None, timeout_min: int = 24 * 60, cpus_per_job: int | None = None) -> int:
-    cells = load_suite(name, seeds)
+              slurm_partition: str | None = None, timeout_min: int = 24 * 60, cpus_per_job: int | None = None,
+              benchmarks: list[str] | None = None, configs: list[str] | None = None) -> int:
+    cells = select_cells(load_suite(name, seeds), name, benchmarks, configs)
     suite = cells[0].suite if cells else name
     durations: dict[str, list[float]] = {}
     if dry_run:  # reads the store, never creates or alters it
@@ -759,6 +774,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("suite", help=f"one of: {', '.join(list_suites()) or '(none yet)'}")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
     run.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
+    run.add_argument("--benchmarks", nargs="+", metavar="NAME", help="run only these benchmarks of the suite")
+    run.add_argument("--configs", nargs="+", metavar="LABEL",
+                     help="run only these algorithm configurations (their labels, e.g. 'FedFV(alpha=0.1,tau=1)')")
     run.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
     run.add_argument("--dry-run", action="store_true",
                      help="list the runs that would run (reads the store; never creates or alters it)")
@@ -792,7 +810,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster is not None and importlib.util.find_spec("submitit") is None:  # before the store is touched
         run.error(SUBMITIT_MISSING)
     return run_suite(args.suite, args.seeds, args.jobs, args.tracking_uri, args.dry_run, args.isolate,
-                     args.cluster, args.job_folder, args.slurm_partition, args.timeout_min, args.cpus_per_job)
+                     args.cluster, args.job_folder, args.slurm_partition, args.timeout_min, args.cpus_per_job,
+                     args.benchmarks, args.configs)
 
 
 if __name__ == "__main__":

@@ -322,7 +322,12 @@ class BenchmarkTable:
 
     @property
     def client_test_size(self) -> str:
+        """The client test's size as the runs recorded it; where seeds drew different splits, the first
+        seed's and how many other sizes there are (not one sentence per seed)."""
         sizes = sorted({r.client_test_size for r in self.runs if r.client_test_size})
+        if len(sizes) > 3:
+            first = min(self.runs, key=seed_order).client_test_size or sizes[0]
+            return f"{first} (seed {min(self.runs, key=seed_order).seed}; {len(sizes) - 1} other sizes across seeds)"
         return "; ".join(sizes) if sizes else MISSING
 
     @property

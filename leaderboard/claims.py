@@ -625,7 +625,8 @@ def export_csv(results: Iterable[ClaimResult]) -> str:
 def _result_json(entry: ComparisonResult) -> dict[str, object]:
     result = entry.result
     return dict(
-        comparison=entry.comparison.label, direction=entry.comparison.direction, margin=entry.comparison.margin,
+        comparison=entry.comparison.label, benchmark=entry.comparison.treatment.benchmark,
+        direction=entry.comparison.direction, margin=entry.comparison.margin,
         verdict=entry.verdict, paper=list(entry.comparison.paper), unconverged_runs=entry.unconverged,
         withdrawn=entry.withdrawn or None,
         **({} if result is None else dict(n=result.n, mean=result.mean, sd=result.sd, low=result.low,

@@ -184,8 +184,8 @@ def build_site(
 ) -> Path:
     """Read the store, write the site into ``out``; returns the path of ``index.html``."""
     check_output(Path(out))
+    claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before the store is read
     store = load_runs(tracking_uri, experiments, progress)
-    claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before anything is written
     paper_numbers, warnings = load_paper_numbers(paper_root)
     for warning in warnings:
         progress(f"warning: {warning}")

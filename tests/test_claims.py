@@ -240,3 +240,17 @@ def test_exports_hold_every_value_a_verdict_rests_on():
     baseline = [r["value"] for r in rows if r["side"] == "baseline"]
     assert data[0]["comparisons"][0]["mean"] == pytest.approx(np.mean(np.subtract(treatment, baseline)))
     assert yaml.safe_load(yaml.safe_dump(data))  # plain data, no NaN
+
+
+def test_a_malformed_ledger_stops_the_build_in_one_line_before_the_store_is_read(tmp_path, capsys):
+    from leaderboard.__main__ import main as leaderboard_main
+
+    (tmp_path / "papers" / "x").mkdir(parents=True)
+    (tmp_path / "papers" / "x" / "claims.yaml").write_text(yaml.safe_dump(
+        claim_spec([{"treatment": "A", "baseline": "B"}], quantity="acuracy")))
+    out = tmp_path / "site"
+    code = leaderboard_main(["build", "--tracking-uri", f"sqlite:///{tmp_path / 'missing.db'}",
+                             "--paper-numbers", str(tmp_path / "papers"), "--out", str(out)])
+    assert code == 2 and not out.exists() and not (tmp_path / "missing.db").exists()
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "x/claims.yaml: claim c1: unknown quantity 'acuracy'" in error

@@ -25,13 +25,16 @@ LightningCLI hooks forward to (``before_instantiate_classes``, ``instantiate_tra
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
+import io
 import re
 import sys
 from typing import Any
 
+from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -44,7 +47,6 @@ from fl_lightning.callbacks.tracking import (
     MLflowSaveConfig,
     configured_tracking_uri,
     is_mlflow_logger_config,
-    requested_num_rounds,
 )
 from fl_lightning.choices import check_choice
 from fl_lightning.cli import DEFAULT_CONFIG, DEFAULT_TRACKING_URI
@@ -55,10 +57,15 @@ from fl_lightning.preflight import (
     PreflightError,
     check_accelerator,
     check_checkpoint,
+    check_config_files,
+    check_fit_length,
+    check_resume,
     check_seed,
     check_tracking_store,
 )
 
+# the class path a command line with --model.SETTING but no --model gives (the parser's base class)
+BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
 # settings renamed so that one name has one meaning across algorithms: (class, old) -> what to use
 RENAMED_SETTINGS = {
@@ -76,6 +83,27 @@ _KEY_REJECTED = re.compile(r"does not accept option '(?P<key>[\w.]+)'")
 TOP_LEVEL_SETTINGS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "config")
 _CLASS_PROBLEM = re.compile(r"- Problem with given class_path '[\w.]+':\n(?P<reason>(?: {6,}.*\n?)+)")
 _OPTION_REJECTED = re.compile(r"class_path '(?P<path>[\w.]+)':\s*Option '(?P<key>\w+)' is not accepted")
+
+
+def config_paths(args: list[str]) -> list[str]:
+    """The ``--config`` files of a command line."""
+    paths = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--config"]
+    return paths + [arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")]
+
+
+def given_settings(parser: Any, args: list[str] | None) -> Namespace:
+    """The settings the command line and its ``--config`` files give (the fit's, without the
+    defaults): what the user asked for, read again because LightningCLI replaces the model's
+    settings with a resumed checkpoint's. Empty when the parse needs the defaults."""
+    quiet = io.StringIO()
+    try:  # the real parse has reported any error
+        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            given = parser.parse_args(args, defaults=False)
+    except (Exception, SystemExit):  # noqa: BLE001
+        return Namespace()
+    subcommand = given.get("subcommand")
+    config = given.get(subcommand) if subcommand else given
+    return config if isinstance(config, Namespace) else Namespace()
 
 
 def unknown_algorithm(args: list[str]) -> str | None:
@@ -222,15 +250,30 @@ class FederatedCLI(LightningCLI):
                 f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))} "
                 f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm){hint}"
             )
+        try:
+            check_config_files(config_paths(command_args))
+        except PreflightError as error:
+            parser.error(str(error))
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
+        given = given_settings(parser, args)
+        model_given = given.get("model") if isinstance(given.get("model"), Namespace) else Namespace()
+        init_given = model_given.get("init_args")
+        init_given = init_given.as_dict() if isinstance(init_given, Namespace) else {}
         # the rounds asked for, read before LightningCLI replaces the model's settings with a checkpoint's
-        self.requested_rounds = requested_num_rounds(parser, args) if config.get("ckpt_path") else None
+        self.requested_rounds = init_given.get("num_rounds") if config.get("ckpt_path") else None
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
+            trainer_given = given.get("trainer")
+            check_fit_length(trainer_given.as_dict() if isinstance(trainer_given, Namespace) else {})
             check_accelerator(config.trainer.get("accelerator"), config.trainer.get("devices"))
-            check_checkpoint(config.get("ckpt_path"))
+            checkpoint = check_checkpoint(config.get("ckpt_path"))
+            if checkpoint is not None:
+                model_class = model_given.get("class_path")
+                check_resume(config.ckpt_path, checkpoint,
+                             None if model_class in BASE_MODULE_PATHS else model_class, init_given,
+                             config.data.as_dict(), config.get("seed_everything"))
             for entry in mlflow_logger_configs(config.trainer.get("logger")):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
         except PreflightError as error:
@@ -247,12 +290,19 @@ class FederatedCLI(LightningCLI):
         self.mlflow_setup = MLflowFitSetup(config, ckpt_path, num_rounds=self.requested_rounds)
 
     def instantiate_classes(self) -> None:
-        """A wrong value that only the class itself can check (``--model.engine gpu``, an
-        unknown source) exits with the class's own message, not jsonargparse's Union dump."""
+        """A wrong value that only the class itself can check (an unknown source) exits with the
+        class's own message, not jsonargparse's Union dump. The MLflow loggers are left out
+        (:meth:`MLflowFitSetup.held_back`): built, they would create their stores before the data
+        is checked."""
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        configured = config.trainer.get("logger")
+        config.trainer.logger = self.mlflow_setup.held_back(configured)  # built once the data is
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as error:
             self.parser.error(str(error))  # made readable by the parser (readable_parse_error)
+        finally:
+            config.trainer.logger = configured  # the run's config.yaml shows it
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with its MLflow loggers built for this fit's run (continued or named).

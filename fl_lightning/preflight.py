@@ -5,13 +5,17 @@ what to change; the CLI prints it as one line."""
 
 from __future__ import annotations
 
+import os
 import socket
+import tempfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import torch
+import yaml
 
 REACH_TIMEOUT_S = 5.0
 FL_CHECKPOINT_KEYS = ("state_dict", "epoch", "hyper_parameters")
@@ -46,11 +50,11 @@ def check_accelerator(accelerator: Any, devices: Any = "auto") -> None:
                              "pass --trainer.accelerator cpu (or auto)")
 
 
-def check_checkpoint(path: str | None) -> None:
+def check_checkpoint(path: str | None) -> dict[str, Any] | None:
     """``--ckpt_path``: an existing fl-lightning checkpoint, read without unpickling anything
-    but tensors and plain values (``torch.load(weights_only=True)``)."""
+    but tensors and plain values (``torch.load(weights_only=True)``); returned (memory-mapped)."""
     if path is None or path in ("last", "best", "hpc", "registry"):
-        return
+        return None
     file = Path(path)
     if not file.is_file():
         raise PreflightError(f"--ckpt_path {path}: no such file. A run's checkpoints are under "
@@ -70,11 +74,12 @@ def check_checkpoint(path: str | None) -> None:
     if missing:
         raise PreflightError(f"--ckpt_path {path} is not an fl-lightning checkpoint (it has no {', '.join(missing)}): "
                              "resume from a last.ckpt that fl-lightning fit wrote")
+    return checkpoint
 
 
 def check_tracking_store(uri: str) -> None:
     """The MLflow store can be reached: a tracking server answers within ``REACH_TIMEOUT_S``; a
-    SQLite or file store's folder exists."""
+    SQLite or file store can be created or written where it is (:func:`check_store_folder`)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -88,12 +93,128 @@ def check_tracking_store(uri: str) -> None:
                                  "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db") from None
     elif parsed.scheme == "sqlite":
         database = unquote(uri[len("sqlite:///"):].split("?", 1)[0]) if uri.startswith("sqlite:///") else ""
-        folder = Path(database).parent if database and database != ":memory:" else None
-        if folder is not None and not folder.is_dir():
-            raise PreflightError(f"the folder of the MLflow store {uri} does not exist ({folder}): create it, or "
-                                 "pass another --trainer.logger.init_args.tracking_uri")
+        if database and database != ":memory:":
+            check_store_folder(uri, Path(database).parent, Path(database))
     elif parsed.scheme in ("", "file"):
-        folder = Path(unquote(parsed.path) if parsed.scheme == "file" else uri).parent
-        if not folder.is_dir():
-            raise PreflightError(f"the folder of the MLflow file store {uri} does not exist ({folder}): create it, "
-                                 "or pass another --trainer.logger.init_args.tracking_uri")
+        check_store_folder(uri, Path(unquote(parsed.path) if parsed.scheme == "file" else uri).parent)
+
+
+def first_existing_ancestor(path: Path) -> Path:
+    """The nearest of ``path``'s parents (or itself) that exists."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_store_folder(uri: str, folder: Path, database: Path | None = None) -> None:
+    """A local store's ``folder`` exists, is a folder, and can hold a new file (probed with a
+    temporary file, removed at once: SQLite and MLflow would otherwise retry for minutes on a
+    folder such as ``/proc`` that exists but takes no files); an existing ``database`` is writable."""
+    option = "--trainer.logger.init_args.tracking_uri"
+    if not folder.is_dir():
+        found = first_existing_ancestor(folder)
+        if found.exists() and not found.is_dir():
+            raise PreflightError(f"the MLflow store {uri} cannot be created: {found} is a file, not a folder; "
+                                 f"pass another {option}")
+        raise PreflightError(f"the folder of the MLflow store {uri} does not exist ({folder}): create it, or "
+                             f"pass another {option}")
+    if database is not None and database.exists():
+        if database.is_dir():
+            raise PreflightError(f"the MLflow store {uri} names a folder ({database}), not a database file: "
+                                 f"pass a file name, e.g. {option} sqlite:///{database / 'mlruns.db'}")
+        if not os.access(database, os.R_OK | os.W_OK):
+            raise PreflightError(f"the MLflow store {uri} cannot be written ({database} is read-only): "
+                                 f"make it writable, or pass another {option}")
+        return
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fl-lightning-probe-"):
+            pass
+    except OSError as error:
+        raise PreflightError(f"the MLflow store {uri} cannot be created: the folder {folder} takes no new files "
+                             f"({error.strerror or error}); pass another {option}") from None
+
+
+# settings that fix a fit's length in Lightning; here one epoch is one round and the model's
+# num_rounds decides how many (the module sets the fit loop's max_epochs when the fit starts)
+LENGTH_SETTINGS = ("max_epochs", "min_epochs", "max_steps", "min_steps")
+# model settings a resumed fit may give: the rounds (to extend the run); the others are linked from the data
+RESUMABLE_MODEL_SETTINGS = frozenset({"num_rounds", "num_classes", "input_shape"})
+
+
+def check_fit_length(trainer_given: Mapping[str, Any]) -> None:
+    """``--trainer.max_epochs`` and its kin are refused: the CLI would otherwise ignore them."""
+    for key in LENGTH_SETTINGS:
+        value = trainer_given.get(key)
+        if value is not None:
+            rounds = f" {value}" if key.startswith("max") and isinstance(value, int) and value > 0 else " N"
+            raise PreflightError(f"--trainer.{key} does not set a fit's length: one epoch is one round, and "
+                                 f"--model.num_rounds sets how many (pass --model.num_rounds{rounds} instead)")
+
+
+def check_config_files(paths: list[str]) -> None:
+    """Every ``--config`` file exists and parses as YAML; a syntax error names the file and the line."""
+    for path in paths:
+        file = Path(path)
+        if not file.is_file():
+            if file.suffix in (".yaml", ".yml", ".json"):  # else jsonargparse reads it as YAML text
+                raise PreflightError(f"--config {path}: no such file")
+            continue
+        try:
+            yaml.safe_load(file.read_text())
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).strip().splitlines()[0]
+            raise PreflightError(f"--config {path}{where}: not valid YAML ({problem}); fix the file") from None
+        except UnicodeDecodeError:
+            raise PreflightError(f"--config {path} is not a text file: pass a YAML config") from None
+
+
+def _same(given: Any, saved: Any) -> bool:
+    """Whether a setting given now equals the checkpoint's (tuples and lists alike; a mapping
+    given may leave out entries the checkpoint resolved, e.g. a partition's defaults)."""
+    if isinstance(given, Mapping) and isinstance(saved, Mapping):
+        return all(key in saved and _same(value, saved[key]) for key, value in given.items())
+    if isinstance(given, (list, tuple)) and isinstance(saved, (list, tuple)):
+        return len(given) == len(saved) and all(_same(a, b) for a, b in zip(given, saved))
+    if isinstance(given, float) or isinstance(saved, float):
+        try:
+            return float(given) == float(saved)
+        except (TypeError, ValueError):
+            return False
+    return bool(given == saved)
+
+
+def check_resume(path: str, checkpoint: Mapping[str, Any], model_class: str | None,
+                 model_given: Mapping[str, Any], data: Mapping[str, Any], seed: Any) -> None:
+    """A resumed fit continues the checkpoint's model on the checkpoint's data, so an algorithm
+    (``model_class``, given explicitly), model settings (``model_given``, except the rounds) or
+    data settings (``data``, resolved; the data seed from ``seed`` unless ``data['seed']``) that
+    differ from the checkpoint's are refused: Lightning would load the checkpoint's model
+    settings over them silently, and train it on another split."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    saved_class = hparams.get("_class_path")
+    how = "resume with the checkpoint's settings, or leave --ckpt_path out to start a new run"
+    if model_class and saved_class and model_class != saved_class:
+        name, saved_name = model_class.rsplit(".", 1)[-1], str(saved_class).rsplit(".", 1)[-1]
+        raise PreflightError(f"--ckpt_path {path} was written by {saved_name}, not {name}: resume it with "
+                             f"--model {saved_name} (or without --model), or leave --ckpt_path out to start a "
+                             f"new {name} fit")
+    differences = [
+        f"--model.{key} {value!r} (the checkpoint's: {hparams[key]!r})"
+        for key, value in model_given.items()
+        if key not in RESUMABLE_MODEL_SETTINGS and key in hparams and not _same(value, hparams[key])]
+    saved_data = checkpoint.get("datamodule_hyper_parameters") or {}
+    for key, value in data.items():
+        if key in ("seed", "data_dir", "download") or key.startswith("_") or value is None or key not in saved_data:
+            continue
+        if not _same(value, saved_data[key]):
+            differences.append(f"--data.{key} {value!r} (the checkpoint's: {saved_data[key]!r})")
+    data_seed = data.get("seed") if data.get("seed") is not None else seed
+    saved_seed = saved_data.get("data_seed")
+    if isinstance(data_seed, int) and not isinstance(data_seed, bool) and saved_seed is not None \
+            and data_seed != saved_seed:
+        differences.append(f"data seed {data_seed} (the checkpoint's: {saved_seed}; --seed_everything or --data.seed)")
+    if differences:
+        raise PreflightError(f"--ckpt_path {path} was trained with other settings: {'; '.join(differences)}; {how}")

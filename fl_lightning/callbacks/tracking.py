@@ -10,12 +10,13 @@ forwards to it:
 
 1. ``before_instantiate_classes`` (nothing built yet): refuse a resume with fewer rounds than
    its checkpoint completed, before anything is created; set the rounds a resumed fit plans;
-   create each store's tables and experiment (a lock or retries for fits started together), and
-   point a logger at the run the checkpoint recorded (``init_args.run_id``: the saved
-   ``config.yaml`` names it), in the store the checkpoint recorded when none was given (a store
-   given explicitly that lacks the run gets a new run, and a line naming the store to pass);
-2. ``instantiate_trainer`` (the model and the data exist): the trainer's loggers, each built
-   with its final ``run_id`` and ``run_name``: a continued run whose params changed gives way
+   find the run the checkpoint recorded, in the logger's store or, when none was given, in the
+   store the checkpoint recorded (a store given explicitly that lacks the run gets a new run,
+   and a line naming the store to pass);
+2. ``instantiate_trainer`` (the model and the data exist, every check has passed): create each
+   store's tables and experiment (a lock or retries for fits started together), point a logger
+   at the run the checkpoint recorded (``init_args.run_id``: the saved ``config.yaml`` names
+   it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a continued run whose params changed gives way
    to a new run (``num_rounds`` excepted: a resume may extend the run), a new unnamed run is
    named by :func:`~fl_lightning.callbacks.run_identity.run_name`, and a continued run is
    logged through :class:`ContinuedRunLogger`, which leaves out the (metric, step) pairs the
@@ -25,7 +26,7 @@ Extending a run: resumed with a larger ``--model.num_rounds``, a fit continues t
 in the same run, bit for bit like an uninterrupted fit of that length (unless the algorithm's
 schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI replaces the model's
 settings with the checkpoint's before any hook, so the CLI reads the requested count first
-(:func:`requested_num_rounds`) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
+(``lightning_cli.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
 per param: the run's ``num_rounds`` param keeps the first value, and the tag
 ``extended_to_rounds`` (``mlflow_run.EXTENDED_TAG``) and the ``task`` tag hold the new count.
 
@@ -46,7 +47,6 @@ import gc
 import hashlib
 import importlib
 import importlib.util
-import io
 import os
 import random
 import shlex
@@ -156,27 +156,6 @@ def refuse(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- rounds
-
-
-def requested_num_rounds(parser: Any, args: list[str] | None) -> int | None:
-    """The ``num_rounds`` the command line or its ``--config`` files give the model; None when
-    only the defaults do. LightningCLI replaces the model's settings with a resumed checkpoint's
-    right after ``parse_arguments``, so the CLI calls this there, with the parser and arguments
-    it parsed, and passes the count to :class:`MLflowFitSetup` (``num_rounds``)."""
-    quiet = io.StringIO()
-    try:  # parsed again without the defaults; a parse that needs them fails here, quietly
-        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
-            given = parser.parse_args(args, defaults=False)
-    except (Exception, SystemExit):  # noqa: BLE001 - the real parse has reported any error
-        return None
-    subcommand = given.get("subcommand")
-    config = given.get(subcommand) if subcommand else given
-    model = config.get("model") if isinstance(config, Namespace) else None
-    if not isinstance(model, Namespace):
-        return None
-    init_args = model.get("init_args")
-    value = init_args.get("num_rounds") if isinstance(init_args, Namespace) else model.get("num_rounds")
-    return None if value is None else int(value)
 
 
 def checkpoint_rounds(checkpoint: Mapping[str, Any]) -> tuple[int, int | None]:
@@ -313,12 +292,12 @@ class MLflowFitSetup:
     def __init__(self, config: Namespace, ckpt_path: str | None = None, num_rounds: int | None = None) -> None:
         """Before the loggers' clients open the stores: for a resumed fit (``ckpt_path``), the
         rounds it plans (``num_rounds``: what the command line asked for, read before LightningCLI
-        replaced the model's settings with the checkpoint's; :func:`requested_num_rounds`) and
-        the run it continues, in the logger's store or the one the checkpoint recorded; a resume
-        that cannot work is refused before anything is created. Then each store and experiment
-        is created, and every MLflow logger with no ``run_id`` of its own points at the run the
-        checkpoint's fit logged to."""
+        replaced the model's settings with the checkpoint's) and the run it continues, in the
+        logger's store or the one the checkpoint recorded (read, never created); a resume that
+        cannot work is refused before anything is created. The stores are created later, by
+        :meth:`open_stores`, once the data is built."""
         entries = config.trainer.get("logger")
+        self.entries_given = entries
         self.entries = entries if isinstance(entries, list) else [entries]
         self.resumed: dict[str, Any] = {}
         self.continued: set[str] = set()
@@ -334,13 +313,19 @@ class MLflowFitSetup:
             if rounds is not None and model is not None and model.get("init_args") is not None:
                 model.init_args.num_rounds = rounds
             runs = saved_runs(checkpoint)
-            found = self._find_runs(ckpt_path, runs)
+            found = self._find_runs(ckpt_path, runs)  # reads the stores; creates nothing
+        self.ckpt_path, self.runs, self.found = ckpt_path or "", runs, found
+
+    def open_stores(self) -> None:
+        """Create each store and experiment, and point every MLflow logger with no ``run_id`` of
+        its own at the run the checkpoint's fit logged to: after every check has passed (the
+        data built), so that a refused fit leaves no store behind."""
         for entry in self.mlflow_configs():
             init_args = entry.init_args
             name = None if init_args.get("run_id") else init_args.get("experiment_name")
             open_mlflow_experiment(configured_tracking_uri(init_args), name, init_args.get("artifact_location"))
-        if runs:
-            self._continue_runs(ckpt_path or "", runs, found)
+        if self.runs:
+            self._continue_runs(self.ckpt_path, self.runs, self.found)
 
     def mlflow_configs(self) -> list[Namespace]:
         return [entry for entry in self.entries if is_mlflow_logger_config(entry)]
@@ -396,16 +381,27 @@ class MLflowFitSetup:
             how = f"{uri} (the store the checkpoint recorded)" if run["run_id"] in self.moved else uri
             print(f"Resuming from {ckpt_path}: continuing MLflow run {run['run_id']} in {how}", flush=True)
 
+    def held_back(self, logger: Any) -> Any:
+        """The ``trainer.logger`` value LightningCLI instantiates: the configured one with every
+        MLflow logger left out (None in its place). Building an MLflow logger opens its store (an
+        ``MlflowClient`` creates a missing SQLite database), so they are built by
+        :meth:`trainer_loggers`, after every check has passed."""
+        if isinstance(logger, list):
+            return [None if is_mlflow_logger_config(entry) else entry for entry in logger]
+        return None if is_mlflow_logger_config(logger) else logger
+
     def trainer_loggers(self, built: Any, model: pl.LightningModule, datamodule: Any = None) -> Any:
         """The trainer's ``logger`` argument: ``built`` (LightningCLI's instances of the configured
-        loggers, one per entry) with every MLflow logger built with its final run_id and name."""
+        loggers, one per entry, None for the MLflow ones: :meth:`held_back`) with every MLflow
+        logger built, in its store, with its final run_id and name."""
+        self.open_stores()
         instances = built if isinstance(built, list) else [built]
         final = [self._final_logger(entry, logger, model, datamodule)
                  for entry, logger in zip(self.entries, instances, strict=True)]
-        return final if isinstance(built, list) else final[0]
+        return final if isinstance(self.entries_given, list) else final[0]
 
     def _final_logger(self, entry: Any, logger: Any, model: pl.LightningModule, datamodule: Any) -> Any:
-        if not isinstance(logger, MLFlowLogger) or not is_mlflow_logger_config(entry):
+        if not is_mlflow_logger_config(entry):
             return logger
         init_args = entry.init_args
         given = (init_args.get("run_id"), init_args.get("run_name"))
@@ -426,12 +422,12 @@ class MLflowFitSetup:
                 already_logged = logged_after(client, given[0], int(self.resumed.get("rounds_completed", 0)))
         run_id = init_args.get("run_id")
         name = given[1] if run_id else run_name_for(init_args, model, datamodule)
-        if (run_id, name) == given and not already_logged and not kept:
-            return logger  # built with its final arguments
         kwargs = {**init_args.as_dict(), "run_id": run_id, "run_name": name}
+        module, _, class_name = str(entry.class_path).rpartition(".")
+        cls = getattr(importlib.import_module(module), class_name)
         if already_logged or kept:
-            return continued_run_class(type(logger))(**kwargs, already_logged=already_logged, kept_params=kept)
-        return type(logger)(**kwargs)
+            return continued_run_class(cls)(**kwargs, already_logged=already_logged, kept_params=kept)
+        return cls(**kwargs)
 
 
 # --------------------------------------------------------------------------- what a fit says

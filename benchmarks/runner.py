@@ -38,6 +38,7 @@ import hashlib
 import importlib.util
 import itertools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -222,7 +223,7 @@ def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
         spec = yaml.safe_load(path.read_text())
     except OSError as error:
         raise SystemExit(f"cannot read suite {name!r} ({path}): {error.strerror or error}; pass a readable "
-                         "suite YAML or one of the names `python -m benchmarks list` prints") from None
+                         f"suite YAML or one of the names `{program_name()} list` prints") from None
     except yaml.YAMLError as error:
         raise SystemExit(f"suite {name!r} ({path}) is not valid YAML: {yaml_problem(error)}") from None
     _check_suite(repr(name), spec)
@@ -759,6 +760,65 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     return 1 if failed else 0
 
 
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+LIST_WIDTH = 100
+"""``list`` prints no line wider than this."""
+
+
+def program_name() -> str:
+    """How the runner was started, for its usage and error lines: the console script
+    ``fl-benchmarks`` (``pip install`` puts it beside ``fl-lightning``), else ``python -m benchmarks``."""
+    return "fl-benchmarks" if Path(sys.argv[0]).name == "fl-benchmarks" else "python -m benchmarks"
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a suite's description (up to a full stop before a capital)."""
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
+
+
+def estimate_suite(cells: list[Cell], throughput: dict[str, float]) -> tuple[float, int]:
+    """(estimated seconds at --jobs 1, runs without an estimate) from the perf figures alone, as a
+    dry run estimates the runs it finds no finished run of: no store is read."""
+    from benchmarks.plan import estimate_seconds
+
+    seconds = [estimate_seconds(cell.config, throughput) for cell in cells]
+    return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)
+
+
+def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
+    """``list``: one line per suite (name, runs, estimated time at --jobs 1, the first sentence of
+    its description cut to fit ``width``), then what the numbers are."""
+    from benchmarks.plan import _duration, model_throughput
+
+    throughput = model_throughput()
+    rows, partial = [], False
+    for name in list_suites():
+        cells = load_suite(name)
+        seconds, unknown = estimate_suite(cells, throughput)
+        partial |= unknown > 0
+        time_text = "?" if unknown == len(cells) else _duration(seconds) + ("+" if unknown else "")
+        description = first_sentence(cells[0].description) if cells else ""
+        rows.append((name, f"{len(cells):,}", time_text, description))
+    header = ("suite", "runs", "time", "description")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+
+    def line(name: str, runs: str, time_text: str, description: str) -> str:
+        start = f"{name:<{widths[0]}}  {runs:>{widths[1]}}  {time_text:>{widths[2]}}  "
+        room = max(width - len(start), 0)
+        if len(description) > room:
+            description = description[:max(room - 1, 0)].rstrip() + "…"
+        return (start + description).rstrip()
+
+    lines = [line(*header)] + [line(*row) for row in rows]
+    notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
+             "CPU throughput figures in benchmarks/perf/results; a GPU is faster for the large models."]
+    if partial:
+        notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")
+    notes += [f"`{prog} run SUITE --dry-run --jobs N` also counts the runs finished in your store",
+              "and lists the data files a suite still needs."]
+    return lines + [""] + notes
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -768,34 +828,57 @@ def main(argv: list[str] | None = None) -> int:
         def error(self, message: str):  # type: ignore[override]
             self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-    parser = OneLineParser(prog="python -m benchmarks", description="Run benchmark suites.")
+    prog = program_name()
+    environment_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    parser = OneLineParser(
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run benchmark suites (benchmarks/<paper>/<scale>.yaml): grids of `fl-lightning fit`\n"
+                    "runs over benchmarks, algorithm configurations and seeds, logged to an MLflow store,\n"
+                    "resumable. Build the leaderboard from the store with `fl-leaderboard build`.",
+        epilog=f"`{prog} list` shows the suites; `{prog} run --help` the options of a run.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    run = sub.add_parser("run", help="run a suite (resumable)")
-    run.add_argument("suite", help=f"one of: {', '.join(list_suites()) or '(none yet)'}")
-    run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
-    run.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
-    run.add_argument("--benchmarks", nargs="+", metavar="NAME", help="run only these benchmarks of the suite")
+    run = sub.add_parser("run", help="run a suite (resumable)",
+                         description="Run every (benchmark, algorithm configuration, seed) of a suite that the "
+                                     "store holds no finished run of.")
+    run.add_argument("suite", help=f"a suite name (`{prog} list` shows them with their sizes and estimated "
+                                   "times, e.g. quickstart/offline) or a path to a suite YAML")
+    run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds (default: the suite's own)")
+    run.add_argument("--jobs", type=int, default=1,
+                     help="runs in parallel, each in its own worker process (default: %(default)s)")
+    run.add_argument("--benchmarks", nargs="+", metavar="NAME",
+                     help="run only these benchmarks of the suite (default: all)")
     run.add_argument("--configs", nargs="+", metavar="LABEL",
-                     help="run only these algorithm configurations (their labels, e.g. 'FedFV(alpha=0.1,tau=1)')")
-    run.add_argument("--tracking-uri", default="sqlite:///mlruns.db")
+                     help="run only these algorithm configurations, by label, e.g. 'FedFV(alpha=0.1,tau=1)' "
+                          "(default: all)")
+    run.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
+                     help="the MLflow store the runs log to: a SQLite file (sqlite:///path.db, relative to the "
+                          "working folder), a folder (file://...) or a tracking server (http://...) "
+                          f"(default: $MLFLOW_TRACKING_URI, else {DEFAULT_TRACKING_URI}"
+                          + (f"; here: {environment_uri}" if environment_uri else "") + ")")
     run.add_argument("--dry-run", action="store_true",
-                     help="list the runs that would run (reads the store; never creates or alters it)")
+                     help="list the runs that would run, the data files they lack and an estimate of their time "
+                          "(reads the store; never creates or alters it)")
     run.add_argument("--isolate", action="store_true",
                      help="run every cell in a fresh process (slower: start-up and data loading paid per cell) "
-                          "instead of in --jobs reused worker processes")
+                          "instead of in --jobs reused worker processes (default: reused workers)")
     run.add_argument("--cluster", choices=["slurm", "local"],
                      help="submit every cell as a job through submitit (slurm: a SLURM cluster; local: "
-                          "submitit's local executor on this machine), --jobs of them in flight")
+                          "submitit's local executor on this machine), --jobs of them in flight "
+                          "(default: none, the cells run here)")
     run.add_argument("--job-folder", help="submitit's folder for job files and outputs (default "
                                           "benchmark_jobs/<suite>; on a SLURM cluster a folder every node sees)")
-    run.add_argument("--slurm-partition", help="the SLURM partition to submit to (--cluster slurm)")
-    run.add_argument("--timeout-min", type=int, default=24 * 60, help="a job's time limit in minutes (--cluster)")
+    run.add_argument("--slurm-partition",
+                     help="the SLURM partition to submit to (--cluster slurm; default: the cluster's default)")
+    run.add_argument("--timeout-min", type=int, default=24 * 60,
+                     help="a job's time limit in minutes (--cluster; default: %(default)s, one day)")
     run.add_argument("--cpus-per-job", type=int, help="cores (and torch threads) of a job (--cluster; "
                                                       "default: this machine's cores / --jobs)")
-    sub.add_parser("list", help="list the suites")
+    sub.add_parser("list", help="list the suites: runs, estimated time, description",
+                   description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
+                               "--jobs 1 and the first sentence of its description.")
     args = parser.parse_args(argv)
     if args.command == "list":
-        print("\n".join(list_suites()))
+        print("\n".join(suite_table(prog)))
         return 0
     if args.jobs < 1:
         run.error("--jobs must be >= 1")

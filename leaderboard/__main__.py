@@ -1,4 +1,6 @@
-"""``python -m leaderboard build [--tracking-uri URI] [--out DIR | --publish] [--experiments NAME ...]``.
+"""``python -m leaderboard build [--tracking-uri URI] [--out DIR | --publish] [--experiments NAME ...]``;
+``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
+[--format csv parquet] [--all-metrics]`` (the run set as tidy tables: ``leaderboard/export.py``).
 
 A build writes ``leaderboard_build/`` in the working directory (git-ignored) unless told where:
 ``--out DIR``, or ``--publish`` for the repository's published site ``leaderboard/site/``.
@@ -16,7 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: no display needed, PNG only
 
-from leaderboard import site  # noqa: E402
+from leaderboard import export, site  # noqa: E402
 from leaderboard.papers import DEFAULT_ROOT  # noqa: E402
 from leaderboard.runs import LeaderboardError  # noqa: E402
 
@@ -51,15 +53,49 @@ def parser() -> argparse.ArgumentParser:
                        help="experiment (suite) names to read (default: every experiment in the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
                        help="folder holding <paper>/paper_numbers.yaml (default: the repository's benchmarks/)")
+    exporting = commands.add_parser(
+        "export", help="write the runs as tidy tables (CSV / Parquet)",
+        description="Read the runs of an MLflow store (without altering it) and write runs.<format> (one row "
+                    "per run: task, configuration, seed, the leaderboard's per-run numbers) and rounds.<format> "
+                    "(one row per run, round and metric). Columns: leaderboard/export.py.")
+    exporting.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI,
+                           help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else %(default)s)")
+    exporting.add_argument("--out", type=Path, required=True, metavar="DIR",
+                           help="folder to write the tables into (created if missing; files of the same names "
+                                "are replaced, nothing else is touched; required)")
+    exporting.add_argument("--experiments", nargs="+", metavar="NAME",
+                           help="experiment (suite) names to read (default: every experiment in the store)")
+    exporting.add_argument("--tag", action="append", metavar="KEY=VALUE", dest="tags",
+                           help="only the runs whose MLflow tag KEY equals VALUE; repeatable (one key given several "
+                                "values: any of them; several keys: all of them) (default: every run read)")
+    exporting.add_argument("--format", nargs="+", choices=export.FORMATS, default=list(export.FORMATS),
+                           dest="formats", help=f"file formats to write (default: {' '.join(export.FORMATS)})")
+    exporting.add_argument("--all-metrics", action="store_true",
+                           help="the rounds table holds every metric the runs logged, not only the histories the "
+                                "leaderboard reads (one more request per run and metric: slower; default: off)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "export":
+        return run_export(args)
     out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
     try:
         site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers)
     except LeaderboardError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    progress = export.ProgressLines()
+    try:
+        export.export(args.tracking_uri, args.out, args.experiments, args.tags, args.formats, args.all_metrics,
+                      progress)
+    except LeaderboardError as error:
+        progress.close()
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -16,6 +16,7 @@ import mlflow
 
 from fl_lightning.machine import cpu_model
 from leaderboard import claims as ledger
+from leaderboard import export
 from leaderboard.figures import write_figures
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
 from leaderboard.runs import (
@@ -217,6 +218,7 @@ def build_site(
         if claims_context is not None:
             (staging / "claims.csv").write_text(claims_context.pop("csv"))
             (staging / "claims.json").write_text(claims_context.pop("json"))
+        downloads = export.write_site_files(store.runs, tables, staging, progress)  # the export, to download
         context = dict(
             info=info, tables=tables, store=store, index=index_view(tables),
             suites=[(summary, matrix_view(summary, f"matrix-{number}"),
@@ -231,6 +233,7 @@ def build_site(
             ],
             num_runs=len(store.runs),
             claims=claims_context,
+            downloads=downloads,
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))

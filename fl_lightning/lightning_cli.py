@@ -30,11 +30,15 @@ import difflib
 import importlib
 import inspect
 import io
+import logging
 import re
+import shutil
+import signal
 import sys
+import warnings
 from typing import Any
 
-from jsonargparse import Namespace
+from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -45,6 +49,7 @@ from fl_lightning.callbacks.tracking import (
     FitReport,
     MLflowFitSetup,
     MLflowSaveConfig,
+    StopOnSignal,
     configured_tracking_uri,
     is_mlflow_logger_config,
 )
@@ -217,9 +222,25 @@ def readable_parse_error(message: str) -> str:
     return union_reasons(message)
 
 
+HELP_WIDTH = 100  # columns: ``fit --help`` stays readable in a wide terminal too
+
+
+class NarrowHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help, at most ``HELP_WIDTH`` columns wide (argparse fills the terminal)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["width"] = min(kwargs.get("width") or shutil.get_terminal_size().columns - 2, HELP_WIDTH)
+        super().__init__(*args, **kwargs)
+
+
 class ReadableArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, whose errors are one line that says what is wrong
-    (``readable_parse_error``), without the usage text (``--help`` shows it)."""
+    (``readable_parse_error``), without the usage text (``--help`` shows it), and whose help
+    is at most ``HELP_WIDTH`` columns wide."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = NarrowHelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         message = readable_parse_error(message)
@@ -342,18 +363,46 @@ def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:
     }
 
 
-def run(args: list[str] | None = None) -> None:
-    """``fl-lightning`` through LightningCLI (``args`` lets tests call it in-process)."""
-    FederatedCLI(
-        FederatedModule,
-        FederatedDataModule,
-        subclass_mode_model=True,
-        save_config_callback=MLflowSaveConfig,
-        save_config_kwargs={"save_to_log_dir": False},
-        trainer_defaults=trainer_defaults(sys.argv[1:] if args is None else args),
-        parser_kwargs={"fit": {"default_config_files": [str(DEFAULT_CONFIG)]}},
-        args=args,
-        parser_class=ReadableArgumentParser,
-        auto_configure_optimizers=False,
-    )
+# what Lightning and torch print that a user of the CLI cannot act on: Lightning's INFO lines
+# ("GPU available", "Seed set to", the litlogger tip, "`Trainer.fit` stopped", "Detected
+# KeyboardInterrupt"), MLflow's and alembic's lines while a new store's tables are made, and
+# torch's LeafSpec deprecation, which Lightning's own pytree code triggers
+QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "mlflow.store.db.utils", "alembic")
+QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)",)
 
+
+def quiet_library_output() -> None:
+    """Lightning's informational lines and known library warnings left out of a fit's output
+    (``logging``: raise the loggers' level back to see them)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+def run(args: list[str] | None = None) -> None:
+    """``fl-lightning`` through LightningCLI (``args`` lets tests call it in-process). A fit
+    stopped by a signal (Ctrl-C, SIGTERM: a SLURM pre-emption) exits with the shell's status for
+    it, 128 + the signal's number (130, 143), after one line that names the signal."""
+    quiet_library_output()
+    StopOnSignal.stopped_by = None
+    try:
+        FederatedCLI(
+            FederatedModule,
+            FederatedDataModule,
+            subclass_mode_model=True,
+            save_config_callback=MLflowSaveConfig,
+            save_config_kwargs={"save_to_log_dir": False},
+            trainer_defaults=trainer_defaults(sys.argv[1:] if args is None else args),
+            parser_kwargs={"fit": {"default_config_files": [str(DEFAULT_CONFIG)]}},
+            args=args,
+            parser_class=ReadableArgumentParser,
+            auto_configure_optimizers=False,
+        )
+    except SystemExit as exit_:
+        signum = StopOnSignal.stopped_by
+        if signum is None or exit_.code in (0, None):
+            raise
+        name = signal.Signals(signum).name
+        print(f"{'terminated' if signum == signal.SIGTERM else 'interrupted'} ({name})", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum) from None

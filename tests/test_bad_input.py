@@ -348,7 +348,7 @@ CASES = [
     case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),
-         SystemExit, r"File does not exist: '.*nope\.yaml'", "stderr"),
+         SystemExit, r"error: --config .*nope\.yaml: no such file", "stderr"),
     # ---- leaderboard builder
     case("leaderboard-missing-sqlite-store", lambda tmp: load_runs(f"sqlite:///{tmp / 'nope.db'}", progress=quiet),
          LeaderboardError, r"no MLflow store at sqlite:///.*nope\.db: the file .* does not exist\. Pass the store .* --tracking-uri"),

@@ -6,23 +6,28 @@
 * A checkpoint records its store as an absolute URI: resumed from another working directory,
   the fit continues its run there; a store given explicitly that lacks the run is refused with
   the store to pass.
-* Ctrl-C or SIGTERM ends the run KILLED with its metrics, prints the resume command, and that
-  command resumes the run to FINISHED.
+* Ctrl-C or SIGTERM ends the run KILLED with its metrics and exits 130 or 143, prints the resume
+  command, and that command, run as printed in a shell with no PYTHONPATH and no activated
+  virtual environment, resumes the run (the README's own algorithm, by class path) to FINISHED;
+  the ``mlflow ui`` command the finished fit prints serves the store, as printed.
 """
 
+import contextlib
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
-from test_resume_cli import dying_logger  # tests/ is on the path (pytest prepend import mode)
+from printed import printed_line, run_as_printed, user_shell_env, words  # tests/ is on the path
+from test_readme_algorithm import readme_block
+from test_resume_cli import dying_logger
 
 from fl_lightning import cli
 from fl_lightning.callbacks import tracking
@@ -150,9 +155,7 @@ def crashed_fit(args, capsys, monkeypatch):
         with pytest.raises(RuntimeError, match="simulated crash"):
             main(args)
     out = capsys.readouterr().out
-    hints = [line for line in out.splitlines() if "resume it with:" in line]
-    assert hints, out
-    return shlex.split(hints[-1].split("resume it with:", 1)[1])
+    return words(printed_line(out, "resume it with:"))[1]
 
 
 def test_a_checkpoint_finds_its_run_from_any_working_directory(tmp_path, capsys, monkeypatch):
@@ -205,6 +208,28 @@ def test_absolute_tracking_uri(tmp_path, monkeypatch, absolute):
     assert cli.DEFAULT_TRACKING_URI in tracking.DEFAULT_STORES
 
 
+def ui_starts_as_printed(command: str, cwd: Path, url: str = "http://127.0.0.1:5000/", timeout: float = 120) -> None:
+    """``mlflow ui ...`` as the fit printed it serves the store at ``url`` (the printed link's host)."""
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2):
+        pytest.skip(f"{url} is taken by another server: the printed command would not start its own")
+    server = subprocess.Popen(command, shell=True, cwd=cwd, env=user_shell_env(), text=True, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert server.poll() is None, server.communicate()[0]
+            assert time.monotonic() < deadline, f"{command!r} served nothing at {url} in {timeout} s"
+            try:
+                with urllib.request.urlopen(f"{url}api/2.0/mlflow/experiments/search?max_results=5", timeout=2) as answer:
+                    assert b"fl-lightning" in answer.read()  # this store's experiment
+                    break
+            except OSError:
+                time.sleep(0.5)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.communicate(timeout=60)
+
+
 def fl_lightning_command() -> list[str]:
     script = Path(sys.executable).parent / "fl-lightning"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "fl_lightning.cli"]
@@ -215,9 +240,10 @@ def test_a_stopped_fit_ends_killed_with_its_metrics_and_resumes(signum, store, t
     code = tmp_path / "code"
     code.mkdir()
     (code / "slow_rounds.py").write_text(SLOW_ROUNDS)
-    monkeypatch.syspath_prepend(str(code))  # for the resumed fit, run in this process
+    (code / "my_algorithms.py").write_text(readme_block("# my_algorithms.py"))  # the README's own algorithm
     rounds = 12
-    args = fit_args(store, rounds, "--trainer.callbacks+=slow_rounds.SlowRounds", "--trainer.callbacks.init_args.seconds=0.3")
+    args = fit_args(store, rounds, "--model=my_algorithms.LossWeightedAvg", "--model.smoothing=0.3",
+                    "--trainer.callbacks+=slow_rounds.SlowRounds", "--trainer.callbacks.init_args.seconds=0.3")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen([*fl_lightning_command(), *args], cwd=tmp_path, env=env, text=True,
@@ -234,8 +260,9 @@ def test_a_stopped_fit_ends_killed_with_its_metrics_and_resumes(signum, store, t
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode not in (0, None), out
-    assert "Traceback" not in out, out
+    assert process.returncode == 128 + signum, out  # the shell's status for the signal: 130, 143
+    assert f"({signal.Signals(signum).name})" in out.splitlines()[-1], out  # "terminated (SIGTERM)"
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
 
     (run,) = runs_of(store)
     assert run.info.status == "KILLED", out
@@ -250,12 +277,16 @@ def test_a_stopped_fit_ends_killed_with_its_metrics_and_resumes(signum, store, t
     assert trained == list(range(1, len(trained) + 1)) and len(trained) >= done["rounds_completed"] - 1, out
     hints = [line for line in out.splitlines() if "resume it with:" in line]
     assert len(hints) == 2, out  # at the start, and again when stopped
-    command = shlex.split(hints[-1].split("resume it with:", 1)[1])
-    assert command[0] == "fl-lightning" and command[1:-2] == args and command[-2] == "--ckpt_path"
-    capsys.readouterr()
+    printed = hints[-1].split("resume it with:", 1)[1].strip()
+    env, command = words(printed)
+    assert env == {"PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])}, printed
+    assert Path(command[0]).name == "fl-lightning" and command[1:-2] == args and command[-2] == "--ckpt_path"
 
-    main(command[1:])  # the printed command, as a user would paste it
-    assert f"continuing MLflow run {run.info.run_id}" in capsys.readouterr().out
+    resumed_fit = run_as_printed(printed, tmp_path)  # as a user pastes it: no PYTHONPATH, no activated venv
+    assert resumed_fit.returncode == 0, resumed_fit.stdout
+    assert f"continuing MLflow run {run.info.run_id}" in resumed_fit.stdout
+    if signum == signal.SIGTERM:  # and the MLflow UI command the finished fit prints, as printed
+        ui_starts_as_printed(printed_line(resumed_fit.stdout, "See it:"), tmp_path)
     (resumed,) = runs_of(store)
     assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
     for key in ("train_loss", "test_acc_mean"):

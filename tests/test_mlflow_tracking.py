@@ -7,6 +7,7 @@ end-to-end resume is ``test_resume_cli.py``)."""
 
 from argparse import Namespace as ArgparseNamespace
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,18 +67,19 @@ def run_of(logger):
     return MlflowClient(logger.experiment.tracking_uri).get_run(logger.run_id)
 
 
-def test_new_runs_are_named_and_named_runs_keep_their_logger(uri):
+def test_new_runs_are_named_and_named_runs_keep_their_name(uri):
     module, data = tiny_fit()
     setup, entry = new_run_setup(uri)
-    assert MlflowClient(uri).get_experiment_by_name("fl-lightning") is not None  # the store is set up first
-    built = MLFlowLogger(**entry.init_args.as_dict())
-    logger = setup.trainer_loggers(built, module, data)
+    assert not Path(uri[len("sqlite:///"):]).exists()  # nothing is created before the data is built
+    logger = setup.trainer_loggers(setup.held_back(entry), module, data)
+    assert MlflowClient(uri).get_experiment_by_name("fl-lightning") is not None  # created with the logger
     assert type(logger) is MLFlowLogger
-    assert run_of(logger).info.run_name.endswith(" FedAvg seed 0 | digits/iid")
+    assert run_of(logger).info.run_name.startswith("FedAvg seed 0 | digits/iid | ")
 
     setup, entry = new_run_setup(uri, other_loggers=[False], run_name="my run")
-    built = MLFlowLogger(**entry.init_args.as_dict())
-    assert setup.trainer_loggers([built, False], module, data) == [built, False]  # nothing to change
+    assert setup.held_back([entry, False]) == [None, False]  # LightningCLI builds no MLflow logger
+    built, other = setup.trainer_loggers([None, False], module, data)
+    assert type(built) is MLFlowLogger and other is False
     assert run_of(built).info.run_name == "my run"
 
 
@@ -102,9 +104,9 @@ def test_a_resume_continues_the_checkpoints_run_without_logging_a_step_twice(uri
     module, data = tiny_fit()
     run = interrupted_run(uri, module, data)
     setup, entry = new_run_setup(uri, checkpoint_of(tmp_path, run))
+    logger = setup.trainer_loggers(None, module, data)
     assert entry.init_args.run_id == run["run_id"]  # the saved config.yaml names the run
     assert f"continuing MLflow run {run['run_id']}" in capsys.readouterr().out
-    logger = setup.trainer_loggers(MLFlowLogger(**entry.init_args.as_dict()), module, data)
     assert isinstance(logger, ContinuedRunLogger) and logger.run_id == run["run_id"]
     assert logger.already_logged == {("test_acc_mean", 3)}
     logger.log_metrics({"test_acc_mean": 0.9, "train_loss": 1.0}, 3)
@@ -119,10 +121,10 @@ def test_a_resume_with_changed_params_logs_to_a_new_named_run(uri, tmp_path, cap
     run = interrupted_run(uri, module, data)
     setup, entry = new_run_setup(uri, checkpoint_of(tmp_path, run))
     _, other_data = tiny_fit(num_clients=12)
-    logger = setup.trainer_loggers(MLFlowLogger(**entry.init_args.as_dict()), module, other_data)
+    logger = setup.trainer_loggers(None, module, other_data)
     assert "num_clients 10 -> 12" in capsys.readouterr().out
     assert entry.init_args.run_id is None and logger.run_id != run["run_id"]
-    assert run_of(logger).info.run_name.endswith(" FedAvg seed 0 | digits/iid")
+    assert run_of(logger).info.run_name.startswith("FedAvg seed 0 | digits/iid | ")
 
 
 def test_a_resume_into_another_store_starts_a_new_run(uri, tmp_path, capsys):
@@ -131,7 +133,7 @@ def test_a_resume_into_another_store_starts_a_new_run(uri, tmp_path, capsys):
     other = f"sqlite:///{tmp_path / 'other.db'}"
     setup, entry = new_run_setup(other, checkpoint_of(tmp_path, run))
     assert "logs to a new run" in capsys.readouterr().out and entry.init_args.run_id is None
-    logger = setup.trainer_loggers(MLFlowLogger(**entry.init_args.as_dict()), module, data)
+    logger = setup.trainer_loggers(None, module, data)
     assert logger.experiment.tracking_uri == other and logger.run_id != run["run_id"]
 
 

@@ -75,3 +75,13 @@ def test_readme_algorithm_runs_by_class_path_and_resumes_bit_for_bit(tmp_path, m
     assert state.keys() == state_resumed.keys()
     for name in state:
         assert torch.equal(state[name], state_resumed[name]), name
+
+
+def test_readme_python_snippet_runs_quietly_and_writes_nothing(tmp_path, monkeypatch, recwarn):
+    """The README's "From Python" block, as printed: no Lightning warning about the fit's length,
+    and no checkpoints/ (or any other file) left in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    snippet = readme_block("import lightning.pytorch as pl")
+    exec(compile(snippet.replace("num_rounds=50", "num_rounds=3"), "README.md", "exec"), {})
+    assert list(tmp_path.iterdir()) == []
+    assert not [w for w in recwarn if "max_epochs" in str(w.message)], [str(w.message) for w in recwarn]

@@ -1,12 +1,12 @@
 """`fl-lightning fit --ckpt_path last.ckpt` continues the interrupted fit's MLflow run: the same
 run id, no step logged twice, FINISHED at the end, the same numbers as an uninterrupted fit."""
 
-import shlex
 from pathlib import Path
 
 import pytest
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
+from printed import printed_line, words  # tests/ is on the path (pytest prepend import mode)
 
 from fl_lightning.callbacks.tracking import resume_command
 from fl_lightning.cli import main
@@ -56,9 +56,7 @@ def interrupted_fit(uri, capsys, monkeypatch, *extra):
         with pytest.raises(RuntimeError, match="simulated crash"):
             main(fit_args(uri, *extra))
     out = capsys.readouterr().out
-    hint = [line for line in out.splitlines() if "resume it with:" in line]
-    assert hint, out
-    command = shlex.split(hint[-1].split("resume it with:", 1)[1])
+    command = words(printed_line(out, "resume it with:"))[1]
     runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("fl-lightning").experiment_id])
     assert len(runs) == 1
     return runs[0], command
@@ -75,7 +73,7 @@ def test_resumed_fit_continues_the_same_mlflow_run(store, capsys, monkeypatch):
     assert run.info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1]  # round 2's: lost
     assert [m.step for m in client.get_metric_history(run.info.run_id, "test_acc_mean")] == [1, 2]
-    assert command[:2] == ["fl-lightning", "fit"] and command[-2] == "--ckpt_path"
+    assert Path(command[0]).name == "fl-lightning" and command[1] == "fit" and command[-2] == "--ckpt_path"
     checkpoint = Path(command[-1])
     assert checkpoint.name == "last.ckpt" and checkpoint.is_file() and run.info.run_id in str(checkpoint)
     # as if the killed process had also evaluated round 3 before dying (after the checkpoint of round 2)
@@ -130,6 +128,9 @@ def test_resume_that_cannot_continue_the_run_starts_a_new_one(change, store, tmp
         assert old.info.status == "FAILED" and old.data.params["data_dir"] == "data"
 
 
-def test_resume_command_replaces_an_earlier_checkpoint():
+def test_resume_command_replaces_an_earlier_checkpoint(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     command = resume_command(["fit", "--ckpt_path", "old.ckpt", "--ckpt_path=older.ckpt", "--model=FedAvg"], "a b.ckpt")
-    assert command == "fl-lightning fit --model=FedAvg --ckpt_path 'a b.ckpt'"
+    assert command.endswith("fl-lightning fit --model=FedAvg --ckpt_path 'a b.ckpt'"), command
+    monkeypatch.setenv("PYTHONPATH", "my code")
+    assert resume_command(["fit"], "last.ckpt").startswith("PYTHONPATH='my code' ")  # what made the modules importable

@@ -20,7 +20,8 @@ from fl_lightning.callbacks.tracking import run_name_for, ui_links
 from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
 
-NAME = re.compile(r"^(?P<id>\d{4}-[0-9a-f]{4}) (?P<algorithm>.+) seed (?P<seed>\d+) \| (?P<data>.+)$")
+NAME = re.compile(r"^(?P<algorithm>\w+) seed (?P<seed>\d+)(?: data (?P<data_seed>\d+))?(?: \((?P<settings>.*)\))?"
+                  r" \| (?P<data>.+) \| (?P<id>\d{4}-[0-9a-f]{4})$")
 
 
 def data_stub(**hparams):
@@ -72,14 +73,23 @@ def test_dataset_name_lists_the_parameters_that_shape_the_split_and_the_clients(
 
 
 def test_run_names_say_what_the_run_is_and_differ_between_runs():
-    data = FederatedDataModule(source="digits", num_clients=10, partition="dirichlet")
+    data = FederatedDataModule(source="digits", num_clients=10, partition="dirichlet", seed=0)
     module = tiny(FedFV, tau=1, seed=3)
     first, second = identity.run_name(module, data), identity.run_name(module, data)
-    assert first[:10] != second[:10]  # MLflow's runs list and chart legends cut names at ~24 characters
+    assert first != second  # the unique id at the end
     match = NAME.match(first)
     assert match, first
-    assert match["algorithm"] == "FedFV(tau=1)" and match["data"] == "digits/dirichlet(alpha=0.5)"
-    assert match["seed"] == "3"
+    assert match["algorithm"] == "FedFV" and match["settings"] == "tau=1"
+    assert match["data"] == "digits/dirichlet(alpha=0.5)"
+    assert match["seed"] == "3" and match["data_seed"] == "0"  # the data seed differs: said
+    assert first.startswith("FedFV seed 3 data 0")  # within the ~22 characters MLflow's list shows
+
+
+def test_run_names_leave_out_a_data_seed_equal_to_the_seed():
+    data = FederatedDataModule(source="digits", num_clients=10, partition="iid", seed=2)
+    name = identity.run_name(tiny(seed=2), data)
+    assert name.startswith("FedAvg seed 2 | digits/iid | "), name
+    assert NAME.match(name)["data_seed"] is None
 
 
 def test_only_new_unnamed_runs_are_named():
@@ -89,8 +99,8 @@ def test_only_new_unnamed_runs_are_named():
     continued = run_name_for({"run_id": "0123456789abcdef"}, module, data)
     suite = run_name_for({"tags": {"algorithm_config": "FedAvg(server_lr=0.5)"}}, module, data)
     tagged = run_name_for({"tags": {"mlflow.runName": "named by a tag"}}, module, data)
-    assert suite.endswith(" FedAvg(server_lr=0.5) seed 0 | digits/iid")  # the runner's tag
-    assert NAME.match(fresh) and fresh.endswith(" FedAvg seed 0 | digits/iid")
+    assert suite.startswith("FedAvg seed 0 (server_lr=0.5) | digits/iid | ")  # the runner's tag
+    assert NAME.match(fresh) and fresh.startswith("FedAvg seed 0 | digits/iid | ")
     assert chosen == "my run"
     assert continued is None  # the continued run keeps the name it has
     assert tagged is None  # MLflow takes the name from the tag
@@ -262,7 +272,8 @@ def _all_runs(client):
 def test_cli_runs_have_unique_names_that_say_what_they_are(three_runs):
     runs, _, printed = three_runs
     names = {label: run.info.run_name for label, run in runs.items()}
-    assert len({name[:10] for name in names.values()}) == 3, names  # distinct where MLflow cuts names
+    assert len(set(names.values())) == 3, names  # unique
+    assert names["seed1"][:22] != names["first"][:22], names  # what differs shows where MLflow cuts names
     for label, name in names.items():
         match = NAME.match(name)
         assert match, name

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import os
 import statistics
@@ -26,6 +27,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+log = logging.getLogger(__name__)
 
 
 class RoundCheckpoint(ModelCheckpoint):
@@ -118,7 +121,7 @@ class RoundCheckpoint(ModelCheckpoint):
     def choose_interval(self, trainer: pl.Trainer) -> None:
         """N = ⌈write seconds / (budget · round seconds)⌉ from the latest write and the median of
         the recent rounds (the first, warming up, left out); chosen after the second round, said
-        then, and followed at every write (histories make later writes larger). A given N is kept."""
+        then (logged at INFO by ``fl_lightning.callbacks.checkpointing``), and followed at every write (histories make later writes larger). A given N is kept."""
         if self.fixed_interval or self.write_seconds is None or self.round_seconds is None:
             return
         rounds = max(1, math.ceil(self.write_seconds / (self.time_budget * max(self.round_seconds, 1e-9))))
@@ -127,18 +130,17 @@ class RoundCheckpoint(ModelCheckpoint):
         rounds = int(trainer.strategy.broadcast(rounds, src=0))
         first, self.every_n_rounds = self.every_n_rounds is None, rounds
         if first and trainer.is_global_zero:
-            print(f"\nCheckpoint every {rounds} round(s) and after the last: writing it took {self.write_seconds:.2f} s "
-                  f"and a round {self.round_seconds:.2f} s (at most {self.time_budget:.0%} of the fit's time; "
-                  "followed as they change)", flush=True)
+            log.info("checkpoint every %d round(s) and after the last: writing it took %.2f s and a round %.2f s "
+                     "(at most %.0f%% of the fit's time; followed as they change)", rounds, self.write_seconds,
+                     self.round_seconds, 100 * self.time_budget)
         self._chosen_first = rounds if first else self._chosen_first
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         if self.every_n_rounds != self._chosen_first and self._chosen_first is not None and trainer.is_global_zero:
-            print(f"\nCheckpoint interval at the end: {self.every_n_rounds} rounds (a write took "
-                  f"{self.write_seconds:.2f} s, a round {self.round_seconds:.2f} s)", flush=True)
+            log.info("checkpoint interval at the end: %s rounds (a write took %.2f s, a round %.2f s)",
+                     self.every_n_rounds, self.write_seconds, self.round_seconds)
 
-    # ------------------------------------------------------------------ the round kept in memory
     def snapshot(self, trainer: pl.Trainer) -> tuple[dict[str, Any], list[tuple[torch.Tensor, int]]]:
         """This round's checkpoint, as a write now would hold it, with its tensors' versions."""
         module = trainer.lightning_module

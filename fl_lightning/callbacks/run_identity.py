@@ -1,9 +1,10 @@
 """What a run is, in words a person and a leaderboard can compare.
 
-* :func:`run_name`: ``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``: a short
-  unique id (the time and 4 random hex digits), the algorithm configuration, the seed and the
-  data. The id comes first because MLflow's runs list and chart legends show only the first
-  ~24 characters of a name: there, runs must differ before the cut, as in ``git log --oneline``.
+* :func:`run_name`: ``FedFV seed 0 (tau=1) | mnist5k/dirichlet(alpha=0.5) | 1605-3fa2``: the
+  algorithm and the seed first (and the data seed where it differs), because MLflow's runs list
+  and chart legends show only the first ~22 characters of a name: there, what tells runs apart
+  must come before the cut. Then the algorithm's settings, the data, and a short unique id (the
+  time and 4 random hex digits).
 * :func:`task_tags`: the tags that define the task a run solves (``task``, ``task_key``,
   ``client_test``, ...): runs with the same ``task_key`` are comparable, whatever the
   algorithm and the seed.
@@ -225,12 +226,18 @@ def unique_id() -> str:
 
 def run_name(pl_module: pl.LightningModule, datamodule: Any = None,
              logger_tags: Mapping[str, Any] | None = None) -> str:
-    """``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``."""
-    seed = model_seed(pl_module)
-    parts = [algorithm_config(pl_module, logger_tags) + ("" if seed is None else f" seed {seed}")]
+    """``FedFV seed 0 (tau=1) | mnist5k/dirichlet(alpha=0.5) | 1605-3fa2``: the algorithm, the
+    seed (and the data seed where it differs: ``FedAvg seed 1 data 0``), the algorithm's own
+    settings, the data, and a short unique id."""
+    algorithm, _, settings = algorithm_config(pl_module, logger_tags).partition("(")
+    seed, split_seed = model_seed(pl_module), data_seed(datamodule)
+    head = algorithm + ("" if seed is None else f" seed {seed}")
+    if split_seed is not None and split_seed != seed:
+        head += f" data {split_seed}"
+    parts = [head + (f" ({settings}" if settings else "")]
     if datamodule is not None:
         parts.append(data_text(datamodule))
-    return f"{unique_id()} {NAME_SEPARATOR.join(parts)}"[:_MAX_RUN_NAME]
+    return NAME_SEPARATOR.join([*parts, unique_id()])[:_MAX_RUN_NAME]
 
 
 # --------------------------------------------------------------------------- the task

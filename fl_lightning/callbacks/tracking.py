@@ -50,6 +50,7 @@ import importlib.util
 import os
 import random
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -441,22 +442,55 @@ def ui_links(tracking_uri: str, experiment_id: str, run_id: str) -> tuple[str, s
     return runs, f"{runs}/{run_id}"
 
 
-def results_text(logger: MLFlowLogger) -> str:
-    """Where a fit's MLflow run is and the links that open it."""
+def console_command(script: str, module: str) -> list[str]:
+    """How the shell the fit runs in starts this installation's console ``script``
+    (``fl-lightning``, ``mlflow``): its bare name when ``PATH`` finds this very script, else its
+    path beside the running Python (a virtual environment that was never activated), else
+    ``python -m module``."""
+    beside = Path(sys.executable).parent / script
+    found = shutil.which(script)
+    if beside.is_file():
+        same = found is not None and Path(found).resolve() == beside.resolve()
+        return [script] if same else [str(beside.absolute())]
+    return [script] if found else [sys.executable, "-m", module]
+
+
+def shell_command(words: list[str]) -> str:
+    """``words`` as a shell line that runs as printed from the folder it was printed in: prefixed
+    with the ``PYTHONPATH`` this process was given (what made a custom algorithm importable)."""
+    line = shlex.join(words)
+    path = os.environ.get("PYTHONPATH")
+    return f"PYTHONPATH={shlex.quote(path)} {line}" if path else line
+
+
+def final_accuracy(trainer: pl.Trainer, logger: MLFlowLogger, key: str) -> float | None:
+    """The fit's last value of ``key`` (a client-accuracy metric)."""
+    value = trainer.callback_metrics.get(key)
+    if value is None:
+        value = logger.experiment.get_run(str(logger.run_id)).data.metrics.get(key)
+    return None if value is None else float(value)
+
+
+def results_text(trainer: pl.Trainer, logger: MLFlowLogger) -> str:
+    """What a finished fit says: one summary line (rounds, the mean and worst-10 % client
+    accuracy, the run's name), then how to look at the run in the MLflow UI."""
     client, run_id = logger.experiment, str(logger.run_id)
     uri = client.tracking_uri
     run = client.get_run(run_id)
-    experiment = client.get_experiment(run.info.experiment_id)
-    runs_view, run_page = ui_links(uri, experiment.experiment_id, run_id)
-    served = uri.startswith(("http://", "https://"))
-    how = "Open them at:" if served else f"Open them with:  mlflow ui --backend-store-uri {uri}   then browse"
-    return (f"\nResults: MLflow run '{run.info.run_name}' ({run_id}) in experiment "
-            f"'{experiment.name}' at {uri}\n"
-            f"{how}\n  the experiment's runs: {runs_view}\n  this run:              {run_page}")
+    runs_view, run_page = ui_links(uri, run.info.experiment_id, run_id)
+    accuracies = [(label, final_accuracy(trainer, logger, key))
+                  for label, key in (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))]
+    scores = ", ".join(f"{label} {100 * value:.2f}%" for label, value in accuracies if value is not None)
+    summary = f"Done: {trainer.current_epoch} rounds, {scores or 'no evaluation logged'}; run '{run.info.run_name}'"
+    if uri.startswith(("http://", "https://")):
+        return f"\n{summary}\nOpen it: {run_page}\n(the experiment's runs: {runs_view})"
+    ui = shell_command([*console_command("mlflow", "mlflow"), "ui", "--backend-store-uri", uri])
+    return f"\n{summary}\nSee it:  {ui}\nthen open {run_page}"
 
 
 def resume_command(args: list[str], checkpoint: str) -> str:
-    """The command line that resumes the fit ``fl-lightning <args>`` from ``checkpoint``."""
+    """The command line that resumes the fit ``fl-lightning <args>`` from ``checkpoint``, as it
+    runs from the folder the fit ran in (:func:`console_command`, :func:`shell_command`)."""
     kept, skip = [], False
     for arg in args:
         if skip:
@@ -465,7 +499,7 @@ def resume_command(args: list[str], checkpoint: str) -> str:
             skip = True
         elif not arg.startswith("--ckpt_path="):
             kept.append(arg)
-    return shlex.join(["fl-lightning", *kept, "--ckpt_path", checkpoint])
+    return shell_command([*console_command("fl-lightning", "fl_lightning.cli"), *kept, "--ckpt_path", checkpoint])
 
 
 @functools.cache
@@ -497,6 +531,7 @@ class StopOnSignal:
     for the round to end and exits with status 0 (a stopped fit would look finished)."""
 
     RETRY_S = 0.01
+    stopped_by: int | None = None  # the signal that stopped this process's latest fit (the CLI's exit status)
 
     def __init__(self) -> None:
         self.pending: int | None = None
@@ -536,7 +571,7 @@ class StopOnSignal:
             return
         self.cancel()
         name = signal.Signals(self.pending).name
-        self.pending = None
+        StopOnSignal.stopped_by, self.pending = self.pending, None
         raise KeyboardInterrupt(f"stopped by {name}")
 
     def cancel(self) -> None:
@@ -579,14 +614,15 @@ def last_checkpoint(trainer: pl.Trainer) -> Path | None:
 class FitReport(Callback):
     """What a command-line fit says (rank 0): at the start, the checkpoint a stopped or killed
     fit resumes from and the command that resumes it; when it stops, the command again; at the
-    end, the last checkpoint and the MLflow UI links of every run. The checkpoint is the CLI's
+    end, one summary line per run (rounds, mean and worst-10 % client accuracy, the run's name)
+    and how to open it in the MLflow UI. The checkpoint is the CLI's
     :class:`~fl_lightning.callbacks.checkpointing.RoundCheckpoint` (``last.ckpt`` every N rounds;
     a stopping fit first writes the last round it completed), or the ``ModelCheckpoint`` the user
     configured, as configured.
 
     Ctrl-C and SIGTERM stop the fit the same way (SIGTERM raises ``KeyboardInterrupt`` while the
-    fit trains): Lightning ends it (exit status 1) and its MLflow runs end KILLED, their metrics
-    kept (:func:`end_killed`)."""
+    fit trains): Lightning ends it, its MLflow runs end KILLED, their metrics kept
+    (:func:`end_killed`), and the CLI exits with 130 or 143 (``lightning_cli.run``)."""
 
     def __init__(self, command_args: list[str]) -> None:
         self.command_args = [str(arg) for arg in command_args]
@@ -636,11 +672,8 @@ class FitReport(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:  # under DDP, rank 0 reports
             return
-        checkpoint = trainer.checkpoint_callback
-        if isinstance(checkpoint, ModelCheckpoint) and (checkpoint.last_model_path or checkpoint.best_model_path):
-            print(f"\nCheckpoint: {checkpoint.last_model_path or checkpoint.best_model_path}")
         for logger in mlflow_loggers(trainer):
-            print(results_text(logger))
+            print(results_text(trainer, logger), flush=True)
 
 
 class MLflowSaveConfig(SaveConfigCallback):

@@ -878,7 +878,10 @@ def main(argv: list[str] | None = None) -> int:
                                "--jobs 1 and the first sentence of its description.")
     args = parser.parse_args(argv)
     if args.command == "list":
-        print("\n".join(suite_table(prog)))
+        try:
+            print("\n".join(suite_table(prog)), flush=True)
+        except BrokenPipeError:  # `... list | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if args.jobs < 1:
         run.error("--jobs must be >= 1")

@@ -34,7 +34,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m leaderboard",
+        prog="fl-leaderboard" if Path(sys.argv[0]).name == "fl-leaderboard" else "python -m leaderboard",
         description="Build the static leaderboard site (HTML + Markdown, tables and figures) from MLflow runs.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)

@@ -18,7 +18,12 @@ from mlflow.tracking import MlflowClient
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.callbacks.hparams import mlflow_params
 from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
-from fl_lightning.callbacks.tracking import ContinuedRunLogger, MLflowFitSetup, continued_run_class
+from fl_lightning.callbacks.tracking import (
+    AccuracyChartsFirst,
+    ContinuedRunLogger,
+    MLflowFitSetup,
+    continued_run_class,
+)
 from fl_lightning.data.datamodule import FederatedDataModule
 
 
@@ -73,13 +78,13 @@ def test_new_runs_are_named_and_named_runs_keep_their_name(uri):
     assert not Path(uri[len("sqlite:///"):]).exists()  # nothing is created before the data is built
     logger = setup.trainer_loggers(setup.held_back(entry), module, data)
     assert MlflowClient(uri).get_experiment_by_name("fl-lightning") is not None  # created with the logger
-    assert type(logger) is MLFlowLogger
+    assert isinstance(logger, AccuracyChartsFirst) and not isinstance(logger, ContinuedRunLogger)
     assert run_of(logger).info.run_name.startswith("FedAvg seed 0 | digits/iid | ")
 
     setup, entry = new_run_setup(uri, other_loggers=[False], run_name="my run")
     assert setup.held_back([entry, False]) == [None, False]  # LightningCLI builds no MLflow logger
     built, other = setup.trainer_loggers([None, False], module, data)
-    assert type(built) is MLFlowLogger and other is False
+    assert isinstance(built, MLFlowLogger) and other is False
     assert run_of(built).info.run_name == "my run"
 
 
@@ -151,3 +156,15 @@ def test_a_subclass_of_mlflow_logger_keeps_its_behaviour_when_it_continues_a_run
     logger = cls(tracking_uri=uri, already_logged={("loss", 1)})
     logger.log_metrics({"loss": 1.0, "acc": 0.5}, 1)
     assert set(MlflowClient(uri).get_run(logger.run_id).data.metrics) == {"team/acc"}
+
+
+def test_fit_loggers_log_the_accuracy_charts_first_and_the_metrics_under_their_names(uri):
+    module, data = tiny_fit()
+    setup, entry = new_run_setup(uri)
+    logger = setup.trainer_loggers(None, module, data)
+    logger.log_metrics({"test_acc_mean": 0.5, "test_acc_worst10": 0.2, "conflicts_model": 1.0}, 1)
+    logged = set(run_of(logger).data.metrics)
+    assert logged == {"test_acc_mean", "test_acc_worst10", "conflicts_model",
+                      "Accuracy and fairness/test_acc_mean", "Accuracy and fairness/test_acc_worst10"}
+    experiment = MlflowClient(uri).get_experiment_by_name("fl-lightning")
+    assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"

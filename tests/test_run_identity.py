@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFV
 from fl_lightning.callbacks import LogHyperparameters
 from fl_lightning.callbacks import run_identity as identity
-from fl_lightning.callbacks.tracking import run_name_for, ui_links
+from fl_lightning.callbacks.mlflow_ui import ui_links
+from fl_lightning.callbacks.tracking import run_name_for
 from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
 
@@ -214,10 +215,12 @@ def test_evaluation_subcommands_are_refused_in_one_line(command, capsys):
     assert len(err) == 1 and err[0].startswith(f"fl-lightning {command}: not a command here") and "fit" in err[0]
 
 
-def test_ui_links_open_the_experiments_runs_view():
+def test_ui_links_open_the_classic_training_view():
+    classic = "?workflowType=machine_learning"  # read by MLflow 3.17's router inside the fragment
     assert ui_links("sqlite:///mlruns.db", "3", "abc") == (
-        "http://127.0.0.1:5000/#/experiments/3/runs", "http://127.0.0.1:5000/#/experiments/3/runs/abc")
-    assert ui_links("http://mlflow.lab:5000/", "3", "abc")[0] == "http://mlflow.lab:5000/#/experiments/3/runs"
+        f"http://127.0.0.1:5000/#/experiments/3/runs{classic}",
+        f"http://127.0.0.1:5000/#/experiments/3/runs/abc/model-metrics{classic}")
+    assert ui_links("http://mlflow.lab:5000/", "3", "abc")[0] == f"http://mlflow.lab:5000/#/experiments/3/runs{classic}"
 
 
 # --------------------------------------------------------------------------- end to end

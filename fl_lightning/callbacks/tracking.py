@@ -83,9 +83,9 @@ from fl_lightning.callbacks.mlflow_run import (
     saved_runs,
     seed_sqlite_store,
 )
+from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS, chart_aliases, ui_links
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 
-DEFAULT_UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # the stores a fit logs to when none is given: the CLI's default (cli.DEFAULT_TRACKING_URI) and
 # MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
@@ -127,7 +127,7 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
                 seed_sqlite_store(tracking_uri)  # a new SQLite store: its schema copied, not migrated
                 client = MlflowClient(tracking_uri)
                 if name is not None and client.get_experiment_by_name(name) is None:
-                    client.create_experiment(name, artifact_location=artifact_location)
+                    client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
             return
         except Exception as error:
             if not database or attempt == attempts - 1:
@@ -250,6 +250,22 @@ class ContinuedRunLogger(MLFlowLogger):
         if self.kept_params and isinstance(params, Mapping):
             params = {k: v for k, v in params.items() if k not in self.kept_params}
         super().log_hyperparams(params)
+
+
+class AccuracyChartsFirst(MLFlowLogger):
+    """An :class:`MLFlowLogger` that also logs the accuracy and fairness metrics under a chart
+    section that MLflow's run page shows first (:func:`~fl_lightning.callbacks.mlflow_ui.chart_aliases`)."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics({**metrics, **chart_aliases(metrics)}, step)
+
+
+@functools.cache
+def fit_logger_class(cls: type[MLFlowLogger], continued: bool) -> type[MLFlowLogger]:
+    """``cls`` (MLFlowLogger or a subclass) as a command-line fit logs with it: accuracy charts
+    first (:class:`AccuracyChartsFirst`), and for a continued run :class:`ContinuedRunLogger`'s filters."""
+    bases = (AccuracyChartsFirst, continued_run_class(cls)) if continued else (AccuracyChartsFirst, cls)
+    return type(cls.__name__, bases, {"__module__": cls.__module__})
 
 
 @functools.cache
@@ -427,19 +443,11 @@ class MLflowFitSetup:
         module, _, class_name = str(entry.class_path).rpartition(".")
         cls = getattr(importlib.import_module(module), class_name)
         if already_logged or kept:
-            return continued_run_class(cls)(**kwargs, already_logged=already_logged, kept_params=kept)
-        return cls(**kwargs)
+            return fit_logger_class(cls, True)(**kwargs, already_logged=already_logged, kept_params=kept)
+        return fit_logger_class(cls, False)(**kwargs)
 
 
 # --------------------------------------------------------------------------- what a fit says
-
-
-def ui_links(tracking_uri: str, experiment_id: str, run_id: str) -> tuple[str, str]:
-    """(the experiment's runs view, the run's page) in the MLflow UI: on the tracking server
-    itself, or where ``mlflow ui`` serves a local store."""
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else DEFAULT_UI_URL
-    runs = f"{base}/#/experiments/{experiment_id}/runs"
-    return runs, f"{runs}/{run_id}"
 
 
 def console_command(script: str, module: str) -> list[str]:

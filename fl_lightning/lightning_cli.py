@@ -8,7 +8,7 @@ offline mnist5k digits) and logs to the local MLflow store ``sqlite:///mlruns.db
 
 Only ``fit`` is offered: every client is evaluated during the fit, every ``eval_every`` rounds
 and after the last, and logged to the fit's MLflow run. A new run is named after what it is
-(``1605-3fa2 FedFV(tau=1) seed 0 | mnist5k/dirichlet(alpha=0.5)``) unless
+(``FedFV seed 0 (tau=1) | mnist5k/dirichlet(alpha=0.5) | 1605-3fa2``) unless
 ``--trainer.logger.init_args.run_name`` names it; a continued run keeps its name.
 
 A checkpoint, ``last.ckpt``, is saved every few rounds (as often as costs at most 10% of the fit's

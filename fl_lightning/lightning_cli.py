@@ -45,14 +45,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
 from fl_lightning.callbacks.checkpointing import default_checkpoint
-from fl_lightning.callbacks.tracking import (
-    FitReport,
+from fl_lightning.callbacks.fit_report import FitReport, MLflowSaveConfig
+from fl_lightning.callbacks.fit_runs import (
     MLflowFitSetup,
-    MLflowSaveConfig,
-    StopOnSignal,
     configured_tracking_uri,
     is_mlflow_logger_config,
 )
+from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.choices import check_choice
 from fl_lightning.cli import DEFAULT_CONFIG, DEFAULT_TRACKING_URI
 from fl_lightning.core.module import FederatedModule
@@ -72,12 +71,6 @@ from fl_lightning.preflight import (
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
-# settings renamed so that one name has one meaning across algorithms: (class, old) -> what to use
-RENAMED_SETTINGS = {
-    ("AFL", "lr_w"): "server_lr (a multiple of the local lr now: server_lr = lr_w / lr; 1.0 = the old default)",
-    ("FedLF", "global_lr"): "server_lr (same meaning: a multiple of lr)",
-    ("FedLF", "global_lr_decay"): "server_lr_decay (same meaning)",
-}
 _LITERAL_REJECTED = re.compile(
     r'Parser key "(?P<key>[^"]+)":\s*Expected a typing\.Literal\[(?P<values>[^\]]*)\]\. Got value: (?P<value>.+)')
 _OPTIONAL_LITERAL_REJECTED = re.compile(  # a Literal[...] | None setting, once reduced to one line
@@ -99,16 +92,25 @@ def config_paths(args: list[str]) -> list[str]:
 def given_settings(parser: Any, args: list[str] | None) -> Namespace:
     """The settings the command line and its ``--config`` files give (the fit's, without the
     defaults): what the user asked for, read again because LightningCLI replaces the model's
-    settings with a resumed checkpoint's. Empty when the parse needs the defaults."""
+    settings with a resumed checkpoint's. Without a ``--model`` anywhere (the algorithm comes
+    from the defaults), the parser's base class stands in for it (``BASE_MODULE_PATHS``: no
+    algorithm given). Empty when the parse needs other defaults."""
+    words = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
+    command = next((i for i, word in enumerate(words) if word == "fit"), None)
+    attempts = [words]
+    if command is not None:
+        attempts.append([*words[:command + 1], "--model", BASE_MODULE_PATHS[0], *words[command + 1:]])
     quiet = io.StringIO()
-    try:  # the real parse has reported any error
-        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
-            given = parser.parse_args(args, defaults=False)
-    except (Exception, SystemExit):  # noqa: BLE001
-        return Namespace()
-    subcommand = given.get("subcommand")
-    config = given.get(subcommand) if subcommand else given
-    return config if isinstance(config, Namespace) else Namespace()
+    for attempt in attempts:
+        try:  # the real parse has reported any error
+            with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+                given = parser.parse_args(attempt, defaults=False)
+        except (Exception, SystemExit):  # noqa: BLE001
+            continue
+        subcommand = given.get("subcommand")
+        config = given.get(subcommand) if subcommand else given
+        return config if isinstance(config, Namespace) else Namespace()
+    return Namespace()
 
 
 def unknown_algorithm(args: list[str]) -> str | None:
@@ -184,8 +186,8 @@ def unknown_setting_message(key: str) -> str:
 
 def readable_parse_error(message: str) -> str:
     """One line for the parse errors a user makes most, instead of jsonargparse's Union dump:
-    a value outside a setting's choices, and a setting the algorithm does not have (renamed, or
-    mistyped: "did you mean")."""
+    a value outside a setting's choices, and a setting the algorithm does not have (mistyped:
+    "did you mean")."""
     problem = _CLASS_PROBLEM.search(message)
     reduced = problem is not None and _OPTION_REJECTED.search(message) is None
     if problem is not None and reduced:
@@ -214,8 +216,6 @@ def readable_parse_error(message: str) -> str:
     if option is not None:
         path, key = option["path"], option["key"]
         name = path.rsplit(".", 1)[-1]
-        if (name, key) in RENAMED_SETTINGS:
-            return f"{name}'s {key} was renamed: use --model.{RENAMED_SETTINGS[name, key]}"
         close = difflib.get_close_matches(key, accepted_settings(path), n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model.help {name} lists them)"

@@ -65,8 +65,9 @@ def test_resume_with_another_algorithm_is_refused(fedavg_checkpoint, tmp_path):
     assert "was written by FedAvg, not FedFV" in line and "--model FedAvg" in line
 
 
-def test_trainer_max_epochs_is_refused_and_points_to_num_rounds(tmp_path):
-    line, _ = refused(*TINY, "--trainer.max_epochs", "3", cwd=tmp_path)
+@pytest.mark.parametrize("model", [[], ["--model", "FedFV"]], ids=["default-algorithm", "given-algorithm"])
+def test_trainer_max_epochs_is_refused_and_points_to_num_rounds(model, tmp_path):
+    line, _ = refused(*model, "--trainer.max_epochs", "3", cwd=tmp_path)  # as a user types it
     assert "--model.num_rounds 3" in line
 
 

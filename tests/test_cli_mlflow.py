@@ -126,7 +126,7 @@ def schema(database):
 
 def test_a_new_sqlite_store_is_a_copy_of_migrated_schema(template_cache, tmp_path, monkeypatch):
     from fl_lightning.callbacks.mlflow_run import seed_sqlite_store
-    from fl_lightning.callbacks.tracking import open_mlflow_experiment
+    from fl_lightning.callbacks.mlflow_store import open_mlflow_experiment
 
     monkeypatch.chdir(tmp_path)  # the default experiment's artifacts: ./mlruns/0, in the working directory
     MlflowClient(f"sqlite:///{tmp_path / 'migrated.db'}").search_experiments()  # MLflow's own migrations

@@ -30,7 +30,7 @@ from test_readme_algorithm import readme_block
 from test_resume_cli import dying_logger
 
 from fl_lightning import cli
-from fl_lightning.callbacks import tracking
+from fl_lightning.callbacks import mlflow_store
 from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, EXTENDED_TAG, absolute_tracking_uri
 from fl_lightning.cli import main
 
@@ -205,7 +205,7 @@ def test_absolute_tracking_uri(tmp_path, monkeypatch, absolute):
         assert absolute_tracking_uri("sqlite:///runs/a.db?timeout=5") == f"sqlite:///{here}/runs/a.db?timeout=5"
         assert absolute_tracking_uri("file:./mlruns") == (here / "mlruns").as_uri()
         assert absolute_tracking_uri("mlruns") == (here / "mlruns").as_uri()
-    assert cli.DEFAULT_TRACKING_URI in tracking.DEFAULT_STORES
+    assert cli.DEFAULT_TRACKING_URI in mlflow_store.DEFAULT_STORES
 
 
 def ui_starts_as_printed(command: str, cwd: Path, url: str = "http://127.0.0.1:5000/", timeout: float = 120) -> None:

@@ -16,14 +16,14 @@ from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.algorithms import FedAvg
-from fl_lightning.callbacks.hparams import mlflow_params
-from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
-from fl_lightning.callbacks.tracking import (
+from fl_lightning.callbacks.fit_runs import (
     AccuracyChartsFirst,
     ContinuedRunLogger,
     MLflowFitSetup,
     continued_run_class,
 )
+from fl_lightning.callbacks.hparams import mlflow_params
+from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
 from fl_lightning.data.datamodule import FederatedDataModule
 
 

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFV
 from fl_lightning.callbacks import LogHyperparameters
 from fl_lightning.callbacks import run_identity as identity
+from fl_lightning.callbacks.fit_runs import run_name_for
 from fl_lightning.callbacks.mlflow_ui import ui_links
-from fl_lightning.callbacks.tracking import run_name_for
 from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
 

@@ -1,4 +1,4 @@
-"""The MLflow side of a command-line fit: the store, the run it logs to, and what it prints.
+"""Which MLflow run a command-line fit logs to, and the loggers that log to it.
 
 A fit's MLflow loggers are configured (``trainer.logger``), but three of their constructor
 arguments are only known later: the ``run_id`` of the run a checkpoint's fit logged to (a
@@ -14,7 +14,8 @@ forwards to it:
    store the checkpoint recorded (a store given explicitly that lacks the run gets a new run,
    and a line naming the store to pass);
 2. ``instantiate_trainer`` (the model and the data exist, every check has passed): create each
-   store's tables and experiment (a lock or retries for fits started together), point a logger
+   store's tables and experiment (a lock or retries for fits started together:
+   :func:`~fl_lightning.callbacks.mlflow_store.open_mlflow_experiment`), point a logger
    at the run the checkpoint recorded (``init_args.run_id``: the saved ``config.yaml`` names
    it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a continued run whose params changed gives way
    to a new run (``num_rounds`` excepted: a resume may extend the run), a new unnamed run is
@@ -32,122 +33,39 @@ per param: the run's ``num_rounds`` param keeps the first value, and the tag
 
 The rest happens in callbacks, through public Lightning hooks and ``MlflowClient`` calls:
 :class:`~fl_lightning.callbacks.mlflow_run.MLflowRunInfo` (tags, inputs, artifacts, the runs in
-every checkpoint, a continued run marked RUNNING with its checkpoint's round restored),
-:class:`FitReport` (the checkpoint a stopped fit resumes from and the command that does it;
-at the end, the links that open each run in the MLflow UI) and :class:`MLflowSaveConfig`
-(the resolved config as the run's ``config.yaml``). A Ctrl-C or SIGTERM during the fit ends
-the run KILLED, its metrics kept, and prints the resume command again (:class:`FitReport`).
+every checkpoint, a continued run marked RUNNING with its checkpoint's round restored) and
+:mod:`~fl_lightning.callbacks.fit_report` (what the fit prints, the run's ``config.yaml``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
-import hashlib
 import importlib
-import importlib.util
-import os
-import random
-import shlex
-import shutil
-import signal
 import sys
-import tempfile
-import threading
-import time
-import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
 from jsonargparse import Namespace
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
-from fl_lightning.callbacks.checkpointing import RoundCheckpoint
 from fl_lightning.callbacks.hparams import mlflow_params
-from fl_lightning.callbacks.mlflow_run import (
-    CHECKPOINT_KEY,
-    INTERRUPTS,
-    absolute_tracking_uri,
-    local_store_missing,
-    mlflow_loggers,
-    saved_runs,
-    seed_sqlite_store,
+from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, saved_runs
+from fl_lightning.callbacks.mlflow_store import (
+    DEFAULT_STORES,
+    open_mlflow_experiment,
+    run_exists,
+    same_store,
 )
-from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS, chart_aliases, ui_links
+from fl_lightning.callbacks.mlflow_ui import chart_aliases
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
 
-DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-# the stores a fit logs to when none is given: the CLI's default (cli.DEFAULT_TRACKING_URI) and
-# MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
-DEFAULT_STORES = ("sqlite:///mlruns.db", "file:./mlruns")
 TRACKING_URI_OPTION = "--trainer.logger.init_args.tracking_uri"
 RESUMABLE_CHANGES = frozenset({"num_rounds"})  # params a continued run may change (it keeps the first value)
-
-
-# --------------------------------------------------------------------------- the store
-
-
-def _store_lock(tracking_uri: str) -> Any:
-    """An inter-process lock for a SQLite store's file (a no-op for other stores); the lock
-    file lives in the temporary folder, not beside the user's database."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return contextlib.nullcontext()
-    from filelock import FileLock  # a torch dependency
-
-    database = Path(unquote(tracking_uri[len("sqlite:///"):].split("?", 1)[0])).resolve()
-    digest = hashlib.sha1(str(database).encode()).hexdigest()[:16]
-    return FileLock(Path(tempfile.gettempdir()) / f"fl-lightning-mlflow-{digest}.lock", timeout=300)
-
-
-def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_location: str | None = None,
-                           attempts: int = 10) -> None:
-    """Create the store's tables and the experiment ``name`` if they do not exist yet.
-
-    Fits started together on a fresh database store (``benchmarks`` ``--jobs``, several shells)
-    would otherwise race: both create the schema and run its migrations ("table ... already
-    exists", an alembic error, or a half-migrated store), or both create the experiment
-    (RESOURCE_ALREADY_EXISTS), and one dies. A SQLite store is set up under a file lock, one
-    process at a time; any other database is retried a few times (the loser of a race finds
-    what the winner made). File and HTTP stores are opened once, as the logger would.
-    """
-    database = tracking_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
-    for attempt in range(attempts if database else 1):
-        try:
-            with _store_lock(tracking_uri):
-                seed_sqlite_store(tracking_uri)  # a new SQLite store: its schema copied, not migrated
-                client = MlflowClient(tracking_uri)
-                if name is not None and client.get_experiment_by_name(name) is None:
-                    client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
-            return
-        except Exception as error:
-            if not database or attempt == attempts - 1:
-                raise RuntimeError(f"could not set up the MLflow store {tracking_uri}: {error}") from error
-            time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
-
-
-def run_exists(tracking_uri: str, run_id: str) -> bool:
-    """Whether the store holds the run (a local store that does not exist is not created)."""
-    if local_store_missing(tracking_uri):
-        return False
-    try:
-        MlflowClient(tracking_uri).get_run(run_id)
-    except MlflowException:
-        return False
-    return True
-
-
-def same_store(a: str, b: str) -> bool:
-    return absolute_tracking_uri(a) == absolute_tracking_uri(b)
 
 
 def refuse(message: str) -> None:
@@ -278,15 +196,7 @@ def continued_run_class(cls: type[MLFlowLogger]) -> type[ContinuedRunLogger]:
     return type(cls.__name__, (ContinuedRunLogger, cls), {"__module__": cls.__module__})
 
 
-def end_killed(logger: MLFlowLogger) -> None:
-    """Make the ``finalize("failed")`` Lightning calls on ``logger`` after a Ctrl-C or SIGTERM
-    (``on_exception`` first, then every logger's ``finalize``) end its run KILLED instead."""
-    finalize = type(logger).finalize
-
-    def finalize_killed(status: str = "success") -> None:
-        finalize(logger, "KILLED" if status == "failed" else status)
-
-    logger.finalize = finalize_killed  # type: ignore[method-assign]  # this logger, this fit's last call
+# --------------------------------------------------------------------------- the fit's loggers
 
 
 def run_name_for(init_args: Mapping[str, Any], model: pl.LightningModule, datamodule: Any = None) -> str | None:
@@ -443,251 +353,6 @@ class MLflowFitSetup:
         module, _, class_name = str(entry.class_path).rpartition(".")
         cls = getattr(importlib.import_module(module), class_name)
         if already_logged or kept:
-            return fit_logger_class(cls, True)(**kwargs, already_logged=already_logged, kept_params=kept)
+            continued = cast(type[ContinuedRunLogger], fit_logger_class(cls, True))  # a ContinuedRunLogger subclass
+            return continued(**kwargs, already_logged=already_logged, kept_params=kept)
         return fit_logger_class(cls, False)(**kwargs)
-
-
-# --------------------------------------------------------------------------- what a fit says
-
-
-def console_command(script: str, module: str) -> list[str]:
-    """How the shell the fit runs in starts this installation's console ``script``
-    (``fl-lightning``, ``mlflow``): its bare name when ``PATH`` finds this very script, else its
-    path beside the running Python (a virtual environment that was never activated), else
-    ``python -m module``."""
-    beside = Path(sys.executable).parent / script
-    found = shutil.which(script)
-    if beside.is_file():
-        same = found is not None and Path(found).resolve() == beside.resolve()
-        return [script] if same else [str(beside.absolute())]
-    return [script] if found else [sys.executable, "-m", module]
-
-
-def shell_command(words: list[str]) -> str:
-    """``words`` as a shell line that runs as printed from the folder it was printed in: prefixed
-    with the ``PYTHONPATH`` this process was given (what made a custom algorithm importable)."""
-    line = shlex.join(words)
-    path = os.environ.get("PYTHONPATH")
-    return f"PYTHONPATH={shlex.quote(path)} {line}" if path else line
-
-
-def final_accuracy(trainer: pl.Trainer, logger: MLFlowLogger, key: str) -> float | None:
-    """The fit's last value of ``key`` (a client-accuracy metric)."""
-    value = trainer.callback_metrics.get(key)
-    if value is None:
-        value = logger.experiment.get_run(str(logger.run_id)).data.metrics.get(key)
-    return None if value is None else float(value)
-
-
-def results_text(trainer: pl.Trainer, logger: MLFlowLogger) -> str:
-    """What a finished fit says: one summary line (rounds, the mean and worst-10 % client
-    accuracy, the run's name), then how to look at the run in the MLflow UI."""
-    client, run_id = logger.experiment, str(logger.run_id)
-    uri = client.tracking_uri
-    run = client.get_run(run_id)
-    runs_view, run_page = ui_links(uri, run.info.experiment_id, run_id)
-    accuracies = [(label, final_accuracy(trainer, logger, key))
-                  for label, key in (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))]
-    scores = ", ".join(f"{label} {100 * value:.2f}%" for label, value in accuracies if value is not None)
-    summary = f"Done: {trainer.current_epoch} rounds, {scores or 'no evaluation logged'}; run '{run.info.run_name}'"
-    if uri.startswith(("http://", "https://")):
-        return f"\n{summary}\nOpen it: {run_page}\n(the experiment's runs: {runs_view})"
-    ui = shell_command([*console_command("mlflow", "mlflow"), "ui", "--backend-store-uri", uri])
-    return f"\n{summary}\nSee it:  {ui}\nthen open {run_page}"
-
-
-def resume_command(args: list[str], checkpoint: str) -> str:
-    """The command line that resumes the fit ``fl-lightning <args>`` from ``checkpoint``, as it
-    runs from the folder the fit ran in (:func:`console_command`, :func:`shell_command`)."""
-    kept, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--ckpt_path":
-            skip = True
-        elif not arg.startswith("--ckpt_path="):
-            kept.append(arg)
-    return shell_command([*console_command("fl-lightning", "fl_lightning.cli"), *kept, "--ckpt_path", checkpoint])
-
-
-@functools.cache
-def store_code() -> tuple[str, ...]:
-    """The folders of the code that writes to an MLflow store (MLflow's, SQLAlchemy's)."""
-    folders: list[str] = []
-    for package in ("mlflow", "sqlalchemy"):
-        spec = importlib.util.find_spec(package)
-        folders += [str(Path(path)) + os.sep for path in (spec.submodule_search_locations or [])] if spec else []
-    return tuple(folders)
-
-
-def in_store_call(frame: Any) -> bool:
-    """Whether ``frame`` (the frame a signal interrupted) runs inside a call to the MLflow store."""
-    folders = store_code()
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(folders):
-            return True
-        frame = frame.f_back
-    return False
-
-
-class StopOnSignal:
-    """Ctrl-C (SIGINT) and SIGTERM while a fit trains: stop it with ``KeyboardInterrupt``, the
-    path Lightning ends a fit gracefully by, but never inside a call to the MLflow store: an
-    interrupt there can leave the store's session half done (a SQLite store locked, the run's
-    end refused), so it waits for the call to return (polled every ``RETRY_S`` with SIGALRM).
-    A second Ctrl-C does not wait. SIGTERM replaces Lightning's own handler, whose path waits
-    for the round to end and exits with status 0 (a stopped fit would look finished)."""
-
-    RETRY_S = 0.01
-    stopped_by: int | None = None  # the signal that stopped this process's latest fit (the CLI's exit status)
-
-    def __init__(self) -> None:
-        self.pending: int | None = None
-
-    @classmethod
-    def install(cls) -> StopOnSignal | None:
-        """Handle SIGINT and SIGTERM (the main thread only can); Lightning restores the
-        process's handlers when the fit ends."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        stopper = cls()
-        signal.signal(signal.SIGINT, stopper)
-        signal.signal(signal.SIGTERM, stopper)
-        if hasattr(signal, "setitimer"):
-            signal.signal(signal.SIGALRM, stopper.retry)
-        return stopper
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        forced = self.pending == signal.SIGINT and signum == signal.SIGINT
-        self.pending = signum
-        self.stop(frame, wait=not forced)
-
-    def retry(self, signum: int, frame: Any) -> None:
-        if self.pending is not None:
-            self.stop(frame)
-
-    def stop(self, frame: Any = None, wait: bool = True) -> None:
-        """Raise the pending interrupt, unless ``frame`` is inside a store call (then later)."""
-        if self.pending is None:
-            return
-        if sys.exc_info()[0] is not None:  # the fit is already ending on an exception (e.g. Lightning's
-            self.cancel()                   # SIGTERMException): let it end, do not cut its handling short
-            self.pending = None
-            return
-        if wait and frame is not None and hasattr(signal, "setitimer") and in_store_call(frame):
-            signal.setitimer(signal.ITIMER_REAL, self.RETRY_S)
-            return
-        self.cancel()
-        name = signal.Signals(self.pending).name
-        StopOnSignal.stopped_by, self.pending = self.pending, None
-        raise KeyboardInterrupt(f"stopped by {name}")
-
-    def cancel(self) -> None:
-        if hasattr(signal, "setitimer"):
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def interrupted(exception: BaseException) -> bool:
-    """Whether ``exception`` is a Ctrl-C or SIGTERM, or was raised while handling one."""
-    seen: set[int] = set()
-    current: BaseException | None = exception
-    while current is not None and id(current) not in seen:
-        if isinstance(current, INTERRUPTS):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def release_interrupted_calls(exception: BaseException) -> None:
-    """Free what the calls an interrupt cut short still hold through the exception's traceback:
-    a SQLite query stopped mid-way keeps its statement, and with it a lock on the store, while
-    its cursor lives, and the store would then refuse the run's end ("database is locked")."""
-    traceback.clear_frames(exception.__traceback__)
-    gc.collect()
-
-
-def last_checkpoint(trainer: pl.Trainer) -> Path | None:
-    """The checkpoint a stopped fit resumes from (absolute; None without one): ``last.ckpt`` of a
-    checkpoint callback that keeps one, else the latest (or best) file a configured one wrote."""
-    checkpoint = trainer.checkpoint_callback
-    if not isinstance(checkpoint, ModelCheckpoint) or not checkpoint.dirpath:
-        return None
-    if not checkpoint.save_last:
-        written = checkpoint.last_model_path or checkpoint.best_model_path
-        return Path(written).absolute() if written else None
-    return (Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}").absolute()
-
-
-class FitReport(Callback):
-    """What a command-line fit says (rank 0): at the start, the checkpoint a stopped or killed
-    fit resumes from and the command that resumes it; when it stops, the command again; at the
-    end, one summary line per run (rounds, mean and worst-10 % client accuracy, the run's name)
-    and how to open it in the MLflow UI. The checkpoint is the CLI's
-    :class:`~fl_lightning.callbacks.checkpointing.RoundCheckpoint` (``last.ckpt`` every N rounds;
-    a stopping fit first writes the last round it completed), or the ``ModelCheckpoint`` the user
-    configured, as configured.
-
-    Ctrl-C and SIGTERM stop the fit the same way (SIGTERM raises ``KeyboardInterrupt`` while the
-    fit trains): Lightning ends it, its MLflow runs end KILLED, their metrics kept
-    (:func:`end_killed`), and the CLI exits with 130 or 143 (``lightning_cli.run``)."""
-
-    def __init__(self, command_args: list[str]) -> None:
-        self.command_args = [str(arg) for arg in command_args]
-        self.stopper: StopOnSignal | None = None
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        last = last_checkpoint(trainer)
-        if not trainer.is_global_zero or last is None or not trainer.checkpoint_callback.save_last:  # type: ignore[union-attr]
-            return
-        print(f"Checkpoint: {last}\nIf the fit stops, resume it with:  "
-              f"{resume_command(self.command_args, str(last))}", flush=True)
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Ctrl-C and SIGTERM stop the fit (:class:`StopOnSignal`). Installed now, after
-        Lightning's own SIGTERM handler, which it runs first."""
-        self.stopper = StopOnSignal.install()
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.stopper is not None:
-            self.stopper.stop()  # a signal still waiting for a store call stops the fit here
-
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if self.stopper is not None:
-            self.stopper.pending = None
-            self.stopper.cancel()
-        stopped = interrupted(exception)
-        if stopped:
-            release_interrupted_calls(exception)
-            for logger in mlflow_loggers(trainer):
-                end_killed(logger)  # Lightning finalizes the loggers next, as "failed"
-        rounds = None
-        for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, RoundCheckpoint):  # the last completed round, before it is reported
-                callback.save_unsaved_round(trainer)
-                rounds = callback.rounds_saved
-        last = last_checkpoint(trainer)
-        if not trainer.is_global_zero or last is None:
-            return
-        how = "was stopped" if stopped else f"failed ({type(exception).__name__})"
-        if last.is_file():
-            after = f" (after round {rounds})" if rounds else ""
-            print(f"\nThe fit {how}; its last checkpoint{after} is {last}\nresume it with:  "
-                  f"{resume_command(self.command_args, str(last))}", flush=True)
-        else:
-            print(f"\nThe fit {how} before its first checkpoint: nothing to resume", flush=True)
-
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:  # under DDP, rank 0 reports
-            return
-        for logger in mlflow_loggers(trainer):
-            print(results_text(trainer, logger), flush=True)
-
-
-class MLflowSaveConfig(SaveConfigCallback):
-    """Logs the resolved config as the run artifact ``config.yaml`` (not into a shared folder)."""
-
-    def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
-        for logger in mlflow_loggers(trainer):
-            logger.experiment.log_text(logger.run_id, text, "config.yaml")

@@ -1,0 +1,94 @@
+"""The MLflow stores a fit logs to: creating a store's tables and experiment, and finding runs in it.
+
+A store is named by its tracking URI (``sqlite:///mlruns.db``, ``file:./mlruns``, ``http://...``).
+Fits started together on a fresh store (``benchmarks`` ``--jobs``, several shells) race to create
+its schema and experiment: :func:`open_mlflow_experiment` sets a SQLite store up under a file lock,
+one process at a time, and tries a database store a few times. :func:`run_exists` and
+:func:`same_store` only read, and create no store, so that a resume refused before the fit starts
+leaves none behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from fl_lightning.callbacks.mlflow_run import (
+    absolute_tracking_uri,
+    local_store_missing,
+    seed_sqlite_store,
+)
+from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS
+
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+# the stores a fit logs to when none is given: the CLI's default (cli.DEFAULT_TRACKING_URI) and
+# MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
+DEFAULT_STORES = ("sqlite:///mlruns.db", "file:./mlruns")
+
+
+def _store_lock(tracking_uri: str) -> Any:
+    """An inter-process lock for a SQLite store's file (a no-op for other stores); the lock
+    file lives in the temporary folder, not beside the user's database."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from filelock import FileLock  # a torch dependency
+
+    database = Path(unquote(tracking_uri[len("sqlite:///"):].split("?", 1)[0])).resolve()
+    digest = hashlib.sha1(str(database).encode()).hexdigest()[:16]
+    return FileLock(Path(tempfile.gettempdir()) / f"fl-lightning-mlflow-{digest}.lock", timeout=300)
+
+
+def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_location: str | None = None,
+                           attempts: int = 10) -> None:
+    """Create the store's tables and the experiment ``name`` if they do not exist yet.
+
+    Fits started together on a fresh database store (``benchmarks`` ``--jobs``, several shells)
+    would otherwise race: both create the schema and run its migrations ("table ... already
+    exists", an alembic error, or a half-migrated store), or both create the experiment
+    (RESOURCE_ALREADY_EXISTS), and one dies. A SQLite store is set up under a file lock, one
+    process at a time; any other database is retried a few times (the loser of a race finds
+    what the winner made). File and HTTP stores are opened once, as the logger would.
+
+    The retries are this loop (no retry library is a dependency): a database store, SQLite
+    included, is tried up to ``attempts`` times, each retry after a random pause that grows with
+    the number of tries (0.1 to 0.5 s times that number), so that processes that collided spread
+    out; the last failure is raised as a ``RuntimeError`` naming the store.
+    """
+    database = tracking_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
+    tries = attempts if database else 1
+    for tried in range(1, tries + 1):
+        try:
+            with _store_lock(tracking_uri):
+                seed_sqlite_store(tracking_uri)  # a new SQLite store: its schema copied, not migrated
+                client = MlflowClient(tracking_uri)
+                if name is not None and client.get_experiment_by_name(name) is None:
+                    client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
+            return
+        except Exception as error:
+            if tried == tries:
+                raise RuntimeError(f"could not set up the MLflow store {tracking_uri}: {error}") from error
+            time.sleep(random.uniform(0.1, 0.5) * tried)  # jittered back-off
+
+
+def run_exists(tracking_uri: str, run_id: str) -> bool:
+    """Whether the store holds the run (a local store that does not exist is not created)."""
+    if local_store_missing(tracking_uri):
+        return False
+    try:
+        MlflowClient(tracking_uri).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def same_store(a: str, b: str) -> bool:
+    return absolute_tracking_uri(a) == absolute_tracking_uri(b)

@@ -19,7 +19,7 @@ and the resumed fit keeps logging into the interrupted fit's MLflow run.
 This module is the LightningCLI wiring only: parsing, the one command, one-line errors
 (``fl_lightning.cli`` is the console script: it answers the top-level ``--help`` without
 importing Lightning, and hands everything else to :func:`run`). The
-MLflow stores, runs, names and resumes are :mod:`fl_lightning.callbacks.tracking`'s, which two
+MLflow stores, runs, names and resumes are :mod:`fl_lightning.callbacks.fit_runs`'s, which two
 LightningCLI hooks forward to (``before_instantiate_classes``, ``instantiate_trainer``).
 """
 

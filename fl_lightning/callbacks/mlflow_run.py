@@ -135,7 +135,7 @@ def seed_sqlite_store(tracking_uri: str) -> bool:
     """Create a local SQLite store that does not exist yet as a copy of the empty-store template
     (:func:`empty_store_template`), so that MLflow finds its schema in place. Returns whether it
     did; other stores, existing files and folders that do not exist are left to MLflow. Call it
-    under the store's lock (``tracking._store_lock``)."""
+    under the store's lock (``mlflow_store._store_lock``)."""
     uri = absolute_tracking_uri(tracking_uri)
     if not uri.startswith("sqlite:///") or "?" in uri or not local_store_missing(uri):
         return False

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import sys
 from pathlib import Path
-from typing import Any
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
@@ -25,7 +24,7 @@ HELP_FLAGS = ("-h", "--help")
 
 # the registries' names, in their registration order (tests/test_startup.py compares them)
 ALGORITHM_NAMES = (
-    "AFL", "Standalone", "CGSV", "DW", "EU", "RR", "CFFL", "FedAvg", "Ditto", "DRFL", "ECI", "FedFa", "FedFV",
+    "AFL", "CFFL", "Standalone", "CGSV", "DW", "EU", "RR", "FedAvg", "Ditto", "DRFL", "ECI", "FedFa", "FedFV",
     "FedGini", "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
 )
 MODEL_NAMES = (
@@ -116,19 +115,6 @@ def main(args: list[str] | None = None) -> None:
     finally:
         if exits_after:  # skip the interpreter's final collections of everything (2-3 s at exit)
             gc.freeze()
-
-
-def __getattr__(name: str) -> Any:
-    """The LightningCLI wiring's names (``FederatedCLI``, ``trainer_defaults``, ...), imported
-    when first asked for (``from fl_lightning.cli import FederatedCLI`` still works)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from fl_lightning import lightning_cli
-
-    try:
-        return getattr(lightning_cli, name)
-    except AttributeError:
-        raise AttributeError(f"module 'fl_lightning.cli' has no attribute {name!r}") from None
 
 
 if __name__ == "__main__":

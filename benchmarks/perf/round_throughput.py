@@ -30,22 +30,10 @@ import torch
 
 from benchmarks.perf.data import clients_for
 from benchmarks.perf.machine import proc_kib_as_mib
+from benchmarks.perf.suite import CELL_DEFAULTS
+from benchmarks.perf.suite import main as suite_main
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.core.local import is_out_of_memory
-
-CELL_DEFAULTS = {
-    "rounds": 3,  # timed rounds (the median is reported)
-    "warmup": 1,  # untimed rounds first: allocations, the first vmap trace
-    "samples_per_client": 20,
-    "batch_size": 10,
-    "local_epochs": 1,
-    "lr": 0.05,
-    "device": "cpu",
-    "seed": 0,
-    "threads": None,  # torch.set_num_threads in the cell's process (None: PyTorch's default)
-    "max_timed_seconds": 120.0,  # stop timing (after at least one timed round) once this is spent
-    "options": {},  # extra FederatedModule arguments, e.g. {"local_autocast": "bf16"}
-}
 
 
 class RoundTimer(pl.Callback):
@@ -168,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", help="where to write the cell's entry (JSON)")
     args, rest = parser.parse_known_args(argv)
     if args.cell is None:
-        from benchmarks.perf.suite import main as suite_main
-
         return suite_main(["--sections", "throughput", *rest])
     if rest or args.result is None:
         parser.error("--cell needs --result and no other arguments")

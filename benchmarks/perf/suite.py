@@ -35,7 +35,6 @@ from pathlib import Path
 import torch
 
 from benchmarks.perf.machine import describe_machine, proc_kib_as_mib
-from benchmarks.perf.round_throughput import CELL_DEFAULTS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["fl_logreg", "fl_mlp", "fl_cnn_cifar", "fl_nf_resnet18", "fl_cct_7_3x1"]
@@ -49,6 +48,20 @@ VARIANTS = {
 AGGREGATION_SIZES = {"full": "0.8M", "quick": "0.2M"}  # names from aggregation.MODELS
 ERROR_TAIL_CHARS = 2000
 BUSY_CORES = 0.2  # other processes' average load during a cell above which it is flagged
+# a throughput cell's settings where its spec (round_throughput.run_cell) leaves them out
+CELL_DEFAULTS = {
+    "rounds": 3,  # timed rounds (the median is reported)
+    "warmup": 1,  # untimed rounds first: allocations, the first vmap trace
+    "samples_per_client": 20,
+    "batch_size": 10,
+    "local_epochs": 1,
+    "lr": 0.05,
+    "device": "cpu",
+    "seed": 0,
+    "threads": None,  # torch.set_num_threads in the cell's process (None: PyTorch's default)
+    "max_timed_seconds": 120.0,  # stop timing (after at least one timed round) once this is spent
+    "options": {},  # extra FederatedModule arguments, e.g. {"local_autocast": "bf16"}
+}
 
 
 # ----------------------------------------------------------------------------- host load

@@ -33,84 +33,16 @@ seed), and the agents train on the rest; test sets and reported metrics are unto
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any, Literal
 
 import torch
 
-from fl_lightning.algorithms.cgsv import AgentModels, top_magnitude_mask
+from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
-from fl_lightning.core.federation_evaluation import FederationEvaluator
-from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import RoundPayload, ServerStep
-from fl_lightning.core.simulation import round_generator
-from fl_lightning.core.training import ClientDataSlicer
 
 Reputation = Literal["validation", "leave_one_out"]
-
-
-class ValidatedAgents(AgentModels):
-    """Agents with their own models (``AgentModels``) and a server that holds an auxiliary
-    validation set V: ``validation_fraction`` of every agent's training samples, drawn once
-    from the seed (at least one sample from each agent with two or more; each agent keeps at
-    least one). The agents never train on V, and V is never part of a test set.
-
-    Args:
-        validation_fraction: share of each agent's training samples given to the server
-            (CFFL's experiments: 10% of the training set).
-    """
-
-    def __init__(self, *args: Any, validation_fraction: float = 0.1, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not 0 < validation_fraction < 1:
-            raise ValueError(f"validation_fraction must be in (0, 1) (the share of each agent's training "
-                             f"samples the server validates on), got {validation_fraction}")
-        self._validation: tuple[Any, SimpleNamespace, torch.Tensor] | None = None
-        self._training_slicer = ClientDataSlicer()
-
-    def validation_split(self) -> tuple[SimpleNamespace, torch.Tensor]:
-        """(the agents' training data without V, V's positions in ``train_x``), made once per
-        data tensors (again if the data moves to another device)."""
-        data = self.federated_data
-        if self._validation is not None and self._validation[0] is data.train_index:
-            return self._validation[1], self._validation[2]
-        generator = round_generator(self.hparams.seed, 0, "validation")
-        index, sizes = data.train_index.cpu(), data.train_sizes.cpu().tolist()
-        kept, held = [], []
-        for k, n in enumerate(sizes):
-            num_held = min(max(round(self.hparams.validation_fraction * n), 1), n - 1) if n > 1 else 0
-            order = torch.randperm(n, generator=generator)
-            held.append(index[k, order[:num_held]])
-            kept.append(index[k, order[num_held:]].sort().values)
-        width = max(len(rows) for rows in kept)
-        kept_index = torch.zeros(len(kept), width, dtype=torch.long)
-        for k, rows in enumerate(kept):
-            kept_index[k, : len(rows)] = rows
-        device = data.train_x.device
-        training = SimpleNamespace(train_x=data.train_x, train_y=data.train_y, train_index=kept_index.to(device),
-                                   train_sizes=torch.tensor([len(r) for r in kept], device=device))
-        validation = torch.cat(held).sort().values.to(device)
-        if validation.numel() == 0:
-            raise ValueError(f"{type(self).__name__} needs a validation set, but no agent has two training "
-                             "samples to share one: give the agents more data")
-        self._validation = (data.train_index, training, validation)
-        return training, validation
-
-    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
-        """The agents' training data less the server's validation samples."""
-        if split != "train":
-            return super().client_shards(clients, split)
-        training, _ = self.validation_split()
-        return self._training_slicer.shards(training, clients, "train")
-
-    def validation_accuracy(self, models: torch.Tensor) -> torch.Tensor:
-        """Accuracy on V of each row of ``models`` (M, d) (float64)."""
-        _, held = self.validation_split()
-        data = self.federated_data
-        m, n = models.shape[0], held.numel()
-        sets = (data.train_x, data.train_y, held.expand(m, n), torch.full((m,), n, device=held.device))
-        return FederationEvaluator(self.model, self.layout).stacked(models, sets)[1].double()
 
 
 @register_algorithm

@@ -23,68 +23,19 @@ collaboration), :class:`DW` (q_i ∝ data size), :class:`RR` (round-robin downlo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
 
+from fl_lightning.algorithms.agents import AgentModels, rank_by_magnitude, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
-from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
+from fl_lightning.core.module import RoundPayload, ServerStep
 from fl_lightning.metrics import pearson
 
 Sparsify = Literal["per_tensor", "model"]
-MAX_LOGGED_AGENTS = 20  # per-agent curves (cgsv_r/<i>, cgsv_density/<i>) up to this N
-
-
-class AgentModels(FederatedModule):
-    """N agents, each with its own model w_i (the (N, d) buffer ``agent_models``), all taking
-    part in every round (CGSV Sec. 3.1). Local training starts from w_i and uploads
-    g_i = w_i − w_i' (J's rows); evaluation uses the agents' models, each on its own test
-    set, or all on the shared test set (``test_mode="global"``, the CGSV setting).
-
-    Args:
-        fraction: must be 1.0 (every agent, every round).
-    """
-
-    def __init__(self, *args: Any, fraction: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(*args, fraction=fraction, **kwargs)
-        if fraction != 1.0:
-            raise ValueError(
-                f"{type(self).__name__} needs every agent in every round: set fraction=1.0, got {fraction}"
-            )
-        self.register_client_state("agent_models", init=self.initial_models)
-
-    def log_per_agent(self, series: dict[str, tuple[Any, Iterable[int]]],
-                      metrics: dict[str, float] | None = None) -> None:
-        """Logs ``<name>/<agent>`` for every value of each series (N ≤ ``MAX_LOGGED_AGENTS``) and
-        ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``, as this round's metrics."""
-        metrics = dict(metrics or {})
-        for name, (values, ids) in series.items():
-            if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
-                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
-            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                        f"{name}_max": float(values.max())}
-        self.log_round(metrics)
-
-    def initial_models(self, num_agents: int) -> torch.Tensor:
-        """w_{i,0} := w_0 for every agent (Sec. 3.1)."""
-        return self.global_vector().repeat(num_agents, 1)
-
-    def train_from(self, round_index: int, shards: Any, start: torch.Tensor) -> torch.Tensor:
-        """Local training of the shards' agents from their own flat models ``start`` (m, d);
-        returns g_i = start_i − trained_i."""
-        trained = self.local_train(round_index, shards, start=self.layout.unflatten_stacked(start),
-                                   anchor=self.global_params())
-        return start - self.layout.flatten_stacked(trained)
-
-    def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
-        return self.train_from(round_index, shards, self.agent_models[shards.clients])
-
-    def evaluation_params(self) -> torch.Tensor:
-        return self.agent_models
 
 
 @register_algorithm
@@ -283,20 +234,3 @@ class RR(CGSV):
         agent = payload.clients[turn]
         self.agent_models[agent] += self.global_vector() - self.agent_models[agent]  # v_i = w − w_i
         self.log_agents(turn.double(), payload.clients)
-
-
-def rank_by_magnitude(values: torch.Tensor) -> torch.Tensor:
-    """rank[..., k] = position of entry k of its row when sorted by |value|, largest first
-    (0-based; ties by position)."""
-    order = values.abs().argsort(dim=-1, descending=True, stable=True)
-    positions = torch.arange(values.shape[-1], device=values.device).expand_as(order)
-    return torch.empty_like(order).scatter_(-1, order, positions)
-
-
-def top_magnitude_mask(values: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
-    """(m, D) booleans: row i keeps the ⌊D ratios_i⌋ entries of ``values`` with the largest
-    magnitude (one ranking, ties by position). ``values`` is (D,) shared or (m, D) per row:
-    CGSV's download mask of eq. (5), CFFL's uploads and downloads, ECI's downloads."""
-    rows = values if values.dim() == 2 else values.unsqueeze(0)
-    quota = torch.floor(rows.shape[1] * ratios.double()).unsqueeze(1)
-    return rank_by_magnitude(rows) < quota

@@ -23,7 +23,7 @@ import torch
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.module import FederatedModule, RoundPayload
-from fl_lightning.core.simulation import round_generator
+from fl_lightning.core.simulation import clients_per_round, round_generator
 
 Selection = Literal["uniform", "loss_aware"]
 
@@ -54,7 +54,7 @@ class DRFL(FederatedModule):
         """S_t: uniform, or the m highest-loss of d candidates drawn ∝ data size (power of choice)."""
         if self.hparams.selection == "uniform":
             return super().sample_clients(round_index, num_clients)
-        m = max(1, round(self.hparams.fraction * num_clients))
+        m = clients_per_round(num_clients, self.hparams.fraction)
         d = min(num_clients, self.hparams.num_candidates or 2 * m)
         if d < m:
             raise ValueError(f"num_candidates={d} is below the {m} clients a round takes (fraction="

@@ -31,8 +31,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.algorithms.cffl import ValidatedAgents
-from fl_lightning.algorithms.cgsv import top_magnitude_mask
+from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import RoundPayload, ServerStep
 from fl_lightning.core.simulation import round_generator

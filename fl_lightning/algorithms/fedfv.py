@@ -24,6 +24,7 @@ from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.simulation import round_generator
 
 ProjectionOrder = Literal["loss", "random", "reverse"]
 ExternalRounds = Literal["paper", "reference"]
@@ -138,7 +139,7 @@ class FedFV(FederatedModule):
     def projection_order(self, losses: torch.Tensor, round_index: int) -> torch.Tensor:
         """PO_t as positions in the round: ascending loss (the paper), random or reverse."""
         if self.hparams.order == "random":
-            generator = torch.Generator().manual_seed(self.hparams.seed * 1_000_003 + round_index)
+            generator = round_generator(self.hparams.seed, round_index, "projection_order")
             return torch.randperm(losses.shape[0], generator=generator).to(losses.device)
         return torch.sort(losses, descending=self.hparams.order == "reverse", stable=True).indices
 

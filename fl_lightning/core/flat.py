@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fl_lightning.choices import check_choice
+from fl_lightning.core.settings import LayerGrouping
+
 
 @dataclass(frozen=True)
 class ParameterLayout:
@@ -76,9 +79,6 @@ def assign_model_vector(model: nn.Module, layout: ParameterLayout, flat: torch.T
         params[name].copy_(value)
 
 
-LAYER_GROUPINGS = ("tensor", "module")
-
-
 def layer_slices(model: nn.Module, layout: ParameterLayout, grouping: str = "tensor") -> list[slice]:
     """Contiguous slices of the flat vector that form the model's "layers".
 
@@ -87,8 +87,7 @@ def layer_slices(model: nn.Module, layout: ParameterLayout, grouping: str = "ten
     paper's Table 4 counts as a layer). A module's own parameters are adjacent in
     ``named_parameters()`` order, so every group is one slice.
     """
-    if grouping not in LAYER_GROUPINGS:
-        raise ValueError(f"unknown layer grouping {grouping!r}; valid: {', '.join(map(repr, LAYER_GROUPINGS))}")
+    check_choice("layer_grouping", grouping, LayerGrouping)
     slices = layout.slices()
     if grouping == "tensor":
         return [slices[name] for name in layout.names]

@@ -34,8 +34,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from fl_lightning.choices import check_choice
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients
+from fl_lightning.core.settings import CHOICES, EngineName, check_clients_per_chunk
 from fl_lightning.models.stacked import StackedForward, stacked_forward
 
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
@@ -195,8 +197,7 @@ def autocast_context(device: torch.device, autocast: str | None) -> contextlib.A
     matmuls/convolutions run in bf16 (or fp16 on a GPU)."""
     if autocast is None:
         return contextlib.nullcontext()
-    if autocast not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown local_autocast {autocast!r}; valid: None, {', '.join(map(repr, AUTOCAST_DTYPES))}")
+    check_choice("local_autocast", autocast, *CHOICES["local_autocast"])
     return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[autocast])
 
 
@@ -225,16 +226,6 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
-
-
-def check_clients_per_chunk(clients_per_chunk: int | str | None) -> None:
-    """An integer >= 1, ``"auto"`` or ``None`` (all clients at once)."""
-    if clients_per_chunk is not None and clients_per_chunk != "auto" and (
-        not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
-    ):
-        raise ValueError(
-            f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
-        )
 
 
 FORWARD_KINDS = ("auto", "stacked", "vmap")
@@ -535,12 +526,11 @@ def choose_engine(
     """``auto`` picks the vectorised engine unless the stacked parameters, gradients and
     momenta of one chunk of clients would not fit in the memory budget (an ``"auto"``
     chunk always fits: it is sized from the free memory)."""
+    check_choice("engine", name, EngineName)
     if name == "auto":
         stacked = 1 if isinstance(clients_per_chunk, str) else min(num_clients, clients_per_chunk or num_clients)
         needed = 4 * stacked * num_parameters * 4  # params, grads, momentum, copies (fp32)
         name = "vectorised" if needed <= memory_budget_bytes else "sequential"
     if name == "vectorised":
         return VectorisedEngine(clients_per_chunk, autocast)
-    if name == "sequential":
-        return SequentialEngine(autocast)
-    raise ValueError(f"unknown engine {name!r}; valid: 'auto', 'vectorised', 'sequential'")
+    return SequentialEngine(autocast)

@@ -50,7 +50,6 @@ from fl_lightning.models import create_fl_model
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
 __all__ = ["FederatedModule", "RoundPayload", "ServerStep", "round_generator"]
-_LEGACY_BUFFERS = ("layer_conflict_sums", "conflict_rounds", "qp_fallbacks")  # now diagnostics' state
 
 
 class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
@@ -268,8 +267,6 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """Creates the declared per-client state with the checkpoint's shapes (``load_from_checkpoint``
         restores before any setup) and restores the global generators."""
         state = checkpoint.get("state_dict", {})
-        for name in _LEGACY_BUFFERS:  # checkpoints written before the diagnostics were callbacks
-            state.pop(name, None)
         self.expand_history(checkpoint)
         self.materialise_from_checkpoint(state)
         if checkpoint.get("fl_rng") is not None:

@@ -40,6 +40,14 @@ def check_module_settings(settings: Mapping[str, Any]) -> None:
     for name, (valid, rule) in RANGES.items():
         if not valid(settings[name]):
             raise ValueError(f"{name} must be {rule}, got {settings[name]}")
-    chunk = settings["clients_per_chunk"]
-    if chunk is not None and chunk != "auto" and (not isinstance(chunk, int) or chunk < 1):
-        raise ValueError(f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {chunk!r}")
+    check_clients_per_chunk(settings["clients_per_chunk"])
+
+
+def check_clients_per_chunk(clients_per_chunk: Any) -> None:
+    """``clients_per_chunk``: an integer >= 1, ``"auto"`` or ``None`` (all clients at once)."""
+    if clients_per_chunk is not None and clients_per_chunk != "auto" and (
+        not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
+    ):
+        raise ValueError(
+            f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
+        )

@@ -14,21 +14,37 @@ import torch
 from fl_lightning.core.payload import RoundPayload
 from fl_lightning.core.settings import Attack
 
-# purposes of the per-round draws; the server-side ones serve algorithms that hold a validation
-# set (its draw, once), estimate Shapley values from random orders, or pick candidate clients
-_STREAMS = {"sampling": 1, "dropout": 2, "shuffle": 3, "validation": 11, "shapley_orders": 12, "candidates": 13}
+# purposes of the per-round draws -> (multiplier of the round, offset) in round_seed's mix. The
+# server-side ones serve algorithms that hold a validation set (its draw, once), estimate Shapley
+# values from random orders, pick candidate clients, or order FedFV's projections at random (whose
+# mix, seed * 1_000_003 + round, predates this table and is kept so its runs replay exactly)
+_STREAMS = {
+    "sampling": (7_919, 1 * 104_729), "dropout": (7_919, 2 * 104_729), "shuffle": (7_919, 3 * 104_729),
+    "validation": (7_919, 11 * 104_729), "shapley_orders": (7_919, 12 * 104_729),
+    "candidates": (7_919, 13 * 104_729), "projection_order": (1, 0),
+}
+
+
+def round_seed(seed: int, round_index: int, stream: str) -> int:
+    """The seed of one purpose's draws in one round: a pure function of (seed, round, purpose)."""
+    round_multiplier, offset = _STREAMS[stream]
+    return (seed * 1_000_003 + round_index * round_multiplier + offset) % (2**63 - 1)
 
 
 def round_generator(seed: int, round_index: int, stream: str) -> torch.Generator:
     """A CPU generator for one purpose in one round, independent of everything before."""
-    mixed = (seed * 1_000_003 + round_index * 7_919 + _STREAMS[stream] * 104_729) % (2**63 - 1)
-    return torch.Generator().manual_seed(mixed)
+    return torch.Generator().manual_seed(round_seed(seed, round_index, stream))
+
+
+def clients_per_round(num_clients: int, fraction: float) -> int:
+    """m = max(1, round(C*K)): how many of the K clients a round with participation C takes."""
+    return max(1, round(fraction * num_clients))
 
 
 def sample_uniformly(seed: int, round_index: int, num_clients: int, fraction: float) -> torch.Tensor:
     """S_t: max(1, round(C*K)) of the K clients uniformly without replacement, sorted
     (McMahan et al., AISTATS 2017, Alg. 1)."""
-    m = max(1, round(fraction * num_clients))
+    m = clients_per_round(num_clients, fraction)
     if m >= num_clients:
         return torch.arange(num_clients)
     chosen = torch.randperm(num_clients, generator=round_generator(seed, round_index, "sampling"))

@@ -1,0 +1,115 @@
+"""No import cycles among the library, the benchmarks and the leaderboard: arrows point one way.
+
+Every import counts, at module level or inside a function (a lazy import only hides a cycle
+from the interpreter, not from a reader), except those under ``if TYPE_CHECKING:``. The one
+declared exception is the console script's hand-over: ``fl_lightning.cli`` stays torch-free
+and imports ``fl_lightning.lightning_cli`` inside ``main`` only, when a command runs, while
+``lightning_cli`` takes the console script's defaults (config file, tracking URI) from it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("fl_lightning", "benchmarks", "leaderboard")
+# (importer, imported): imports allowed to close a cycle, each only inside a function
+LAZY_HANDOVERS = {("fl_lightning.cli", "fl_lightning.lightning_cli")}
+
+
+def module_files() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, bool]:
+    """The project modules ``name`` imports -> whether any of those imports is at module level."""
+    found: dict[str, bool] = {}
+
+    def project_module(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            targets: list[str] = []
+            if isinstance(child, ast.Import):
+                targets = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: from the importer's package
+                    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                    for _ in range(child.level - 1):
+                        package = package.rpartition(".")[0]
+                    base = f"{package}.{base}".rstrip(".")
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in child.names]
+            for target in filter(None, map(project_module, targets)):
+                if target != name:
+                    found[target] = found.get(target, False) or not in_function
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, bool]]:
+    modules = module_files()
+    return {name: imports(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def strong(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, {}):
+            if target not in index:
+                strong(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            strong(module)
+    return groups
+
+
+def test_no_two_modules_import_each_other():
+    graph = import_graph()
+    assert len(graph) > 50 and "fl_lightning.core.module" in graph["fl_lightning.algorithms.fedavg"]
+    for importer, imported in LAZY_HANDOVERS:
+        assert graph[importer].get(imported) is False, f"{importer} must import {imported} only inside a function"
+        del graph[importer][imported]
+    found = cycles(graph)
+    assert not found, ("modules that import each other, directly or around a cycle (move what they share "
+                       "into one of them or a third module):\n" + "\n".join(map(", ".join, found)))
+
+
+def test_a_cycle_is_found():
+    graph = {"a": {"b": True}, "b": {"c": False}, "c": {"a": True}, "d": {"a": True}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": True}, "b": {}}) == []

@@ -64,8 +64,9 @@ def test_below_theta_the_guidance_is_off_and_fedmdfg_is_mgda():
     losses = torch.tensor([1.0, 1.05])
     assert fairness_angle(losses) < 11.25
     module = fedmdfg(3, lr=0.5)
-    step = module.aggregate(payload(G * 0.5, losses))  # updates = η_t g
-    assert module.last_round_stats["fedmdfg_guided"] == 0
+    result = module.aggregate(payload(G * 0.5, losses))  # updates = η_t g
+    step = result.direction
+    assert result.metrics["fedmdfg_guided"] == 0
     assert torch.allclose(step.double(), transcribed_step(G, losses, 0.5, guided=False), atol=1e-5)
     assert (G @ step > 0).all()  # a common descent direction
 
@@ -73,10 +74,11 @@ def test_below_theta_the_guidance_is_off_and_fedmdfg_is_mgda():
 def test_above_theta_the_guidance_favours_the_client_with_the_larger_loss():
     g = torch.tensor([[2.0, 0.0, 0.5], [0.0, 2.0, 0.5]])  # symmetric: MGDA treats them equally
     fair, unfair = torch.tensor([1.0, 1.0]), torch.tensor([0.5, 2.0])
-    plain = fedmdfg(3).aggregate(payload(g, fair))
+    plain = fedmdfg(3).aggregate(payload(g, fair)).direction
     module = fedmdfg(3)
-    guided = module.aggregate(payload(g, unfair))
-    assert module.last_round_stats["fedmdfg_guided"] == 1
+    result = module.aggregate(payload(g, unfair))
+    guided = result.direction
+    assert result.metrics["fedmdfg_guided"] == 1
     assert torch.allclose(guided.double(), transcribed_step(g, unfair, 1.0, guided=True), atol=1e-5)
     descent_plain, descent_guided = g @ plain, g @ guided  # each client's first-order loss decrease
     assert torch.isclose(descent_plain[0], descent_plain[1])
@@ -88,8 +90,8 @@ def test_guidance_switches_on_exactly_above_theta():
         losses = torch.tensor([1.0, math.tan(math.radians(45 + 11.25 + offset))])
         assert math.isclose(fairness_angle(losses), 11.25 + offset, abs_tol=1e-4)
         module = fedmdfg(3)
-        module.aggregate(payload(G, losses))
-        assert module.last_round_stats["fedmdfg_guided"] == float(on)
+        result = module.aggregate(payload(G, losses))
+        assert result.metrics["fedmdfg_guided"] == float(on)
     losses = torch.tensor([0.5, 2.0, 1.0])
     h = fair_guidance(losses)
     assert math.isclose(float(h.norm()), 1.0) and abs(float(h @ losses.double())) < 1e-12  # h ⊥ F
@@ -103,13 +105,14 @@ def test_absent_clients_are_those_of_the_previous_round_and_zero_updates_are_lef
         g = torch.randn(len(online), 3, generator=torch.Generator().manual_seed(t))
         p = payload(g, torch.rand(len(online)).tolist(), clients=online, t=t)
         assert module.absent_clients(p.clients).tolist() == absent, t
-        step = module.aggregate(p)
-        assert module.last_round_stats["fedmdfg_absent_added"] == len(absent)
-        module.on_round_end(p, step)
+        result = module.aggregate(p)
+        assert result.metrics["fedmdfg_absent_added"] == len(absent)
+        module.on_round_end(p, result.direction)
     # a client whose update is zero is left out of the QP and of the history
     p = payload([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0]], [1.0, 2.0], clients=[0, 1], t=4)
-    step = module.aggregate(p)
-    assert module.last_round_stats["fedmdfg_zero_clients"] == 1 and torch.isfinite(step).all()
+    result = module.aggregate(p)
+    step = result.direction
+    assert result.metrics["fedmdfg_zero_clients"] == 1 and torch.isfinite(step).all()
     module.on_round_end(p, step)
     assert module.last_seen.tolist() == [4, 2, 2, 2, 3]
 

@@ -51,8 +51,7 @@ def d_dims(g3, d):
 def test_lambda_satisfies_kkt_of_the_boxed_qp(epsilon, seed):
     module = make(epsilon=epsilon)
     updates, n = random_round(8, module.layout.num_parameters, seed)
-    module.aggregate(payload(updates, n))
-    lam = module.last_lambda
+    lam = module.aggregate(payload(updates, n)).details["lambda"]
     lam0 = n.double() / n.sum()
     lower, upper = (lam0 - epsilon).clamp(min=0), (lam0 + epsilon).clamp(max=1)
     g = normalised(updates)
@@ -73,9 +72,10 @@ def test_lambda_satisfies_kkt_of_the_boxed_qp(epsilon, seed):
 def test_epsilon_zero_is_fedavg_n():
     module = make(FedAvgN)
     updates, n = random_round(6, module.layout.num_parameters, 3)
-    step = module.aggregate(payload(updates, n))
+    result = module.aggregate(payload(updates, n))
+    step = result.direction
     lam0 = n.double() / n.sum()
-    torch.testing.assert_close(module.last_lambda, lam0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(result.details["lambda"], lam0, rtol=0, atol=1e-12)
     torch.testing.assert_close(step, lam0 @ normalised(updates), rtol=1e-10, atol=1e-12)
 
 
@@ -93,7 +93,7 @@ def test_fedmgda_is_the_plain_min_norm_point():
     module = make(FedMGDA)
     assert module.hparams.epsilon == 1.0 and module.hparams.normalize is False
     updates, n = random_round(6, module.layout.num_parameters, 4)
-    step = module.aggregate(payload(updates, n))
+    step = module.aggregate(payload(updates, n)).direction
     expected = min_norm_by_cvxopt(updates)
     # min_norm_simplex solves to reltol 1e-6 on the objective; since ||d - d*||² <= ||d||² - ||d*||²
     # on a convex set, d is then within 1e-3 ||d*|| of the min-norm point
@@ -108,9 +108,9 @@ def test_fedlf_three_client_example():
     MGDA's min-norm point conflicts with none."""
     plus = make(epsilon=0.1)
     g = d_dims(torch.tensor([[-1.0, 0.5, 0.0], [0.8, -1.0, 0.0], [1.0, 1.0, -1.0]]), plus.layout.num_parameters)
-    step = plus.aggregate(payload(g, [10, 10, 10]))
+    step = plus.aggregate(payload(g, [10, 10, 10])).direction
     assert (g @ step < 0).tolist() == [True, True, False]
-    plain = make(FedMGDA).aggregate(payload(g, [10, 10, 10]))
+    plain = make(FedMGDA).aggregate(payload(g, [10, 10, 10])).direction
     assert (g @ plain > 0).all()
 
 
@@ -123,8 +123,8 @@ def test_decay_schedule():
     assert make(num_rounds=1000).global_lr_at(999) == 1.0  # decay = 1: constant
     assert make(global_lr=None, lr=0.05, lr_decay=0.99).global_lr_at(7) == pytest.approx(0.05 * 0.99**7)
     updates, n = random_round(4, module.layout.num_parameters, 5)
-    first = module.aggregate(payload(updates, n, t=0))
-    later = module.aggregate(payload(updates, n, t=250))
+    first = module.aggregate(payload(updates, n, t=0)).direction
+    later = module.aggregate(payload(updates, n, t=250)).direction
     torch.testing.assert_close(later, beta**2 * first)
 
 
@@ -164,7 +164,10 @@ def test_bad_hyper_parameters_are_refused(kwargs, message):
 
 class Rounds(pl.Callback):
     def __init__(self):
-        self.metrics = []
+        self.metrics, self.details = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.details.append(outputs["details"])  # the round's ServerStep.details
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
@@ -183,6 +186,6 @@ def test_short_fit_logs_qp_and_improvement():
     for metrics in rounds.metrics:
         assert {"qp_fallback", "qp_fallbacks_total", "global_lr", "improved_fraction"} <= set(metrics)
         assert 0 <= metrics["improved_fraction"] <= 1
-    lam = module.last_lambda
+    lam = rounds.details[-1]["lambda"]
     assert abs(float(lam.sum()) - 1) < 1e-6 and len(lam) == 4
-    assert module.last_qp_status == "optimal"
+    assert rounds.details[-1]["qp_status"] == "optimal"

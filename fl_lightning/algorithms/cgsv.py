@@ -27,7 +27,12 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.algorithms.agents import AgentModels, rank_by_magnitude, top_magnitude_mask
+from fl_lightning.algorithms.agents import (
+    MAX_LOGGED_AGENTS,
+    AgentModels,
+    rank_by_magnitude,
+    top_magnitude_mask,
+)
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
@@ -113,11 +118,11 @@ class CGSV(AgentModels):
         c = self.hparams.gamma / (G.diagonal().sqrt() + 1e-7)  # u_i = −c_i g_i   (1)
         a = self.aggregation_weights(payload)  # u_N = Σ a_i u_i
         psi = self.contributions(G, c, a)  # ψ_i                                 (3)
-        self.last_psi = (psi.detach(), payload.clients.tolist())
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
-        return ServerStep(combine(a * c, payload.updates), new_state={"r": r / r.sum()})  # −u_N = Σ_i a_i c_i g_i
+        return ServerStep(combine(a * c, payload.updates), new_state={"r": r / r.sum()},  # −u_N = Σ_i a_i c_i g_i
+                          metrics=self.agent_metrics("cgsv_psi", psi, payload.clients.tolist()))
 
     def aggregation_weights(self, payload: RoundPayload) -> torch.Tensor:
         """r_{i,t-1}; in the first round (r = 0) the data-size shares n_i / Σ n_j."""
@@ -156,14 +161,21 @@ class CGSV(AgentModels):
 
     # ----------------------------------------------------------------------------- reporting
     def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
-        """Every r_i, ψ_i (eq. 3), download density q_i / D and distance ||w_i − w|| of the agent's
-        model to the server's (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves."""
+        """Every r_i, download density q_i / D and distance ||w_i − w|| of the agent's model to
+        the server's (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves (ψ_i, eq. 3,
+        comes with the round's step: ``agent_metrics``)."""
         series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist()),
                   "cgsv_distance": ((self.agent_models - self.global_vector()).norm(dim=1), range(len(self.r)))}
-        psi = getattr(self, "last_psi", None)
-        if psi is not None:
-            series["cgsv_psi"] = psi
         self.log_per_agent(series)
+
+    def agent_metrics(self, name: str, values: torch.Tensor, agents: list[int]) -> dict[str, float | torch.Tensor]:
+        """The metrics ``log_per_agent`` would log for one series, for ``ServerStep.metrics``:
+        ``<name>/<agent>`` (N ≤ ``MAX_LOGGED_AGENTS``) and ``<name>_min``/``_mean``/``_max``."""
+        metrics: dict[str, float | torch.Tensor] = {}
+        if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
+            metrics |= {f"{name}/{i}": float(v) for i, v in zip(agents, values)}
+        return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
+                          f"{name}_max": float(values.max())}
 
     def evaluate_all_clients(self) -> dict[str, float]:
         """The core's evaluation of the agents' models, plus ρ_r (and ρ with standalone models)."""

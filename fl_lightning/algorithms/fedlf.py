@@ -15,7 +15,7 @@ from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.choices import check_choice
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import batched_min_norm_simplex, min_norm_simplex
 from fl_lightning.core.training import GradientSignal, full_batch_gradients
 
@@ -62,6 +62,7 @@ class FedLF(FederatedModule):
     Logged per round: ``fedlf_fair_used`` (g_P in the QP), ``fedlf_absent_added``,
     ``fedlf_tau``, ``fedlf_layers_merged`` (layers inside merged groups),
     ``fedlf_zero_layers`` (layers left with d_l = 0), ``fedlf_qp_fallbacks`` (cvxopt only).
+    The final layer groups, with whether their d_l is 0, are the step's ``details["groups"]``.
 
     Args:
         gradient: the client signal, ``"update"`` (paper) or ``"full_batch"`` (authors' code).
@@ -103,8 +104,6 @@ class FedLF(FederatedModule):
             raise ValueError(f"zero_tol must be in (0, 1) (default 1e-3), got {zero_tol}")
         self.save_hyperparameters()
         self.register_client_history()  # H_k: every client's last g, and the round it came in
-        self.last_round_stats: dict[str, Any] = {}
-        self.last_groups: list[tuple[list[int], bool]] = []
 
     # ------------------------------------------------------------------------- client side
     def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
@@ -135,7 +134,7 @@ class FedLF(FederatedModule):
         recent[payload.clients.to(recent.device)] = False
         return recent.nonzero().flatten(), tau
 
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
         t, m = payload.round, payload.num_clients
         g = self.client_gradients(payload)  # step 1
         q = fair_coefficients(payload.losses)  # step 2
@@ -143,26 +142,23 @@ class FedLF(FederatedModule):
         X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
         grams = layer_grams(X, self.layer_slices)
         coefficients, groups, fallbacks = self.layerwise_min_norm(grams, m, q, torch.finfo(X.dtype).eps)
-        self.count_qp_fallbacks(fallbacks)
         u = layer_combination(coefficients, X, self.layer_slices)  # Σ_j λ_j V_j per layer = −d
-        self.last_round_stats = {
+        u64 = u.double()  # norms in float64: float32 ones overflow for finite updates beyond ~1e19
+        if u64.norm() == 0:  # Pareto-stationary at every layer group: d = 0
+            step = torch.zeros_like(u)
+        else:  # step 6: ||d|| = ||(1/m) Σ g_i||, w ← w + η_t d, i.e. the server step is −η_t d
+            step = (self.server_step_size(t) * g.double().mean(dim=0).norm() * u64 / u64.norm()).to(u.dtype)
+        return ServerStep(step, qp_fallbacks=fallbacks, details={"groups": groups}, metrics={
             "fedlf_fair_used": float(q is not None),
             "fedlf_absent_added": float(len(absent)),
             "fedlf_tau": float(tau),
             "fedlf_layers_merged": float(sum(len(group) for group, _ in groups if len(group) > 1)),
             "fedlf_zero_layers": float(sum(len(group) for group, zero in groups if zero)),
             "fedlf_qp_fallbacks": float(fallbacks),
-        }
-        self.last_groups = groups
-        u64 = u.double()  # norms in float64: float32 ones overflow for finite updates beyond ~1e19
-        if u64.norm() == 0:  # Pareto-stationary at every layer group: d = 0
-            return torch.zeros_like(u)
-        # step 6: ||d|| = ||(1/m) Σ g_i||, w ← w + η_t d, i.e. the server step is −η_t d
-        return (self.server_step_size(t) * g.double().mean(dim=0).norm() * u64 / u64.norm()).to(u.dtype)
+        })
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         self.store_history(payload.clients, self.client_gradients(payload), payload.round)
-        self.log_round(self.last_round_stats)
 
     # ------------------------------------------------------------------ steps 4 and 5
     def layerwise_min_norm(

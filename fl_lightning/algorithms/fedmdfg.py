@@ -15,7 +15,7 @@ from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import ClientShards
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import min_norm_simplex
 from fl_lightning.core.training import GradientSignal, full_batch_gradients
 
@@ -108,7 +108,6 @@ class FedMDFG(FederatedModule):
         check_choice("gradient", gradient, GradientSignal)
         self.save_hyperparameters()
         self.register_client_history()  # every client's last ĝ, and the round it came in
-        self.last_round_stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------------- client side
     def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
@@ -136,30 +135,28 @@ class FedMDFG(FederatedModule):
         absent[online.to(absent.device)] = False
         return absent.nonzero().flatten()
 
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
         live, g_hat = self.equalised_gradients(payload)
         absent = self.absent_clients(payload.clients)
-        self.last_round_stats = {
-            "fedmdfg_zero_clients": float((~live).sum()),
-            "fedmdfg_absent_added": float(len(absent)),
-        }
+        stats: dict[str, float | torch.Tensor] = {"fedmdfg_zero_clients": float((~live).sum()),
+                                                  "fedmdfg_absent_added": float(len(absent))}
         if not live.any():
-            return torch.zeros_like(payload.updates[0])
+            return ServerStep(torch.zeros_like(payload.updates[0]), metrics=stats)
         payload = payload.select(live)
-        d, guided = self.descent_direction(g_hat, payload.losses, self.history_rows(absent, g_hat))
+        d, guided, qp_fallbacks = self.descent_direction(g_hat, payload.losses, self.history_rows(absent, g_hat))
         eta, evaluations = self.line_search(payload, g_hat, d, guided, same_clients=len(absent) == 0)
-        self.last_round_stats |= {
+        return ServerStep(-eta * d, qp_fallbacks=qp_fallbacks, metrics=stats | {
             "fedmdfg_guided": float(guided),
             "fedmdfg_fairness_angle": fairness_angle(payload.losses),
             "fedmdfg_line_search_evals": float(evaluations),
             "fedmdfg_step_size": eta,
-        }
-        return -eta * d
+        })
 
     def descent_direction(
         self, g_hat: torch.Tensor, losses: torch.Tensor, absent: torch.Tensor
-    ) -> tuple[torch.Tensor, bool]:
-        """Steps 3 and 5: d (d,) and whether the fair guidance was active."""
+    ) -> tuple[torch.Tensor, bool, int]:
+        """Steps 3 and 5: d (d,), whether the fair guidance was active, and whether the QP
+        fell back to another solver (0 or 1)."""
         m = g_hat.shape[0]
         X = torch.cat([g_hat, absent])  # [ĝ_1..ĝ_m; H_1..H_a]
         C = torch.eye(X.shape[0], dtype=torch.float64, device=X.device)  # V = C X
@@ -170,13 +167,13 @@ class FedMDFG(FederatedModule):
             C = torch.cat([C[:m], fair.unsqueeze(0), C[m:]])
         vector_gram = C @ gram(X) @ C.T
         qp = min_norm_simplex(vector_gram, solver="cvxopt")
-        self.count_qp_fallbacks(qp.fallback is not None)
+        fallback = int(qp.fallback is not None)
         weights = qp.weights
         u = combine(weights @ C, X)  # Σ λ_j V_j = −d
         stationary = weights @ vector_gram @ weights <= ZERO_DIRECTION**2 * vector_gram.diagonal().max()
         if stationary:
-            return torch.zeros_like(u), guided
-        return -u * (g_hat.mean(dim=0).norm() / u.norm()), guided
+            return torch.zeros_like(u), guided, fallback
+        return -u * (g_hat.mean(dim=0).norm() / u.norm()), guided, fallback
 
     def line_search(
         self,
@@ -211,4 +208,3 @@ class FedMDFG(FederatedModule):
         live, g_hat = self.equalised_gradients(payload)
         clients = payload.clients[live]
         self.store_history(clients, g_hat, payload.round)
-        self.log_round(self.last_round_stats)

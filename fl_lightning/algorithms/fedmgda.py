@@ -16,7 +16,7 @@ import torch
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import with_proximal_term
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import box_around, min_norm_simplex
 
 
@@ -31,7 +31,7 @@ class FedMGDAPlus(FederatedModule):
       line 9: w <- w - η_t d_t, η_t = η · β^⌊t/100⌋ with β = decay^(100/T) (Sec. 6.1; t counts
               rounds from 0, T = ``num_rounds``).
     ε = 0 is FedAvg with weights λ0 (FedAvg-n when normalised); ε >= 1 is MGDA (eq. 23).
-    λ* of the last round is kept in ``last_lambda``; the QP's status in ``last_qp_status``.
+    The round's λ* and the QP's status are in its step's ``details`` (``lambda``, ``qp_status``).
     Logged per round: ``qp_fallback`` (1 when cvxopt failed and a fallback solver answered),
     ``qp_fallbacks_total`` and ``global_lr``. The share of participants whose training loss
     did not increase (footnote 6) is logged as ``improved_fraction`` (``track_improvement``
@@ -70,8 +70,6 @@ class FedMGDAPlus(FederatedModule):
         if mu < 0:
             raise ValueError(f"mu must be >= 0 (0 = no proximal term), got {mu}")
         self.save_hyperparameters()
-        self.last_lambda: torch.Tensor | None = None
-        self.last_qp_status: str | None = None
 
     def global_lr_at(self, round_index: int) -> float:
         """η_t = η · β^⌊t/100⌋ with β = decay^(100/T) (Sec. 6.1)."""
@@ -79,7 +77,7 @@ class FedMGDAPlus(FederatedModule):
         eta = self.round_lr(round_index) if self.hparams.global_lr is None else self.hparams.global_lr
         return eta * beta ** (round_index // 100)
 
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
         updates = payload.updates
         G = gram(updates)  # g_i · g_j
         if self.hparams.normalize:  # line 4: ĝ_i = g_i / (||g_i|| + 1e-8)
@@ -89,11 +87,11 @@ class FedMGDAPlus(FederatedModule):
         G_hat = scale[:, None] * G * scale[None, :]  # ĝ_i · ĝ_j
         lambda0 = payload.num_samples.to(G.dtype) / payload.num_samples.sum()  # λ0_i = n_i / n
         qp = min_norm_simplex(G_hat, *box_around(lambda0, self.hparams.epsilon))  # line 5
-        self.last_lambda, self.last_qp_status = qp.weights, qp.status
-        self.count_qp_fallbacks(qp.fallback is not None)
         eta = self.global_lr_at(payload.round)
-        self.log_round({"qp_fallback": float(qp.fallback is not None), "global_lr": eta})
-        return eta * combine(qp.weights * scale, updates)  # lines 6 and 9: η_t Σ_i λ*_i ĝ_i
+        fallback = qp.fallback is not None
+        return ServerStep(eta * combine(qp.weights * scale, updates),  # lines 6 and 9: η_t Σ_i λ*_i ĝ_i
+                          metrics={"qp_fallback": float(fallback), "global_lr": eta}, qp_fallbacks=int(fallback),
+                          details={"lambda": qp.weights, "qp_status": qp.status})
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         loss = super().client_objective(logits, targets, mask, local_params, global_params)

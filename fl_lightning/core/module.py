@@ -14,8 +14,9 @@ The algorithm contract (what a subclass may override, and when state may change)
    state with ``register_client_state`` (created once K is known, checkpointed).
  - ``client_objective``: every client's minibatch loss (default: cross-entropy).
  - ``train_clients``: local training -> J; client-side state (a client's own model) may change.
- - ``aggregate(payload) -> ServerStep | Tensor``: changes no state; new values of the
-   algorithm's state go in ``ServerStep.new_state``, committed with the step.
+ - ``aggregate(payload) -> ServerStep | Tensor``: changes no state and logs nothing; new values
+   of the algorithm's state go in ``ServerStep.new_state``, committed with the step, and what
+   it logs about the round in ``ServerStep.metrics``, logged with the round's metrics.
  - ``on_round_end(payload, step)``: bookkeeping after an applied step (histories, logs).
  - ``evaluation_params``: what evaluation tests (the global model by default).
 """
@@ -128,7 +129,6 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.automatic_optimization = False
         self.engines = EngineRunner(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
         self.last_client_metrics: dict[str, list[float]] = {}
-        self.round_qp_fallbacks = 0
         self.round_log = RoundLog()
 
     def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
@@ -159,7 +159,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def aggregate(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
         """The server step d (d,) from the round's uploads (the server applies w <- w - d),
-        with the algorithm's new state; must not change any state itself."""
+        with the algorithm's new state and metrics; must not change any state or log itself."""
         raise NotImplementedError(f"{type(self).__name__} must implement aggregate(payload)")
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
@@ -188,11 +188,6 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """The local learning rate of a round: lr * lr_decay^t."""
         t = self.round_index if round_index is None else round_index
         return self.hparams.lr * self.hparams.lr_decay**t
-
-    def count_qp_fallbacks(self, count: int) -> None:
-        """Record QPs of this round answered by a fallback (``core.qp``: warned, never fatal);
-        the run's total is logged every round as ``qp_fallbacks_total``."""
-        self.round_qp_fallbacks += int(count)
 
     def drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled clients that answer; each fails with probability ``dropout_prob``."""
@@ -328,11 +323,12 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             return {}
 
         started = time.perf_counter()
-        self.round_qp_fallbacks = 0
         step = as_server_step(self.aggregate(payload))
         self._sync()
         metrics["server_time_s"] = time.perf_counter() - started
-        outcome = {"payload": payload, "server_step": None, "qp_fallbacks": self.round_qp_fallbacks}
+        metrics = self.with_algorithm_metrics(step, metrics)
+        outcome = {"payload": payload, "server_step": None, "qp_fallbacks": step.qp_fallbacks,
+                   "details": step.details}
         if not torch.isfinite(step.direction).all():
             self.print(f"round {t + 1}: the server step is not finite; the global model and the state are kept")
             self.log_round(metrics | {"server_step_nonfinite": 1.0})
@@ -341,6 +337,16 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.commit_round(payload, step)
         self.log_round(metrics | {"server_step_norm": step.direction.norm()})
         return outcome | {"server_step": step.direction}
+
+    def with_algorithm_metrics(self, step: ServerStep,
+                               metrics: dict[str, float | torch.Tensor]) -> dict[str, float | torch.Tensor]:
+        """The round's metrics after what ``aggregate`` logs (``ServerStep.metrics``), logged
+        whether or not the step is applied; a name both use is refused."""
+        clash = sorted(step.metrics.keys() & (metrics.keys() | {"server_step_norm", "server_step_nonfinite"}))
+        if clash:
+            raise ValueError(f"{type(self).__name__}.aggregate logs {clash}, which the round logs itself: "
+                             "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
+        return step.metrics | metrics
 
     def commit_round(self, payload: RoundPayload, step: ServerStep) -> None:
         """After an applied step: the state ``aggregate`` proposed, then ``on_round_end``."""

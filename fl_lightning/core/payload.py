@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,12 +45,25 @@ class ServerStep:
     """An algorithm's answer to a round: the step d (the server applies w <- w - d) and the
     new values of its registered state, which the server commits only when d is finite.
 
-    ``aggregate`` returns a ``ServerStep`` (or just the tensor d when it has no state to
-    change), so a refused round leaves the model and the algorithm's state in step.
+    ``aggregate`` returns a ``ServerStep`` (or just the tensor d when it has nothing else to
+    say), so a refused round leaves the model and the algorithm's state in step, and
+    ``aggregate`` itself changes nothing and logs nothing:
+
+    - ``metrics``: what the algorithm logs about the round (name -> a number, or a tensor,
+      logged as its mean), logged with the round's own metrics (step = round), whether or
+      not the step is applied;
+    - ``qp_fallbacks``: QPs of the round a fallback solver answered (``core.qp``: warned,
+      never fatal), added to the run's ``qp_fallbacks_total``;
+    - ``details``: what the aggregation found that is not logged (FedMGDA+'s λ*, FedLF's
+      layer groups), for tests, notebooks and callbacks (``outputs["details"]`` of the
+      round's ``on_train_batch_end``).
     """
 
     direction: torch.Tensor  # (d,)
     new_state: dict[str, torch.Tensor] = field(default_factory=dict)  # buffer name -> its new value
+    metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)  # metric name -> value
+    qp_fallbacks: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def as_server_step(proposal: ServerStep | torch.Tensor) -> ServerStep:

@@ -22,6 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Tag
+
 PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
 PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
 
@@ -96,11 +99,15 @@ def training_samples(config: dict) -> float | None:
         total = float(SYNTHETIC_MEAN_CLIENT_SIZE * num_clients)
     elif source in TRAIN_SIZES:
         total = float(TRAIN_SIZES[source])
-        if data.get("test_mode", "local") == "local":
-            total *= 1 - float(data.get("local_test_fraction", 0.2))
+        if data.get(schema.TEST_MODE, schema.DEFAULT_TEST_MODE) == schema.LOCAL_TEST_MODE:
+            total *= 1 - float(data.get(schema.LOCAL_TEST_FRACTION, schema.DEFAULT_LOCAL_TEST_FRACTION))
     else:
         return None
-    return float(args.get("fraction", 0.1)) * total * int(args.get("local_epochs", 1))
+    return _fraction(args) * total * int(args.get(schema.LOCAL_EPOCHS, 1))
+
+
+def _fraction(init_args: dict) -> float:
+    return float(init_args.get(schema.FRACTION, schema.DEFAULT_FRACTION))
 
 
 def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
@@ -128,7 +135,7 @@ def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None
     rounds = int(args.get("num_rounds", 100))
     speed = throughput[model]
     evaluations = rounds / int(args.get("eval_every", 1)) + 1
-    fraction = float(args.get("fraction", 0.1)) * int(args.get("local_epochs", 1))
+    fraction = _fraction(args) * int(args.get(schema.LOCAL_EPOCHS, 1))
     evaluated = per_round / fraction if fraction else 0.0  # every client's data
     return (RUN_START_S + rounds * (per_round / speed + ROUND_OVERHEAD_S)
             + evaluations * evaluated * EVAL_COST / speed)
@@ -198,7 +205,7 @@ def run_durations(tracking_uri: str, suite: str) -> dict[str, list[float]]:
         page = client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'",
                                   max_results=1000, page_token=token)
         for run in page:
-            cell, end = run.data.tags.get("cell"), run.info.end_time
+            cell, end = run.data.tags.get(Tag.CELL), run.info.end_time
             if cell and end:
                 durations.setdefault(cell, []).append((end - run.info.start_time) / 1000)
         token = page.token

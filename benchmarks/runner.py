@@ -50,6 +50,8 @@ from typing import Any
 
 import yaml
 
+from fl_lightning.run_schema import Tag
+
 SUITES_DIR = Path(__file__).resolve().parent
 MAX_WORKER_RESIDENT_MB = 4096.0
 """A worker whose resident memory passes this after a cell is replaced by a fresh one."""
@@ -82,15 +84,17 @@ class Cell:
 
     @property
     def tags(self) -> dict[str, str]:
+        """The run's tags, set through the logger of the cell's config (so a fit in any launcher,
+        a plain ``fl-lightning fit --config`` included, carries them)."""
         tags = {
-            "suite": self.suite, "paper": self.paper, "scale": self.scale, "benchmark": self.benchmark,
-            "cell": self.cell, "algorithm_config": self.algorithm_config, "seed": str(self.seed),
-            "cell_config": self.config_digest,
+            Tag.SUITE: self.suite, Tag.PAPER: self.paper, Tag.SCALE: self.scale, Tag.BENCHMARK: self.benchmark,
+            Tag.CELL: self.cell, Tag.ALGORITHM_CONFIG: self.algorithm_config, Tag.SEED: str(self.seed),
+            Tag.CELL_CONFIG: self.config_digest,
         }
         if self.description:
-            tags["suite_description"] = self.description
+            tags[Tag.SUITE_DESCRIPTION] = self.description
         if self.control:
-            tags["control"] = self.control
+            tags[Tag.CONTROL] = self.control
         return tags
 
 
@@ -257,8 +261,8 @@ def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
                                   max_results=1000, page_token=token)
         for run in page:
             tags = run.data.tags
-            if "cell" in tags and "cell_config" in tags:
-                done.add((tags["cell"], tags.get("seed", ""), tags["cell_config"]))
+            if Tag.CELL in tags and Tag.CELL_CONFIG in tags:
+                done.add((tags[Tag.CELL], tags.get(Tag.SEED, ""), tags[Tag.CELL_CONFIG]))
         token = page.token
         if not token:
             return done
@@ -339,13 +343,13 @@ def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
     experiment_id = ensure_experiment(tracking_uri, cell.suite)
     runs = client.search_runs(
         [experiment_id],
-        filter_string=(f"tags.cell = '{cell.cell}' and tags.seed = '{cell.seed}' "
-                       f"and tags.cell_config = '{cell.config_digest}'"),
+        filter_string=(f"tags.{Tag.CELL} = '{cell.cell}' and tags.{Tag.SEED} = '{cell.seed}' "
+                       f"and tags.{Tag.CELL_CONFIG} = '{cell.config_digest}'"),
         order_by=["attributes.start_time DESC"], max_results=1,
     )
     run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
     run_id = run.info.run_id if run else client.create_run(experiment_id, tags=cell.tags).info.run_id
-    client.set_tag(run_id, "error", error[-5000:])
+    client.set_tag(run_id, Tag.ERROR, error[-5000:])
     client.set_terminated(run_id, "FAILED")
 
 
@@ -395,7 +399,7 @@ def _restore_torch_settings(settings: tuple[Any, ...]) -> None:
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = benchmark, cudnn_deterministic
 
 
-def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
+def _fit_in_this_process(config_path: str, log_path: str) -> int:
     """``fl-lightning fit --config`` in this (reused) process, its output in ``log_path``; the exit code.
 
     What a fit leaves behind in its process is put back afterwards, so that the next cell starts
@@ -410,7 +414,6 @@ def _fit_in_this_process(config_path: str, suite: str, log_path: str) -> int:
 
     environment, folder, settings = dict(os.environ), os.getcwd(), _torch_settings()
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
-    os.environ["FL_LIGHTNING_SUITE"] = suite
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -473,7 +476,7 @@ def _serve_cells(connection: Any, threads: int) -> None:
 class IsolatedProcesses:
     """Every cell in a fresh ``python -m fl_lightning.cli fit --config`` process (``--isolate``).
 
-    The runner hands each cell to a launcher's ``run(config_path, suite, log_path)`` (its exit
+    The runner hands each cell to a launcher's ``run(config_path, log_path)`` (its exit
     code, or why it could not run) and calls ``close()`` when the suite ends; a launcher that
     submits to a cluster scheduler (e.g. submitit's ``AutoExecutor`` running
     ``_fit_in_this_process`` there) fits the same two methods."""
@@ -481,8 +484,8 @@ class IsolatedProcesses:
     def __init__(self, threads: int) -> None:
         self.threads = threads
 
-    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
-        env = {**os.environ, **_thread_env(self.threads), "FL_LIGHTNING_SUITE": suite}
+    def run(self, config_path: str, log_path: str) -> int | str:
+        env = {**os.environ, **_thread_env(self.threads)}
         with open(log_path, "w") as log:
             return subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
                                   stdout=log, stderr=subprocess.STDOUT, env=env).returncode
@@ -509,7 +512,7 @@ class Worker:
         self.process.start()
         child_end.close()  # the worker's end lives in the worker only: its death reads as EOF here
 
-    def run(self, request: tuple[str, str, str]) -> tuple[int, float] | str:
+    def run(self, request: tuple[str, str]) -> tuple[int, float] | str:
         """The cell's exit code and the worker's memory after it, or why the worker died."""
         if self.process is None:
             self.start()
@@ -559,10 +562,10 @@ class WarmWorkers:
         for worker in self.workers:
             self.idle.put(worker)
 
-    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
+    def run(self, config_path: str, log_path: str) -> int | str:
         worker = self.idle.get()
         try:
-            answer = worker.run((config_path, suite, log_path))
+            answer = worker.run((config_path, log_path))
             if isinstance(answer, str):
                 return answer
             code, resident_mb = answer
@@ -580,11 +583,11 @@ class WarmWorkers:
 SUBMITIT_MISSING = "--cluster needs submitit: pip install 'fl-lightning[cluster]' (or pip install submitit)"
 
 
-def _fit_as_job(config_path: str, suite: str, log_path: str, threads: int) -> int:
+def _fit_as_job(config_path: str, log_path: str, threads: int) -> int:
     """A cell inside a scheduler's job (:class:`SubmititJobs`): thread counts set before torch
     loads (a job's process is fresh), then the same fit as in a reused worker."""
     os.environ.update(_thread_env(threads))
-    return _fit_in_this_process(config_path, suite, log_path)
+    return _fit_in_this_process(config_path, log_path)
 
 
 class SubmititJobs:
@@ -614,11 +617,11 @@ class SubmititJobs:
             parameters["slurm_partition"] = slurm_partition
         self.executor.update_parameters(**parameters)
 
-    def run(self, config_path: str, suite: str, log_path: str) -> int | str:
+    def run(self, config_path: str, log_path: str) -> int | str:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.folder, delete=False) as handle:
             handle.write(Path(config_path).read_text())  # where the job's node can read it
         try:
-            job = self.executor.submit(_fit_as_job, handle.name, suite, str(Path(log_path).resolve()), self.threads)
+            job = self.executor.submit(_fit_as_job, handle.name, str(Path(log_path).resolve()), self.threads)
             try:
                 return int(job.result())
             except Exception as error:  # noqa: BLE001 - the scheduler's reason becomes the cell's error
@@ -639,7 +642,7 @@ def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tup
     log_path = log_dir / f"{safe}__seed{cell.seed}.log"
     started = time.perf_counter()
     try:
-        outcome = launcher.run(config_path, cell.suite, str(log_path))
+        outcome = launcher.run(config_path, str(log_path))
     finally:
         os.unlink(config_path)
     seconds = time.perf_counter() - started
@@ -666,7 +669,7 @@ def final_metric(tracking_uri: str, suite: str) -> dict[tuple[str, str], float]:
         for key in ("metrics.test_acc_mean", "metrics.global_test_acc"):
             value = run.get(key)
             if value is not None and not math.isnan(value):
-                accuracy[(run["tags.cell"], run["tags.seed"])] = float(value)
+                accuracy[(run[f"tags.{Tag.CELL}"], run[f"tags.{Tag.SEED}"])] = float(value)
                 break
     return accuracy
 
@@ -756,7 +759,7 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
     if failed:
-        print(f"\n{failed} run(s) failed: their errors are in the store (tag 'error') and in {log_dir}")
+        print(f"\n{failed} run(s) failed: their errors are in the store (tag '{Tag.ERROR}') and in {log_dir}")
     return 1 if failed else 0
 
 

@@ -65,6 +65,8 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from tqdm import tqdm
 
+from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
 from leaderboard.runs import (
     LeaderboardError,
@@ -214,11 +216,11 @@ def run_row(run: RunRecord, place: tuple[str, bool, str] | None) -> dict[str, ob
     slug, in_means, superseded_by = place or ("", False, "")
     row: dict[str, object] = {
         "run_id": run.run_id,
-        "run_name": run.tags.get("mlflow.runName", ""),
+        "run_name": run.tags.get(Tag.RUN_NAME, ""),
         "experiment": run.experiment,
         "suite": run.suite,
         "scale": run.scale,
-        "paper": run.tags.get("paper", ""),
+        "paper": run.tags.get(Tag.PAPER, ""),
         "status": run.status,
         "error": run.error,
         "start_time": run.start_time,
@@ -232,16 +234,16 @@ def run_row(run: RunRecord, place: tuple[str, bool, str] | None) -> dict[str, ob
         "task_key": task.key,
         TASK_RECORDED_IN: task.source,
         "task": canonical_json(task.fields),
-        "algorithm": run.tags.get("algorithm", ""),
+        "algorithm": run.tags.get(Tag.ALGORITHM, ""),
         "algorithm_config": run.config,
         "seed": run.seed,
-        "data_seed": run.tags.get("data_seed") or run.params.get("data_seed"),
+        "data_seed": run.tags.get(Tag.DATA_SEED) or run.params.get(schema.DATA_SEED),
         "git_sha": run.git_sha,
         "code_version": run.code_version,
-        "machine": run.tags.get("machine", ""),
+        "machine": run.tags.get(Tag.MACHINE, ""),
         "params": canonical_json(run.params),
         "rounds_completed": run.rounds_completed(),
-        "rounds_planned": run.tags.get("extended_to_rounds") or run.params.get("num_rounds"),
+        "rounds_planned": run.tags.get(Tag.EXTENDED_TO_ROUNDS) or run.params.get(schema.NUM_ROUNDS),
         "leaderboard_table": slug,
         "in_means": in_means,
         "superseded_by": superseded_by,

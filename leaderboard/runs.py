@@ -26,6 +26,8 @@ from mlflow import MlflowClient
 from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
+from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Tag
 from leaderboard.store import (
     EMPTY,
     EXAMPLE_URIS,
@@ -99,18 +101,18 @@ class RunRecord:
 
     @property
     def suite(self) -> str:
-        return self.tags.get("suite") or self.experiment
+        return self.tags.get(Tag.SUITE) or self.experiment
 
     @property
     def scale(self) -> str:
-        return self.tags.get("scale") or "unknown"
+        return self.tags.get(Tag.SCALE) or "unknown"
 
     @property
     def benchmark(self) -> str:
         """The ``benchmark`` tag, or dataset/partition/participation/model built from the other tags."""
-        if self.tags.get("benchmark"):
-            return self.tags["benchmark"]
-        parts = [self.tags.get(k, "") for k in ("dataset", "partition", "participation", "model")]
+        if self.tags.get(Tag.BENCHMARK):
+            return self.tags[Tag.BENCHMARK]
+        parts = [self.tags.get(k, "") for k in (Tag.DATASET, Tag.PARTITION, Tag.PARTICIPATION, Tag.MODEL)]
         if not any(parts):
             return f"{self.experiment}/(no benchmark tags)"
         return "/".join(p or "?" for p in parts)
@@ -118,20 +120,20 @@ class RunRecord:
     @property
     def config(self) -> str:
         """The algorithm configuration label (``algorithm_config`` tag, else the class name)."""
-        return self.tags.get("algorithm_config") or self.tags.get("algorithm") or "(unknown algorithm)"
+        return self.tags.get(Tag.ALGORITHM_CONFIG) or self.tags.get(Tag.ALGORITHM) or "(unknown algorithm)"
 
     @property
     def seed(self) -> str:
-        return self.tags.get("seed") or self.params.get("seed") or "?"
+        return self.tags.get(Tag.SEED) or self.params.get(schema.SEED) or "?"
 
     @property
     def cell(self) -> str:
-        return self.tags.get("cell") or f"{self.benchmark}/{self.config}"
+        return self.tags.get(Tag.CELL) or f"{self.benchmark}/{self.config}"
 
     @property
     def git_sha(self) -> str:
         """The commit that ran (``git_sha`` tag), "" when unknown."""
-        return self.tags.get("git_sha", "")
+        return self.tags.get(Tag.GIT_SHA, "")
 
     @property
     def code_version(self) -> str:
@@ -147,34 +149,37 @@ class RunRecord:
     @property
     def client_test(self) -> str:
         """local / matched / global (tag ``client_test``; older runs: their ``test_mode``), or unknown."""
-        value = self.tags.get("client_test") or self.params.get("test_mode") or self.tags.get("test_mode")
+        value = self.tags.get(Tag.CLIENT_TEST) or self.params.get(schema.TEST_MODE) or self.tags.get(Tag.TEST_MODE)
         return value or "unknown"
 
     @property
     def client_test_size(self) -> str:
-        return self.tags.get("client_test_size", "")
+        return self.tags.get(Tag.CLIENT_TEST_SIZE, "")
 
     @property
     def per_client_models(self) -> bool:
         """Whether every client ends with a model of its own (tag, else known per algorithm)."""
-        if self.tags.get("per_client_models") in ("true", "false"):
-            return self.tags["per_client_models"] == "true"
-        return self.tags.get("algorithm") in PER_CLIENT_MODEL_ALGORITHMS
+        if self.tags.get(Tag.PER_CLIENT_MODELS) in ("true", "false"):
+            return self.tags[Tag.PER_CLIENT_MODELS] == "true"
+        return self.tags.get(Tag.ALGORITHM) in PER_CLIENT_MODEL_ALGORITHMS
 
     @property
     def control(self) -> str:
         """The benchmark name of this variant's declared control (tag ``control``), "" on controls."""
-        return self.tags.get("control", "")
+        return self.tags.get(Tag.CONTROL, "")
 
     @property
     def suite_description(self) -> str:
-        return " ".join(self.tags.get("suite_description", "").split())
+        return " ".join(self.tags.get(Tag.SUITE_DESCRIPTION, "").split())
 
     @property
     def error(self) -> str:
-        """Why the run failed: the ``error`` tag, else the status in its client metrics artifact."""
-        if self.tags.get("error"):
-            return self.tags["error"]
+        """Why the run failed: the ``error`` tag, else the status in its client metrics artifact;
+        "" for a finished run (a run resumed after a failure keeps the tag of that failure)."""
+        if self.finished:
+            return ""
+        if self.tags.get(Tag.ERROR):
+            return self.tags[Tag.ERROR]
         status = str((self.client_metrics or {}).get("status", ""))
         return status if status.startswith("failed") else ""
 

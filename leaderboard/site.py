@@ -15,6 +15,7 @@ import jinja2
 import mlflow
 
 from fl_lightning.machine import cpu_model
+from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
 from leaderboard import export
 from leaderboard.figures import write_figures
@@ -96,18 +97,18 @@ def provenance(store: StoreContents) -> Provenance:
             name=name,
             description=max(described, key=run_time).suite_description if described else "",
             scale=", ".join(sorted({r.scale for r in suite_runs})),
-            papers=sorted({r.tags.get("paper", "") for r in suite_runs} - {""}),
+            papers=sorted({r.tags.get(Tag.PAPER, "") for r in suite_runs} - {""}),
             runs=len(suite_runs),
             status_counts=dict(sorted(Counter(r.status for r in suite_runs).items())),
         ))
-    machines = Counter(r.tags["machine"] for r in runs if r.tags.get("machine"))
+    machines = Counter(r.tags[Tag.MACHINE] for r in runs if r.tags.get(Tag.MACHINE))
     return Provenance(
         built_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         tracking_uri=store_name(store.tracking_uri),
         experiments=[(name, sum(1 for r in runs if r.experiment == name)) for name in store.read_experiments],
         git_shas=Counter(r.git_sha or "(no git_sha tag)" for r in runs).most_common(),
         machines=machines.most_common(),
-        untagged_machine_runs=sum(1 for r in runs if not r.tags.get("machine")),
+        untagged_machine_runs=sum(1 for r in runs if not r.tags.get(Tag.MACHINE)),
         builder_machine=f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         suites=suites,
         scales=sorted({r.scale for r in runs}),

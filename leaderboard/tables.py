@@ -20,6 +20,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Tag
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CLIENT_TESTS_WITH_OWN_TEST, RunRecord
 from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, p_between
@@ -192,7 +194,7 @@ class ConfigRow:
 
     @property
     def algorithm(self) -> str:
-        return ", ".join(sorted({r.tags.get("algorithm", "") for r in self.runs} - {""}))
+        return ", ".join(sorted({r.tags.get(Tag.ALGORITHM, "") for r in self.runs} - {""}))
 
     @property
     def headline_derived(self) -> bool:
@@ -212,7 +214,7 @@ class ConfigRow:
         if not rounds:
             return MISSING
         text = str(rounds[0]) if min(rounds) == max(rounds) else f"{min(rounds)}–{max(rounds)}"
-        planned = {r.tags.get("extended_to_rounds") or r.params.get("num_rounds") for r in self.used_runs} - {None}
+        planned = {r.tags.get(Tag.EXTENDED_TO_ROUNDS) or r.params.get(schema.NUM_ROUNDS) for r in self.used_runs} - {None}
         if len(planned) == 1:
             text += f" / {planned.pop()}"
         return text
@@ -309,7 +311,7 @@ class BenchmarkTable:
 
     @property
     def papers(self) -> list[str]:
-        return sorted({r.tags.get("paper", "") for r in self.runs} - {""})
+        return sorted({r.tags.get(Tag.PAPER, "") for r in self.runs} - {""})
 
     @property
     def offline(self) -> bool:

@@ -14,36 +14,36 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-TASK_TAG = "task"
-TASK_KEY_TAG = "task_key"
+from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Tag
 
 # field -> label on the page, in the order the page lists them (unknown fields follow, sorted)
 TASK_LABELS = {
-    "source": "data source",
-    "source_params": "source parameters",
-    "partition": "partition",
-    "partition_params": "partition parameters",
-    "num_clients": "clients",
-    "fraction": "fraction sampled per round",
-    "model": "model",
-    "num_rounds": "rounds",
-    "local_epochs": "local epochs",
-    "batch_size": "batch size",
-    "test_mode": "test mode",
-    "test_fraction": "test fraction",
-    "local_test_fraction": "local test fraction",
-    "global_test_fraction": "global test fraction",
-    "dropout_prob": "dropout probability",
-    "attack": "attack",
-    "attack_client": "attacking client",
-    "attack_strength": "attack strength",
+    schema.SOURCE: "data source",
+    schema.SOURCE_PARAMS: "source parameters",
+    schema.PARTITION: "partition",
+    schema.PARTITION_PARAMS: "partition parameters",
+    schema.NUM_CLIENTS: "clients",
+    schema.FRACTION: "fraction sampled per round",
+    schema.MODEL: "model",
+    schema.NUM_ROUNDS: "rounds",
+    schema.LOCAL_EPOCHS: "local epochs",
+    schema.BATCH_SIZE: "batch size",
+    schema.TEST_MODE: "test mode",
+    schema.TEST_FRACTION: "test fraction",
+    schema.LOCAL_TEST_FRACTION: "local test fraction",
+    schema.GLOBAL_TEST_FRACTION: "global test fraction",
+    schema.DROPOUT_PROB: "dropout probability",
+    schema.ATTACK: "attack",
+    schema.ATTACK_CLIENT: "attacking client",
+    schema.ATTACK_STRENGTH: "attack strength",
 }
 # MLflow params (as LightningCLI logs them) that define the task of an untagged run
-PARAM_FIELDS = ("source", "source_params", "partition", "partition_params", "num_clients", "fraction",
-                "backbone", "num_rounds", "local_epochs", "batch_size", "test_mode", "local_test_fraction",
-                "global_test_fraction", "dropout_prob", "attack", "attack_client", "attack_strength")
-NESTED_PARAMS = ("source_params", "partition_params")  # logged flat: partition_params/alpha, ...
-ATTACK_FIELDS = ("attack_client", "attack_strength")
+PARAM_FIELDS = (schema.SOURCE, schema.SOURCE_PARAMS, schema.PARTITION, schema.PARTITION_PARAMS, schema.NUM_CLIENTS,
+                schema.FRACTION, schema.BACKBONE, schema.NUM_ROUNDS, schema.LOCAL_EPOCHS, schema.BATCH_SIZE,
+                schema.TEST_MODE, schema.LOCAL_TEST_FRACTION, schema.GLOBAL_TEST_FRACTION, schema.DROPOUT_PROB,
+                schema.ATTACK, *schema.ATTACK_FIELDS)
+NESTED_PARAMS = (schema.SOURCE_PARAMS, schema.PARTITION_PARAMS)  # logged flat: partition_params/alpha, ...
 NO_VALUE = ("", "None", "null", "none")
 
 TAGGED, FROM_PARAMS, UNRECORDED = "tag", "params", "unrecorded"
@@ -91,23 +91,23 @@ def fields_from_params(params: Mapping[str, str]) -> dict[str, object]:
     fields: dict[str, object] = {}
     for name in PARAM_FIELDS:
         if name in params:
-            fields["model" if name == "backbone" else name] = _parse_value(params[name])
+            fields[schema.MODEL if name == schema.BACKBONE else name] = _parse_value(params[name])
     for prefix in NESTED_PARAMS:
         nested = {k.split("/", 1)[1]: _parse_value(v) for k, v in params.items() if k.startswith(prefix + "/")}
         if nested:
             logged_whole = fields.get(prefix)
             fields[prefix] = {**(logged_whole if isinstance(logged_whole, dict) else {}), **nested}
-    unused_fraction = "local_test_fraction" if fields.get("test_mode") == "global" else "global_test_fraction"
-    fields.pop(unused_fraction, None)
-    if fields.get("attack") is None:
-        for name in ("attack", *ATTACK_FIELDS):
+    global_test = fields.get(schema.TEST_MODE) == schema.GLOBAL_TEST_MODE
+    fields.pop(schema.LOCAL_TEST_FRACTION if global_test else schema.GLOBAL_TEST_FRACTION, None)
+    if fields.get(schema.ATTACK) is None:
+        for name in (schema.ATTACK, *schema.ATTACK_FIELDS):
             fields.pop(name, None)
     return fields
 
 
 def task_of(tags: Mapping[str, str], params: Mapping[str, str]) -> Task:
     """The run's task: from its ``task`` tag, else from its params, else unrecorded."""
-    text = tags.get(TASK_TAG)
+    text = tags.get(Tag.TASK)
     if text:
         try:
             fields = json.loads(text)
@@ -115,7 +115,7 @@ def task_of(tags: Mapping[str, str], params: Mapping[str, str]) -> Task:
             fields = {"task tag (not JSON)": text}
         if not isinstance(fields, dict):
             fields = {"task tag": fields}
-        return Task(tags.get(TASK_KEY_TAG) or digest(fields), TAGGED, fields)
+        return Task(tags.get(Tag.TASK_KEY) or digest(fields), TAGGED, fields)
     fields = fields_from_params(params)
     if fields:
         return Task(digest(fields), FROM_PARAMS, fields)
@@ -141,7 +141,7 @@ def ordered_fields(fields: Mapping[str, object]) -> list[str]:
 def fresh_test_samples(fields: Mapping[str, object]) -> object | None:
     """``source_params.test_per_client``: each client is tested on that many fresh samples of its
     own distribution (a Synthetic source), not on a fraction of its data; None when not set."""
-    params = fields.get("source_params")
+    params = fields.get(schema.SOURCE_PARAMS)
     value = params.get("test_per_client") if isinstance(params, Mapping) else None
     return None if value in (None, 0) else value
 
@@ -153,7 +153,7 @@ def task_lines(task: Task) -> list[tuple[str, str]]:
     fresh = fresh_test_samples(task.fields)
     lines = []
     for name in ordered_fields(task.fields):
-        if fresh is not None and name == "local_test_fraction":
+        if fresh is not None and name == schema.LOCAL_TEST_FRACTION:
             lines.append(("local test", f"{format_value(fresh)} fresh samples of each client's own distribution "
                                         "(source parameter test_per_client)"))
             if not task.fields[name]:  # 0: no split of the client's data, nothing more to say

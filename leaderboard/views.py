@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fl_lightning import run_schema as schema
 from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CONVERGENCE_WINDOW, STILL_IMPROVING_PP, RunRecord, still_improving
@@ -114,14 +115,14 @@ def participation_text(fraction: float) -> str:
 
 def task_fraction(table: BenchmarkTable | None) -> float | None:
     """The share of clients sampled per round in the table's task (None when not recorded)."""
-    return None if table is None or table.task is None else _float(table.task.fields.get("fraction"))
+    return None if table is None or table.task is None else _float(table.task.fields.get(schema.FRACTION))
 
 
 def row_fraction(row: ConfigRow, table: BenchmarkTable | None = None) -> float | None:
     """The share of clients the row's runs sampled per round: their ``fraction`` param where all
     agree, else the task's."""
     runs = row.used_runs or row.runs
-    logged = {_float(r.params.get("fraction")) for r in runs} - {None}
+    logged = {_float(r.params.get(schema.FRACTION)) for r in runs} - {None}
     if len(logged) == 1:
         return logged.pop()
     return task_fraction(table)
@@ -148,11 +149,11 @@ def participation_note(marked: dict[str, float], reference: float, tail: str = O
 
 def optimiser_text(run: RunRecord) -> str:
     """``lr 0.05 × 0.999^t, momentum 0.9``: the run's local SGD from its MLflow params ("" without lr)."""
-    lr = _float(run.params.get("lr"))
+    lr = _float(run.params.get(schema.LR))
     if lr is None:
         return ""
     text = f"lr {lr:g}"
-    decay = _float(run.params.get("lr_decay"))
+    decay = _float(run.params.get(schema.LR_DECAY))
     if decay not in (None, 0.0, 1.0):
         text += f" × {decay:g}^t"
     for name, label in (("momentum", "momentum"), ("weight_decay", "weight decay")):
@@ -166,7 +167,7 @@ def row_optimiser(row: ConfigRow) -> tuple[str, float | None]:
     """(the row's local SGD in words, its lr for sorting); several texts when its runs differ."""
     runs = row.used_runs or row.runs
     texts = list(dict.fromkeys(t for t in (optimiser_text(r) for r in runs) if t))
-    rates = [lr for r in runs if (lr := _float(r.params.get("lr"))) is not None]
+    rates = [lr for r in runs if (lr := _float(r.params.get(schema.LR))) is not None]
     return "; ".join(texts), (min(rates) if rates else None)
 
 

@@ -31,8 +31,9 @@ from test_resume_cli import dying_logger
 
 from fl_lightning import cli
 from fl_lightning.callbacks import mlflow_store
-from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, EXTENDED_TAG, absolute_tracking_uri
+from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, absolute_tracking_uri
 from fl_lightning.cli import main
+from fl_lightning.run_schema import Tag
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
@@ -118,7 +119,7 @@ def test_a_finished_run_extended_to_more_rounds_equals_an_uninterrupted_one(stor
     (extended,) = runs_of(store)
     assert extended.info.run_id == run.info.run_id and extended.info.status == "FINISHED"
     assert extended.data.params["num_rounds"] == "4"  # MLflow keeps a param's first value
-    assert extended.data.tags[EXTENDED_TAG] == "6"
+    assert extended.data.tags[Tag.EXTENDED_TO_ROUNDS] == "6"
     assert '"num_rounds": 6' in extended.data.tags["task"]
 
     main(fit_args(store, 6, "--trainer.logger.init_args.experiment_name=uninterrupted"))

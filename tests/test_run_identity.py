@@ -6,6 +6,7 @@ The pure functions are tested on small stand-ins; the end-to-end part (marked ``
 runs three tiny fits through the CLI into a temporary SQLite store.
 """
 
+import hashlib
 import json
 import re
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from fl_lightning.callbacks.fit_runs import run_name_for
 from fl_lightning.callbacks.mlflow_ui import ui_links
 from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.run_schema import Tag
 
 NAME = re.compile(r"^(?P<algorithm>\w+) seed (?P<seed>\d+)(?: data (?P<data_seed>\d+))?(?: \((?P<settings>.*)\))?"
                   r" \| (?P<data>.+) \| (?P<id>\d{4}-[0-9a-f]{4})$")
@@ -325,3 +327,39 @@ def test_cli_runs_carry_the_task_tags(three_runs):
         assert tag["seed"] == tag["data_seed"] == ("1" if label == "seed1" else "0")
     assert tags["first"]["task_key"] == tags["seed1"]["task_key"]  # seeds of one task
     assert tags["first"]["task_key"] != tags["again"]["task_key"]  # num_rounds defines the task
+
+
+def test_the_run_schema_is_torch_free_and_holds_the_defaults_the_modules_use():
+    """``fl_lightning.run_schema`` imports the standard library only (the leaderboard reads it where
+    PyTorch is not installed), and its defaults are the modules' own."""
+    import inspect
+    import subprocess
+    import sys
+
+    from fl_lightning import run_schema as schema
+    from fl_lightning.core.module import FederatedModule
+
+    code = "import sys, fl_lightning.run_schema; assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    module_defaults = inspect.signature(FederatedModule.__init__).parameters
+    data_defaults = inspect.signature(FederatedDataModule.__init__).parameters
+    assert module_defaults[schema.FRACTION].default == schema.DEFAULT_FRACTION
+    assert data_defaults[schema.TEST_MODE].default == schema.DEFAULT_TEST_MODE
+    assert data_defaults[schema.LOCAL_TEST_FRACTION].default == schema.DEFAULT_LOCAL_TEST_FRACTION
+    # the task key's recipe is the store's: 12 hex digits of the sha1 of the sorted JSON
+    fields = {"num_rounds": 3.0, "fraction": 1.0, "partition_params": {"alpha": 0.5}}
+    text = schema.task_json(schema.canonical(fields))
+    assert text == '{"fraction": 1, "num_rounds": 3, "partition_params": {"alpha": 0.5}}'
+    assert schema.task_key(text) == hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def test_a_finished_run_reports_no_error_though_it_keeps_the_runners_error_tag():
+    """A run the benchmark runner marked FAILED and a resumed fit finished keeps the runner's
+    ``error`` tag (the library does not delete it); the leaderboard reports it only while the run
+    has not finished."""
+    from leaderboard.runs import RunRecord
+
+    tags = {Tag.ERROR: "exit code 1; log x.log", Tag.RESUMED_AT_ROUND: "3"}
+    record = lambda status: RunRecord("r", "suite", status, None, None, dict(tags), {}, {})  # noqa: E731
+    assert record("FINISHED").error == ""
+    assert record("FAILED").error == record("RUNNING").error == "exit code 1; log x.log"

@@ -272,7 +272,7 @@ def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp
 
 
 def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypatch, request):
-    """The environment (PL_GLOBAL_SEED, MLFLOW_TRACKING_URI, FL_LIGHTNING_SUITE), the working
+    """The environment (PL_GLOBAL_SEED, MLFLOW_TRACKING_URI), the working
     folder, the signal handlers and torch's process-wide flags (Trainer(deterministic=True))."""
     import os
     import signal
@@ -297,7 +297,7 @@ def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypat
     config = _cell_config_file(cell, f"sqlite:///{tmp_path / 'runs.db'}")
     before = (dict(os.environ), os.getcwd(), torch.are_deterministic_algorithms_enabled(),
               [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)])
-    assert _fit_in_this_process(config, cell.suite, str(tmp_path / "fit.log")) == 0, (tmp_path / "fit.log").read_text()
+    assert _fit_in_this_process(config, str(tmp_path / "fit.log")) == 0, (tmp_path / "fit.log").read_text()
     assert "PL_GLOBAL_SEED" not in os.environ and not torch.are_deterministic_algorithms_enabled()
     assert (dict(os.environ), os.getcwd(), torch.are_deterministic_algorithms_enabled(),
             [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)]) == before

@@ -62,7 +62,7 @@ def built(tmp_path_factory):
             log = folder / f"cell{number}.log"
             found.clear()
             torch.rand(1000)  # what an earlier cell of a reused worker may leave in the global generator
-            code = _fit_in_this_process(str(config_file), cell.suite, str(log))
+            code = _fit_in_this_process(str(config_file), str(log))
             assert code == 0 and "model" in found, log.read_text()[-3000:]
             results[cell.algorithm_config, cell.seed] = (found["model"], found["data"], found["digest"])
     finally:

@@ -10,6 +10,7 @@ import torch
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.qp import simplex_projection
+from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
 
 
 @register_algorithm
@@ -33,7 +34,7 @@ class AFL(FederatedModule):
     """
 
     def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0, **kwargs: Any) -> None:
-        kwargs.setdefault("fraction", 1.0)
+        kwargs.setdefault(FRACTION, FULL_PARTICIPATION)
         super().__init__(*args, **kwargs)
         if not lr_lambda > 0:
             raise ValueError(f"lr_lambda must be > 0 (FedFV's grid: 0.01, 0.1, 0.5), got {lr_lambda}")

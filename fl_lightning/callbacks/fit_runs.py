@@ -29,7 +29,7 @@ schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI repla
 settings with the checkpoint's before any hook, so the CLI reads the requested count first
 (``lightning_cli.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
 per param: the run's ``num_rounds`` param keeps the first value, and the tag
-``extended_to_rounds`` (``mlflow_run.EXTENDED_TAG``) and the ``task`` tag hold the new count.
+``extended_to_rounds`` (``run_schema.Tag.EXTENDED_TO_ROUNDS``) and the ``task`` tag hold the new count.
 
 The rest happens in callbacks, through public Lightning hooks and ``MlflowClient`` calls:
 :class:`~fl_lightning.callbacks.mlflow_run.MLflowRunInfo` (tags, inputs, artifacts, the runs in

@@ -2,10 +2,12 @@
 
 Tags: algorithm, dataset, partition, partition_params (defaults filled in), num_clients,
 participation, model, seed, data_seed, the task's (task, task_key, client_test,
-client_test_size, per_client_models: ``run_identity.task_tags``), suite, git sha, machine.
-(Params: ``LogHyperparameters``.) Input: the federated split as a dataset (the UI's Dataset column). Artifacts: the
-partition statistics (table and figure) at the start, every client's final metrics (JSON)
-and a figure of the sorted client accuracies at the end (the JSON also when the fit fails).
+client_test_size, per_client_models: ``run_identity.task_tags``), git sha, machine: names
+from ``run_schema.Tag``. A suite's tags (suite, cell, ...) are the logger's own: the benchmark
+runner writes them into each cell's config. (Params: ``LogHyperparameters``.) Input: the
+federated split as a dataset (the UI's Dataset column). Artifacts: the partition statistics
+(table and figure) at the start, every client's final metrics (JSON) and a figure of the
+sorted client accuracies at the end (the JSON also when the fit fails).
 
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
 ``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (``tracking`` builds the
@@ -38,6 +40,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
+from fl_lightning import run_schema as schema
 from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
 from fl_lightning.core.round_log import RoundLog
@@ -45,12 +48,12 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import partition_figure, partition_table
 from fl_lightning.data.sources import cache_dir
 from fl_lightning.machine import cpu_description
+from fl_lightning.run_schema import Tag
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
 #                       "runs": [{"tracking_uri", "experiment_id", "run_id"}, ...]}
 # (tracking_uri: absolute since the store is resolved when the checkpoint is written)
 CHECKPOINT_KEY = "mlflow_runs"
-EXTENDED_TAG = "extended_to_rounds"  # the num_rounds a continued run plans when it differs from its param
 INTERRUPTS = (KeyboardInterrupt, SIGTERMException)  # a fit stopped by Ctrl-C or SIGTERM: its run ends KILLED
 
 
@@ -204,22 +207,19 @@ def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, st
     model_hp = pl_module.hparams
     data = trainer.datamodule
     data_hp = data.hparams if data is not None else {}
-    fraction = float(model_hp.get("fraction", 1.0))
-    tags = {
-        "algorithm": type(pl_module).__name__,
-        "dataset": str(data_hp.get("source", "")),
-        "partition": str(data_hp.get("partition", "")),
-        "partition_params": json.dumps(partition_params(data) if data is not None else {}, sort_keys=True),
-        "num_clients": str(data_hp.get("num_clients", "")),
-        "participation": "full" if fraction >= 1.0 else f"{fraction:g}",
-        "model": str(model_hp.get("backbone", "")),
+    fraction = float(model_hp.get(schema.FRACTION, schema.FULL_PARTICIPATION))  # a module that samples no clients
+    return {
+        Tag.ALGORITHM: type(pl_module).__name__,
+        Tag.DATASET: str(data_hp.get(schema.SOURCE, "")),
+        Tag.PARTITION: str(data_hp.get(schema.PARTITION, "")),
+        Tag.PARTITION_PARAMS: json.dumps(partition_params(data) if data is not None else {}, sort_keys=True),
+        Tag.NUM_CLIENTS: str(data_hp.get(schema.NUM_CLIENTS, "")),
+        Tag.PARTICIPATION: "full" if fraction >= schema.FULL_PARTICIPATION else f"{fraction:g}",
+        Tag.MODEL: str(model_hp.get(schema.BACKBONE, "")),
         **task_tags(pl_module, data),
-        "git_sha": git_sha(),
-        "machine": machine_tag(pl_module.device),
+        Tag.GIT_SHA: git_sha(),
+        Tag.MACHINE: machine_tag(pl_module.device),
     }
-    if os.environ.get("FL_LIGHTNING_SUITE"):
-        tags["suite"] = os.environ["FL_LIGHTNING_SUITE"]
-    return tags
 
 
 def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
@@ -390,18 +390,19 @@ class MLflowRunInfo(Callback):
         previous = {run["run_id"] for run in resumed_from.get("runs", [])}
         for logger in loggers:
             client, run_id = logger.experiment, logger.run_id
-            client.set_tag(run_id, "resumed_at_round", str(rounds))
+            client.set_tag(run_id, Tag.RESUMED_AT_ROUND, str(rounds))
             if run_id not in previous:
-                client.set_tag(run_id, "resumed_from_runs", ",".join(sorted(previous)) or "unknown")
+                client.set_tag(run_id, Tag.RESUMED_FROM_RUNS, ",".join(sorted(previous)) or "unknown")
                 continue
             run = client.get_run(run_id)
             if run.info.status != "RUNNING":
                 client.update_run(run_id, status="RUNNING")
-            if "error" in run.data.tags:  # a failure recorded by the benchmark runner
-                client.delete_tag(run_id, "error")
-            planned = str(trainer.lightning_module.hparams.get("num_rounds"))
-            if EXTENDED_TAG in run.data.tags or run.data.params.get("num_rounds", planned) != planned:
-                client.set_tag(run_id, EXTENDED_TAG, planned)  # the param keeps the first value
+            # a benchmark runner's ``error`` tag stays: it is why this run stopped before the
+            # resume (``resumed_at_round``); a reader takes it for the run's error only while
+            # the run has not finished (``leaderboard.runs.RunRecord.error``)
+            planned = str(trainer.lightning_module.hparams.get(schema.NUM_ROUNDS))
+            if Tag.EXTENDED_TO_ROUNDS in run.data.tags or run.data.params.get(schema.NUM_ROUNDS, planned) != planned:
+                client.set_tag(run_id, Tag.EXTENDED_TO_ROUNDS, planned)  # the param keeps the first value
             restore_checkpoint_round(logger, rounds, resumed_from.get("round_metrics"))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

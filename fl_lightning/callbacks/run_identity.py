@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import os
 import secrets
 import time
@@ -28,7 +27,9 @@ from typing import Any
 import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
+from fl_lightning import run_schema as schema
 from fl_lightning.data.sources import reads_files
+from fl_lightning.run_schema import Tag, canonical, task_json, task_key
 from fl_lightning.seeding import SEED_ENV, run_seed
 
 TRAIN_CONTEXT = "train"  # the dataset input's context tag (mlflow.data.context)
@@ -62,18 +63,6 @@ def call_text(name: str, params: Mapping[str, Any]) -> str:
     return f"{name}(" + ",".join(f"{k}={short_value(v)}" for k, v in given.items()) + ")"
 
 
-def canonical(value: Any) -> Any:
-    """``value`` with integral floats as ints, recursively (``alpha: 1`` and ``alpha: 1.0``,
-    ``fraction: 1`` and ``fraction: 1.0`` define the same task)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {str(k): canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    return value
-
-
 # --------------------------------------------------------------------------- hyper-parameters
 
 
@@ -85,8 +74,8 @@ def loggable_hparams(pl_module: pl.LightningModule, datamodule: Any = None) -> d
     hparams = dict(pl_module.hparams_initial)
     if datamodule is not None:
         hparams.update(getattr(datamodule, "hparams_initial", {}))
-        if "partition_params" in hparams:
-            hparams["partition_params"] = partition_params(datamodule)
+        if schema.PARTITION_PARAMS in hparams:
+            hparams[schema.PARTITION_PARAMS] = partition_params(datamodule)
     return {k: v for k, v in hparams.items() if not str(k).startswith("_")}
 
 
@@ -100,13 +89,13 @@ def resolved_seed(hparams: Mapping[str, Any], *names: str) -> int | None:
 
 
 def model_seed(pl_module: pl.LightningModule) -> int | None:
-    return resolved_seed(pl_module.hparams, "seed")
+    return resolved_seed(pl_module.hparams, schema.SEED)
 
 
 def data_seed(datamodule: Any) -> int | None:
     if datamodule is None:
         return None
-    return resolved_seed(getattr(datamodule, "hparams", {}), "data_seed", "seed")
+    return resolved_seed(getattr(datamodule, "hparams", {}), schema.DATA_SEED, schema.SEED)
 
 
 # --------------------------------------------------------------------------- the algorithm
@@ -133,7 +122,7 @@ def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, An
     """``FedFV(alpha=0.2,tau=1)``: the class and its own hyper-parameters that differ from the
     class defaults (``track_*`` switches only add measurements); the benchmark runner's
     ``algorithm_config`` tag when it set one."""
-    given = (logger_tags or {}).get("algorithm_config")
+    given = (logger_tags or {}).get(Tag.ALGORITHM_CONFIG)
     if given:
         return str(given)
     hparams = pl_module.hparams
@@ -155,8 +144,8 @@ def partition_params(datamodule: Any) -> dict[str, Any]:
 
     params = getattr(datamodule, "partition_params", None)
     if params is None:
-        params = datamodule.hparams.get("partition_params")
-    partition = str(datamodule.hparams.get("partition", ""))
+        params = datamodule.hparams.get(schema.PARTITION_PARAMS)
+    partition = str(datamodule.hparams.get(schema.PARTITION, ""))
     if partition not in PARTITIONERS:
         return dict(params or {})
     return resolved_partition_params(partition, params or {})
@@ -165,7 +154,7 @@ def partition_params(datamodule: Any) -> dict[str, Any]:
 def source_params(datamodule: Any) -> dict[str, Any]:
     params = getattr(datamodule, "source_params", None)
     if params is None:
-        params = datamodule.hparams.get("source_params")
+        params = datamodule.hparams.get(schema.SOURCE_PARAMS)
     return dict(params or {})
 
 
@@ -194,13 +183,13 @@ def key_partition_params(partition: str, params: Mapping[str, Any]) -> dict[str,
 
 def source_text(datamodule: Any) -> str:
     """``mnist5k``, ``emnist(split=letters)``: the source and its own parameters."""
-    params = {k: v for k, v in source_params(datamodule).items() if k != "num_clients"}
-    return call_text(str(datamodule.hparams.get("source", "")), params)
+    params = {k: v for k, v in source_params(datamodule).items() if k != schema.NUM_CLIENTS}
+    return call_text(str(datamodule.hparams.get(schema.SOURCE, "")), params)
 
 
 def data_text(datamodule: Any) -> str:
     """``mnist5k/dirichlet(alpha=0.5)``: the source and the partition with its key parameters."""
-    partition = str(datamodule.hparams.get("partition", ""))
+    partition = str(datamodule.hparams.get(schema.PARTITION, ""))
     key = key_partition_params(partition, partition_params(datamodule))
     return f"{source_text(datamodule)}/{call_text(partition, key)}"
 
@@ -209,10 +198,10 @@ def dataset_name(datamodule: Any) -> str:
     """``mnist5k/dirichlet(alpha=0.5,min_size=10)/100 clients``: every parameter that shapes the
     split."""
     params = {k: v for k, v in partition_params(datamodule).items() if k not in SEARCH_ONLY_PARAMS}
-    partition = call_text(str(datamodule.hparams.get("partition", "")), params)
+    partition = call_text(str(datamodule.hparams.get(schema.PARTITION, "")), params)
     noisy = "".join(f"/{name}({','.join(f'{k}={v:g}' for k, v in spec.items())})"
                     for name, spec in client_noise(datamodule).items())
-    return f"{source_text(datamodule)}/{partition}/{datamodule.hparams.get('num_clients')} clients{noisy}"
+    return f"{source_text(datamodule)}/{partition}/{datamodule.hparams.get(schema.NUM_CLIENTS)} clients{noisy}"
 
 
 # --------------------------------------------------------------------------- the run's name
@@ -245,31 +234,31 @@ def run_name(pl_module: pl.LightningModule, datamodule: Any = None,
 
 def applied_test_fraction(data_hparams: Mapping[str, Any]) -> dict[str, Any]:
     """The test fraction that shapes the clients' test data in this ``test_mode``."""
-    if data_hparams.get("test_mode", "local") == "local":
-        return {"local_test_fraction": data_hparams.get("local_test_fraction")}
-    return {"global_test_fraction": data_hparams.get("global_test_fraction")}
+    if data_hparams.get(schema.TEST_MODE, schema.DEFAULT_TEST_MODE) == schema.LOCAL_TEST_MODE:
+        return {schema.LOCAL_TEST_FRACTION: data_hparams.get(schema.LOCAL_TEST_FRACTION)}
+    return {schema.GLOBAL_TEST_FRACTION: data_hparams.get(schema.GLOBAL_TEST_FRACTION)}
 
 
 def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
     """The settings that define the problem a run solves (not how: no algorithm, no seed)."""
     model, data = pl_module.hparams, datamodule.hparams
     settings: dict[str, Any] = {
-        "source": data.get("source"),
-        "source_params": source_params(datamodule),
-        "partition": data.get("partition"),
-        "partition_params": partition_params(datamodule),
-        "num_clients": data.get("num_clients"),
-        "fraction": model.get("fraction"),
-        "model": model.get("backbone"),
-        "num_rounds": model.get("num_rounds"),
-        "local_epochs": model.get("local_epochs"),
-        "batch_size": model.get("batch_size"),
-        "test_mode": data.get("test_mode"),
+        schema.SOURCE: data.get(schema.SOURCE),
+        schema.SOURCE_PARAMS: source_params(datamodule),
+        schema.PARTITION: data.get(schema.PARTITION),
+        schema.PARTITION_PARAMS: partition_params(datamodule),
+        schema.NUM_CLIENTS: data.get(schema.NUM_CLIENTS),
+        schema.FRACTION: model.get(schema.FRACTION),
+        schema.MODEL: model.get(schema.BACKBONE),
+        schema.NUM_ROUNDS: model.get(schema.NUM_ROUNDS),
+        schema.LOCAL_EPOCHS: model.get(schema.LOCAL_EPOCHS),
+        schema.BATCH_SIZE: model.get(schema.BATCH_SIZE),
+        schema.TEST_MODE: data.get(schema.TEST_MODE),
         **applied_test_fraction(data),
-        "dropout_prob": model.get("dropout_prob"),
+        schema.DROPOUT_PROB: model.get(schema.DROPOUT_PROB),
     }
-    if model.get("attack"):
-        settings |= {key: model.get(key) for key in ("attack", "attack_client", "attack_strength")}
+    if model.get(schema.ATTACK):
+        settings |= {name: model.get(name) for name in (schema.ATTACK, *schema.ATTACK_FIELDS)}
     settings |= client_noise(datamodule)  # noisy clients make another problem
     return canonical(settings)
 
@@ -277,15 +266,11 @@ def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
 def client_noise(datamodule: Any) -> dict[str, dict[str, float]]:
     """``{"label_noise": {"0": 0.2}, ...}``: the clients whose training data is corrupted."""
     noise = {}
-    for name in ("label_noise", "feature_noise"):
+    for name in schema.NOISE_FIELDS:
         spec = datamodule.hparams.get(name)
         if spec:
             noise[name] = {str(k): float(v) for k, v in sorted(spec.items(), key=lambda kv: int(kv[0]))}
     return noise
-
-
-def task_key(task_json: str) -> str:
-    return hashlib.sha1(task_json.encode()).hexdigest()[:12]
 
 
 def evaluates_per_client_models(pl_module: pl.LightningModule) -> bool:
@@ -300,18 +285,18 @@ def task_tags(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, str]:
     """``task`` (canonical JSON), ``task_key`` (its sha1, 12 hex digits), ``client_test``,
     ``client_test_size``, ``per_client_models``, ``seed`` and ``data_seed``."""
     seed = model_seed(pl_module)
-    tags = {"seed": _text(seed), "per_client_models": str(evaluates_per_client_models(pl_module)).lower()}
+    tags = {Tag.SEED: _text(seed), Tag.PER_CLIENT_MODELS: str(evaluates_per_client_models(pl_module)).lower()}
     if datamodule is None:
         return tags
-    task_json = json.dumps(task(pl_module, datamodule), sort_keys=True)
+    text = task_json(task(pl_module, datamodule))
     describe = getattr(datamodule, "client_test_description", None)
     split_seed = data_seed(datamodule)
     return tags | {
-        "task": task_json,
-        "task_key": task_key(task_json),
-        "client_test": str(datamodule.hparams.get("test_mode", "")),
-        "client_test_size": str(describe()) if callable(describe) else "",
-        "data_seed": _text(seed if split_seed is None else split_seed),
+        Tag.TASK: text,
+        Tag.TASK_KEY: task_key(text),
+        Tag.CLIENT_TEST: str(datamodule.hparams.get(schema.TEST_MODE, "")),
+        Tag.CLIENT_TEST_SIZE: str(describe()) if callable(describe) else "",
+        Tag.DATA_SEED: _text(seed if split_seed is None else split_seed),
     }
 
 
@@ -377,7 +362,7 @@ def dataset_input(datamodule: Any) -> Any:
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    source_name = str(datamodule.hparams.get("source", ""))
+    source_name = str(datamodule.hparams.get(schema.SOURCE, ""))
     data_dir = os.path.abspath(datamodule.hparams.get("data_dir", "data")) if reads_files(source_name) else None
     source = FederatedDataSource(source_name, source_params(datamodule), data_dir)
     dataset = Dataset(name=dataset_name(datamodule), digest=split_digest(datamodule),

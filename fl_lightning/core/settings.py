@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from fl_lightning.choices import check_choice
+from fl_lightning.run_schema import DROPOUT_PROB, EVAL_EVERY, FRACTION, LR_DECAY, NUM_ROUNDS
 
 EngineName = Literal["auto", "vectorised", "sequential"]
 Autocast = Literal["bf16", "fp16"]
@@ -24,12 +25,12 @@ CHOICES: dict[str, tuple[Any, str | None]] = {  # setting -> (its type, what nul
     "history_device": (HistoryDevice, None),
     "attack": (Attack | None, "no attacker"),
 }
-RANGES: dict[str, tuple[Any, str]] = {
-    "num_rounds": (lambda v: v >= 1, ">= 1"),
-    "eval_every": (lambda v: v >= 1, ">= 1"),
-    "fraction": (lambda v: 0 < v <= 1, "in (0, 1] (1.0 = full participation)"),
-    "dropout_prob": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "lr_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
+RANGES: dict[str, tuple[Any, str]] = {  # setting (``run_schema``'s names) -> (its check, the rule)
+    NUM_ROUNDS: (lambda v: v >= 1, ">= 1"),
+    EVAL_EVERY: (lambda v: v >= 1, ">= 1"),
+    FRACTION: (lambda v: 0 < v <= 1, "in (0, 1] (1.0 = full participation)"),
+    DROPOUT_PROB: (lambda v: 0 <= v < 1, "in [0, 1)"),
+    LR_DECAY: (lambda v: 0 < v <= 1, "in (0, 1]"),
 }
 
 

@@ -44,6 +44,11 @@ from fl_lightning.data.sources import (
     load_source,
     source_info,
 )
+from fl_lightning.run_schema import (
+    DEFAULT_LOCAL_TEST_FRACTION,
+    DEFAULT_TEST_MODE,
+    LOCAL_TEST_FRACTION,
+)
 from fl_lightning.seeding import run_seed
 
 TestMode = Literal["local", "global", "matched"]
@@ -153,8 +158,8 @@ class FederatedDataModule(LightningDataModule):
         num_clients: int = 100,
         partition: str = "iid",
         partition_params: dict | None = None,
-        test_mode: TestMode = "local",
-        local_test_fraction: float = 0.2,
+        test_mode: TestMode = DEFAULT_TEST_MODE,
+        local_test_fraction: float = DEFAULT_LOCAL_TEST_FRACTION,
         merge_official_splits: bool = True,
         global_test_fraction: float = 0.2,
         source_params: dict | None = None,
@@ -228,7 +233,7 @@ class FederatedDataModule(LightningDataModule):
             )
         if test_mode not in TEST_MODES:  # for Python callers; the CLI checks the Literal
             raise ValueError(f"test_mode must be one of {list(TEST_MODES)}, got {test_mode!r}.")
-        check_test_fraction(local_fraction, "local_test_fraction")
+        check_test_fraction(local_fraction, LOCAL_TEST_FRACTION)
         if not 0 < global_fraction < 1:
             raise ValueError(f"global_test_fraction must be in (0, 1), got {global_fraction}.")
         if test_mode == "matched" and partition == "natural":

@@ -1,0 +1,129 @@
+"""A run's identity, in one place: the names an MLflow run is tagged and read by, the settings
+that define its task, the task key, and the defaults more than one package needs.
+
+The library (``callbacks.run_identity``, ``callbacks.mlflow_run``), the benchmark runner
+(``benchmarks.runner``, ``benchmarks.plan``) and the leaderboard all import these names instead
+of spelling them, so the writer and the readers of a tag cannot drift apart. Standard library
+only: the leaderboard imports it where PyTorch is not installed.
+
+The names and the task key are the store's: runs already logged are read by them, so a name
+here is never renamed and the key's recipe never changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+# --------------------------------------------------------------------------- settings
+# The model's and the data's hyper-parameters that more than one package reads: their names as
+# the modules take them, as MLflow params (``LogHyperparameters``) and, but for ``backbone``
+# (the task's ``model``), as fields of the ``task`` tag.
+
+SOURCE = "source"
+SOURCE_PARAMS = "source_params"
+PARTITION = "partition"
+PARTITION_PARAMS = "partition_params"
+NUM_CLIENTS = "num_clients"
+FRACTION = "fraction"
+BACKBONE = "backbone"
+NUM_ROUNDS = "num_rounds"
+EVAL_EVERY = "eval_every"
+LOCAL_EPOCHS = "local_epochs"
+BATCH_SIZE = "batch_size"
+TEST_MODE = "test_mode"
+LOCAL_TEST_FRACTION = "local_test_fraction"
+GLOBAL_TEST_FRACTION = "global_test_fraction"
+TEST_FRACTION = "test_fraction"  # a task field of runs older than the local and global test fractions
+DROPOUT_PROB = "dropout_prob"
+ATTACK = "attack"
+ATTACK_CLIENT = "attack_client"
+ATTACK_STRENGTH = "attack_strength"
+LABEL_NOISE = "label_noise"
+FEATURE_NOISE = "feature_noise"
+SEED = "seed"
+DATA_SEED = "data_seed"
+LR = "lr"
+LR_DECAY = "lr_decay"
+
+# The task's fields (``callbacks.run_identity.task``): the settings above, ``backbone`` as ``model``.
+MODEL = "model"
+ATTACK_FIELDS = (ATTACK_CLIENT, ATTACK_STRENGTH)  # in a task only when there is an attack
+NOISE_FIELDS = (LABEL_NOISE, FEATURE_NOISE)  # in a task only when some client is noisy
+
+# --------------------------------------------------------------------------- defaults
+
+DEFAULT_FRACTION = 0.1  # FederatedModule's ``fraction``
+FULL_PARTICIPATION = 1.0  # a fraction of 1: every client every round (tag ``participation``: ``full``)
+LOCAL_TEST_MODE: Final = "local"  # the test mode in which every client keeps a share of its samples as its test set
+GLOBAL_TEST_MODE: Final = "global"  # the test mode in which one shared test set is held out
+DEFAULT_TEST_MODE: Final = LOCAL_TEST_MODE  # FederatedDataModule's ``test_mode``
+DEFAULT_LOCAL_TEST_FRACTION = 0.2  # FederatedDataModule's ``local_test_fraction``
+
+
+class Tag:
+    """MLflow tag names."""
+
+    # every fit's run (``callbacks.mlflow_run.run_tags``)
+    ALGORITHM = "algorithm"
+    DATASET = "dataset"  # the data source
+    PARTITION = PARTITION
+    PARTITION_PARAMS = PARTITION_PARAMS  # JSON, the partitioner's defaults filled in
+    NUM_CLIENTS = NUM_CLIENTS
+    PARTICIPATION = "participation"  # "full" or the fraction
+    MODEL = MODEL
+    GIT_SHA = "git_sha"
+    MACHINE = "machine"
+    # the task (``callbacks.run_identity.task_tags``)
+    TASK = "task"  # canonical JSON of the task's fields (``task_json``)
+    TASK_KEY = "task_key"  # ``task_key(task)``
+    CLIENT_TEST = "client_test"
+    CLIENT_TEST_SIZE = "client_test_size"
+    PER_CLIENT_MODELS = "per_client_models"  # "true" / "false"
+    SEED = SEED
+    DATA_SEED = DATA_SEED
+    # a resumed fit (``callbacks.mlflow_run.MLflowRunInfo``)
+    RESUMED_AT_ROUND = "resumed_at_round"
+    RESUMED_FROM_RUNS = "resumed_from_runs"
+    EXTENDED_TO_ROUNDS = "extended_to_rounds"  # the num_rounds a continued run plans when it differs from its param
+    # the benchmark runner's (``benchmarks.runner.Cell.tags``: the logger's tags in each cell's config)
+    SUITE = "suite"
+    PAPER = "paper"
+    SCALE = "scale"
+    BENCHMARK = "benchmark"
+    CELL = "cell"
+    ALGORITHM_CONFIG = "algorithm_config"  # also the library's label when the runner set it
+    CELL_CONFIG = "cell_config"  # digest of the cell's whole config
+    SUITE_DESCRIPTION = "suite_description"
+    CONTROL = "control"
+    ERROR = "error"  # why a cell failed (``benchmarks.runner.record_failure``)
+    # MLflow's own; and a tag only runs older than the ``client_test`` tag carry
+    RUN_NAME = "mlflow.runName"
+    TEST_MODE = TEST_MODE
+
+
+# --------------------------------------------------------------------------- the task key
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with integral floats as ints, recursively (``alpha: 1`` and ``alpha: 1.0``,
+    ``fraction: 1`` and ``fraction: 1.0`` define the same task)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
+def task_json(fields: Mapping[str, Any]) -> str:
+    """The ``task`` tag: the task's fields (already ``canonical``) as JSON, keys sorted."""
+    return json.dumps(fields, sort_keys=True)
+
+
+def task_key(task_text: str) -> str:
+    """The ``task_key`` tag: the first 12 hex digits of the ``task`` tag's sha1."""
+    return hashlib.sha1(task_text.encode()).hexdigest()[:12]

@@ -48,6 +48,7 @@ from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.core.training import EngineRunner
 from fl_lightning.models import create_fl_model
+from fl_lightning.run_schema import DEFAULT_FRACTION
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
 __all__ = ["FederatedModule", "RoundPayload", "ServerStep", "round_generator"]
@@ -93,7 +94,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         num_classes: int = 10,
         input_shape: tuple[int, ...] = (1, 28, 28),
         num_rounds: int = 100,
-        fraction: float = 0.1,
+        fraction: float = DEFAULT_FRACTION,
         dropout_prob: float = 0.0,
         local_epochs: int = 1,
         batch_size: int | None = 10,

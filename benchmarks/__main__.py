@@ -2,6 +2,6 @@
 
 import sys
 
-from benchmarks.runner import main
+from benchmarks.runner import cli
 
-sys.exit(main())
+sys.exit(cli())

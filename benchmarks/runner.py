@@ -903,5 +903,18 @@ def main(argv: list[str] | None = None) -> int:
                      args.benchmarks, args.configs)
 
 
+def cli() -> int:
+    """The ``fl-benchmarks`` / ``python -m benchmarks`` entry point: :func:`main`, with a refusal
+    (a ``SystemExit`` carrying a message: an unknown suite, an unreadable store, ...) said in one
+    ``error:`` line with exit status 2, as the other tools do."""
+    try:
+        return main()
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(f"error: {stop.code}", file=sys.stderr)
+            return 2
+        raise
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

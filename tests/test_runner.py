@@ -171,7 +171,7 @@ def test_a_dry_run_never_creates_or_alters_the_store(tmp_path, monkeypatch, caps
 
 
 def test_a_store_error_is_one_line_without_a_traceback(tmp_path):
-    """Through the real command line, before any run starts: the message, exit code 1."""
+    """Through the real command line, before any run starts: one `error:` line, exit code 2."""
     import subprocess
     import sys
     from pathlib import Path
@@ -179,8 +179,9 @@ def test_a_store_error_is_one_line_without_a_traceback(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "fedfv/offline", "--dry-run", "--tracking-uri",
                            f"sqlite:///{tmp_path / 'no' / 'runs.db'}"], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
     assert "the folder of the MLflow store sqlite:///" in done.stderr and "create it, or pass another store" in done.stderr
     assert not (tmp_path / "no").exists()
 

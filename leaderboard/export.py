@@ -72,12 +72,12 @@ from leaderboard.runs import (
     LeaderboardError,
     Progress,
     RunRecord,
-    _history,
     check_store_exists,
     converged,
     display_uri,
     first_line,
     load_runs,
+    metric_history,
     reading,
     select_experiments,
     still_improving,
@@ -289,7 +289,7 @@ def run_row_columns() -> list[str]:
 def rounds_frame(runs: Sequence[RunRecord], extra: Mapping[str, Mapping[str, list[tuple[int, float]]]] = {},
                  ) -> pd.DataFrame:
     """One row per (run, round, metric): the histories the leaderboard read, plus ``extra`` (run id ->
-    metric -> (step, value) history, as ``leaderboard.runs._history`` reads it)."""
+    metric -> (step, value) history, as ``leaderboard.runs.metric_history`` reads it)."""
     run_ids: list[str] = []
     steps: list[int] = []
     names: list[str] = []
@@ -317,7 +317,7 @@ def other_histories(tracking_uri: str, runs: Sequence[RunRecord],
         client = MlflowClient(tracking_uri=read_uri)
         with tqdm(total=total, unit="metric", desc="metric histories", file=sys.stderr, disable=None) as bar:
             for run in runs:
-                found[run.run_id] = {name: _history(client, run.run_id, name) for name in wanted[run.run_id]}
+                found[run.run_id] = {name: metric_history(client, run.run_id, name) for name in wanted[run.run_id]}
                 bar.update(len(wanted[run.run_id]))
     return found
 

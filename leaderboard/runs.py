@@ -346,7 +346,9 @@ def is_agent_series(name: str) -> bool:
     return series in AGENT_SERIES and agent.isdigit()
 
 
-def _history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, float]]:
+def metric_history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, float]]:
+    """A metric's (step, value) curve, one value per step: where a resumed run logged a step
+    twice, the later value (the leaderboard and the export read curves through this)."""
     by_step: dict[int, tuple[int, float]] = {}
     for metric in client.get_metric_history(run_id, name):
         previous = by_step.get(metric.step)
@@ -440,8 +442,8 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
                 metrics=dict(data.metrics),
             )
             record.histories = {
-                name: _history(client, info.run_id, name) for name in HISTORY_METRICS if name in data.metrics
-            } | {name: _history(client, info.run_id, name) for name in data.metrics if is_agent_series(name)}
+                name: metric_history(client, info.run_id, name) for name in HISTORY_METRICS if name in data.metrics
+            } | {name: metric_history(client, info.run_id, name) for name in data.metrics if is_agent_series(name)}
             record.client_metrics = _client_metrics(client, info.run_id, scratch)
             runs.append(record)
             if index % step == 0 or index == len(found):

@@ -15,6 +15,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -54,11 +55,12 @@ def shell_command(words: list[str]) -> str:
     return f"PYTHONPATH={shlex.quote(path)} {line}" if path else line
 
 
-def final_accuracy(trainer: pl.Trainer, logger: MLFlowLogger, key: str) -> float | None:
-    """The fit's last value of ``key`` (a client-accuracy metric)."""
+def final_accuracy(trainer: pl.Trainer, logged: Mapping[str, float], key: str) -> float | None:
+    """The fit's last value of ``key`` (a client-accuracy metric): the trainer's, else the run's
+    latest ``logged`` one."""
     value = trainer.callback_metrics.get(key)
     if value is None:
-        value = logger.experiment.get_run(str(logger.run_id)).data.metrics.get(key)
+        value = logged.get(key)
     return None if value is None else float(value)
 
 
@@ -69,7 +71,7 @@ def results_text(trainer: pl.Trainer, logger: MLFlowLogger) -> str:
     uri = client.tracking_uri
     run = client.get_run(run_id)
     runs_view, run_page = ui_links(uri, run.info.experiment_id, run_id)
-    accuracies = [(label, final_accuracy(trainer, logger, key))
+    accuracies = [(label, final_accuracy(trainer, run.data.metrics, key))
                   for label, key in (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))]
     scores = ", ".join(f"{label} {100 * value:.2f}%" for label, value in accuracies if value is not None)
     summary = f"Done: {trainer.current_epoch} rounds, {scores or 'no evaluation logged'}; run '{run.info.run_name}'"

@@ -10,7 +10,7 @@ federated split as a dataset (the UI's Dataset column). Artifacts: the partition
 sorted client accuracies at the end (the JSON also when the fit fails).
 
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
-``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (``tracking`` builds the
+``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (``fit_runs`` builds the
 logger with that ``run_id``, and leaves out what the interrupted process logged past its
 checkpoint). The continued run is marked RUNNING again and its history is made whole: the
 checkpoint's own round is logged if the process died before logging it.

@@ -98,11 +98,35 @@ QUANTITIES: dict[str, Quantity] = {
                             lambda run: _times_1000(run.mean_over_rounds("server_time_s")), 1),
     "improved": Quantity("participants whose loss did not increase", "%", 100,
                          lambda run: run.mean_over_rounds("improved_fraction")),
-    # per-agent series (CGSV Fig. 2): "agent_r:3" = agent 3's final reputation r
+    # per-agent series (CGSV Fig. 2 and Sec. 3.3): "agent_r:3" = agent 3's final reputation r
     "agent_r": Quantity("reputation r", "", 1, lambda run: None, 4),
     "agent_distance": Quantity("distance to the server model", "", 1, lambda run: None, 3),
+    "agent_psi": Quantity("contribution psi, mean over rounds", "", 1, lambda run: None, 3),
+    "agent_sparsity": Quantity("download sparsity, mean over rounds", "%", 100, lambda run: None, 1),
 }
-AGENT_METRICS = {"agent_r": "cgsv_r", "agent_distance": "cgsv_distance"}
+
+
+def _final(run: RunRecord, name: str) -> float | None:
+    return run.final(name)
+
+
+def _mean(run: RunRecord, name: str) -> float | None:
+    return run.mean_over_rounds(name)
+
+
+def _one_minus_mean(run: RunRecord, name: str) -> float | None:
+    value = run.mean_over_rounds(name)
+    return None if value is None else 1.0 - value
+
+
+# per-agent quantity -> (the logged series ``<metric>/<agent>``, how a run's series becomes one number).
+# CGSV Sec. 3.3 reports psi and the sparsity 1 - q_i/D averaged over the iterations.
+AGENT_METRICS: dict[str, tuple[str, Callable[[RunRecord, str], float | None]]] = {
+    "agent_r": ("cgsv_r", _final),
+    "agent_distance": ("cgsv_distance", _final),
+    "agent_psi": ("cgsv_psi", _mean),
+    "agent_sparsity": ("cgsv_density", _one_minus_mean),
+}
 
 
 def quantity_of(name: str) -> Quantity:
@@ -117,7 +141,8 @@ def quantity_value(run: RunRecord, name: str) -> float | None:
     base, _, agent = name.partition(":")
     quantity = QUANTITIES[base]
     if base in AGENT_METRICS:
-        value = run.final(f"{AGENT_METRICS[base]}/{agent}")
+        metric, reduce = AGENT_METRICS[base]
+        value = reduce(run, f"{metric}/{agent}")
     else:
         value = quantity.value(run)
     return None if value is None or math.isnan(value) else quantity.scale * value
@@ -225,7 +250,7 @@ def _check_quantity(name: str, where: str) -> None:
         quantity_of(name)
     except KeyError:
         raise ClaimsError(f"{where}: unknown quantity {name!r}; known: {', '.join(QUANTITIES)} "
-                          "(agent_r / agent_distance take ':<agent>')") from None
+                          "(the agent_* quantities take ':<agent>')") from None
     if name.split(":")[0] in AGENT_METRICS and ":" not in name:
         raise ClaimsError(f"{where}: quantity {name!r} needs an agent, e.g. {name}:0")
 
@@ -339,7 +364,7 @@ def load_claims(root: Path = DEFAULT_ROOT) -> list[Claim]:
 @dataclass(frozen=True)
 class SuiteFile:
     name: str  # the suite's name (its MLflow experiment)
-    path: str  # the argument of `python -m benchmarks run`, e.g. fedlf/offline
+    path: str  # the argument of `fl-benchmarks run`, e.g. fedlf/offline
     benchmarks: tuple[str, ...]
 
 
@@ -583,7 +608,7 @@ def difference_text(entry: ComparisonResult, claim: Claim) -> str:
 def command_for(location: Location, suites: Mapping[str, SuiteFile]) -> str:
     suite = suites.get(location.suite)
     path = suite.path if suite else location.suite
-    return f"python -m benchmarks run {path} --jobs 2"
+    return f"fl-benchmarks run {path} --jobs 2"  # the installed script (README: set-up installs it)
 
 
 def table_slug(tables: Iterable[BenchmarkTable], location: Location) -> str | None:

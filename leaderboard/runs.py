@@ -56,8 +56,8 @@ HISTORY_METRICS = (
     "test_acc_best5",
     "test_acc_min",
 )
-# Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2): whole histories too.
-AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance")
+# Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2) and AFL's mixture: whole histories too.
+AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lambda")
 # Logged once per round: the largest step among them is the number of completed rounds.
 PER_ROUND_METRICS = ("client_time_s", "server_time_s", "conflicts_model")
 CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"

@@ -127,6 +127,17 @@ def test_agent_quantities_read_that_agents_series():
     assert ledger.quantity_value(record, "agent_r:3") is None
 
 
+def test_psi_and_sparsity_are_means_over_rounds_as_cgsv_sec_3_3_reports_them():
+    """CGSV Sec. 3.3 prints psi and the download sparsity averaged over the iterations: the final value
+    (0.3 and density 0.9 here) must not be what the ledger reads."""
+    record = run("A", 0, 0.5, **{"cgsv_psi/1": 0.3, "cgsv_density/1": 0.9})
+    record.histories |= {"cgsv_psi/1": [(1, 0.1), (2, 0.2), (3, 0.3)],
+                         "cgsv_density/1": [(1, 0.3), (2, 0.6), (3, 0.9)]}
+    assert ledger.quantity_value(record, "agent_psi:1") == pytest.approx(0.2)
+    assert ledger.quantity_value(record, "agent_sparsity:1") == pytest.approx(100 * (1 - 0.6))  # in %
+    assert ledger.quantity_value(record, "agent_psi:0") is None
+
+
 # --- verdicts ------------------------------------------------------------------------------------
 
 SEED_EFFECT = [0.02, -0.03, 0.01, 0.04, -0.02, 0.00, 0.03, -0.01, 0.02, -0.04]  # shared by both configs

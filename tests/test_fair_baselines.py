@@ -107,8 +107,12 @@ def test_afl_weights_by_client_id_and_moves_lambda_towards_the_worst_client(data
     p = payload(module, rows, losses=[0.1, 0.2, 3.0, 0.5], clients=clients)
     uniform = module.mixture.clone()
     module.mixture.copy_(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0, 0.0]))
-    step = module.aggregate(p)  # γ_w Σ λ_k g_k / lr with γ_w = lr: λ read by client id
+    answer = module.aggregate(p)  # γ_w Σ λ_k g_k / lr with γ_w = lr: λ read by client id
+    step = answer.direction
     torch.testing.assert_close(step[:5], torch.tensor([0.4, 0.2, 0.1, 0.3], dtype=torch.float64) @ rows)
+    # the mixture the step used is logged by client id, absent clients included
+    assert [answer.metrics[f"afl_lambda/{k}"] for k in range(NUM_CLIENTS)] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0, 0])
+    assert answer.metrics["afl_lambda_max"] == pytest.approx(0.4)
 
     module.mixture.copy_(uniform)
     module.on_round_end(p, step)

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
+from fl_lightning.algorithms.agents import MAX_LOGGED_AGENTS
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import simplex_projection
 from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
 
@@ -24,7 +25,9 @@ class AFL(FederatedModule):
         λ <- Proj_Δ(λ + γ_λ F)             (both steps use w and λ before the round)
     Evaluation uses the running average of the iterates w_1, ..., w_t (``averaged_model``),
     AFL's output. Clients missing from a round (dropped, non-finite update) add nothing
-    to either step.
+    to either step. Logged every round: the mixture λ the round's step used, ``afl_lambda/<k>``
+    (K ≤ 20) and ``afl_lambda_max``, which show where the adversary of a bias attack (FedMGDA+,
+    Hu et al., IEEE TNSE 2022, Sec. 6.2.2) pulls the weight.
 
     Args:
         lr_lambda: γ_λ > 0, the step size of λ (FedFV's grid {0.01, 0.1, 0.5}; default 0.1).
@@ -53,10 +56,17 @@ class AFL(FederatedModule):
                 "set fraction: 1.0"
             )
 
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
         weights = self.mixture[payload.clients].to(payload.updates.dtype)  # λ_k by client id
         # γ_w Σ_k λ_k ∇F_k = server_lr · lr_t Σ_k λ_k g_k / lr_t
-        return self.hparams.server_lr * (weights @ payload.updates)
+        return ServerStep(self.hparams.server_lr * (weights @ payload.updates), metrics=self.mixture_metrics())
+
+    def mixture_metrics(self) -> dict[str, float | torch.Tensor]:
+        mixture = self.mixture.detach().cpu()
+        metrics: dict[str, float | torch.Tensor] = {"afl_lambda_max": float(mixture.max())}
+        if mixture.numel() <= MAX_LOGGED_AGENTS:
+            metrics |= {f"afl_lambda/{k}": float(v) for k, v in enumerate(mixture.tolist())}
+        return metrics
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         losses = torch.zeros_like(self.mixture)

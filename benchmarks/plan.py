@@ -70,8 +70,8 @@ def missing_data(configs: Iterable[dict]) -> list[MissingData]:
     found: dict[tuple, MissingData] = {}
     for config in configs:
         data = _data(config)
-        source, data_dir = data.get("source", "mnist5k"), str(data.get("data_dir", "data"))
-        params = data.get("source_params") or {}
+        source, data_dir = data.get(schema.SOURCE, schema.DEFAULT_SOURCE), str(data.get("data_dir", schema.DEFAULT_DATA_DIR))
+        params = data.get(schema.SOURCE_PARAMS) or {}
         key = (source, data_dir, json.dumps(params, sort_keys=True))
         if key in found:
             entry = found[key]
@@ -88,9 +88,9 @@ def missing_data(configs: Iterable[dict]) -> list[MissingData]:
 def training_samples(config: dict) -> float | None:
     """Client samples trained on per round (fraction x training samples x local epochs)."""
     data, args = _data(config), _init_args(config)
-    params = data.get("partition_params") or {}
-    num_clients = int(data.get("num_clients", 100))
-    source = data.get("source", "mnist5k")
+    params = data.get(schema.PARTITION_PARAMS) or {}
+    num_clients = int(data.get(schema.NUM_CLIENTS, schema.DEFAULT_NUM_CLIENTS))
+    source = data.get(schema.SOURCE, schema.DEFAULT_SOURCE)
     if "total_size" in params:
         total = float(params["total_size"])
     elif "samples_per_client" in params:
@@ -103,7 +103,7 @@ def training_samples(config: dict) -> float | None:
             total *= 1 - float(data.get(schema.LOCAL_TEST_FRACTION, schema.DEFAULT_LOCAL_TEST_FRACTION))
     else:
         return None
-    return _fraction(args) * total * int(args.get(schema.LOCAL_EPOCHS, 1))
+    return _fraction(args) * total * int(args.get(schema.LOCAL_EPOCHS, schema.DEFAULT_LOCAL_EPOCHS))
 
 
 def _fraction(init_args: dict) -> float:
@@ -128,14 +128,14 @@ def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
 def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None:
     """A run's wall time from the perf figures, or None where its model has none."""
     args = _init_args(config)
-    model = args.get("backbone", "fl_mlp")
+    model = args.get(schema.BACKBONE, schema.DEFAULT_BACKBONE)
     per_round = training_samples(config)
     if model not in throughput or per_round is None:
         return None
-    rounds = int(args.get("num_rounds", 100))
+    rounds = int(args.get(schema.NUM_ROUNDS, schema.DEFAULT_NUM_ROUNDS))
     speed = throughput[model]
-    evaluations = rounds / int(args.get("eval_every", 1)) + 1
-    fraction = _fraction(args) * int(args.get(schema.LOCAL_EPOCHS, 1))
+    evaluations = rounds / int(args.get(schema.EVAL_EVERY, schema.DEFAULT_EVAL_EVERY)) + 1
+    fraction = _fraction(args) * int(args.get(schema.LOCAL_EPOCHS, schema.DEFAULT_LOCAL_EPOCHS))
     evaluated = per_round / fraction if fraction else 0.0  # every client's data
     return (RUN_START_S + rounds * (per_round / speed + ROUND_OVERHEAD_S)
             + evaluations * evaluated * EVAL_COST / speed)
@@ -160,12 +160,12 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> lis
         else:
             seconds = estimate_seconds(cell.config, throughput)
             if seconds is None:
-                unknown_models.add(_init_args(cell.config).get("backbone", "fl_mlp"))
+                unknown_models.add(_init_args(cell.config).get(schema.BACKBONE, schema.DEFAULT_BACKBONE))
                 continue
             basis["perf"] += 1
         total += seconds
         estimated += 1
-        model = _init_args(cell.config).get("backbone", "fl_mlp")
+        model = _init_args(cell.config).get(schema.BACKBONE, schema.DEFAULT_BACKBONE)
         per_model[model] = per_model.get(model, 0.0) + seconds
     if cells:
         how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)

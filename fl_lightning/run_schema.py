@@ -56,6 +56,13 @@ NOISE_FIELDS = (LABEL_NOISE, FEATURE_NOISE)  # in a task only when some client i
 # --------------------------------------------------------------------------- defaults
 
 DEFAULT_FRACTION = 0.1  # FederatedModule's ``fraction``
+DEFAULT_BACKBONE = "fl_mlp"  # FederatedModule's ``backbone``
+DEFAULT_NUM_ROUNDS = 100  # FederatedModule's ``num_rounds``
+DEFAULT_EVAL_EVERY = 1  # FederatedModule's ``eval_every``
+DEFAULT_LOCAL_EPOCHS = 1  # FederatedModule's ``local_epochs``
+DEFAULT_SOURCE = "mnist5k"  # FederatedDataModule's ``source``
+DEFAULT_NUM_CLIENTS = 100  # FederatedDataModule's ``num_clients``
+DEFAULT_DATA_DIR = "data"  # FederatedDataModule's ``data_dir``
 FULL_PARTICIPATION = 1.0  # a fraction of 1: every client every round (tag ``participation``: ``full``)
 LOCAL_TEST_MODE: Final = "local"  # the test mode in which every client keeps a share of its samples as its test set
 GLOBAL_TEST_MODE: Final = "global"  # the test mode in which one shared test set is held out

@@ -346,6 +346,14 @@ def test_the_run_schema_is_torch_free_and_holds_the_defaults_the_modules_use():
     assert module_defaults[schema.FRACTION].default == schema.DEFAULT_FRACTION
     assert data_defaults[schema.TEST_MODE].default == schema.DEFAULT_TEST_MODE
     assert data_defaults[schema.LOCAL_TEST_FRACTION].default == schema.DEFAULT_LOCAL_TEST_FRACTION
+    # the defaults the runner's time estimate reads (benchmarks.plan) are the modules' own
+    for name, default in [(schema.BACKBONE, schema.DEFAULT_BACKBONE), (schema.NUM_ROUNDS, schema.DEFAULT_NUM_ROUNDS),
+                          (schema.EVAL_EVERY, schema.DEFAULT_EVAL_EVERY),
+                          (schema.LOCAL_EPOCHS, schema.DEFAULT_LOCAL_EPOCHS)]:
+        assert module_defaults[name].default == default, name
+    for name, default in [(schema.SOURCE, schema.DEFAULT_SOURCE), (schema.NUM_CLIENTS, schema.DEFAULT_NUM_CLIENTS),
+                          ("data_dir", schema.DEFAULT_DATA_DIR)]:
+        assert data_defaults[name].default == default, name
     # the task key's recipe is the store's: 12 hex digits of the sha1 of the sorted JSON
     fields = {"num_rounds": 3.0, "fraction": 1.0, "partition_params": {"alpha": 0.5}}
     text = schema.task_json(schema.canonical(fields))

@@ -48,7 +48,13 @@ from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.core.training import EngineRunner
 from fl_lightning.models import create_fl_model
-from fl_lightning.run_schema import DEFAULT_FRACTION
+from fl_lightning.run_schema import (
+    DEFAULT_BACKBONE,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_FRACTION,
+    DEFAULT_LOCAL_EPOCHS,
+    DEFAULT_NUM_ROUNDS,
+)
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
 __all__ = ["FederatedModule", "RoundPayload", "ServerStep", "round_generator"]
@@ -89,20 +95,20 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def __init__(
         self,
-        backbone: str = "fl_mlp",
+        backbone: str = DEFAULT_BACKBONE,
         backbone_kwargs: dict[str, Any] | None = None,
         num_classes: int = 10,
         input_shape: tuple[int, ...] = (1, 28, 28),
-        num_rounds: int = 100,
+        num_rounds: int = DEFAULT_NUM_ROUNDS,
         fraction: float = DEFAULT_FRACTION,
         dropout_prob: float = 0.0,
-        local_epochs: int = 1,
+        local_epochs: int = DEFAULT_LOCAL_EPOCHS,
         batch_size: int | None = 10,
         lr: float = 0.1,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         engine: settings.EngineName = "auto",
-        eval_every: int = 1,
+        eval_every: int = DEFAULT_EVAL_EVERY,
         seed: int | None = None,
         engine_memory_budget_gb: float = 4.0,
         clients_per_chunk: settings.ChunkSize = "auto",

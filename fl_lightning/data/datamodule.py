@@ -45,7 +45,10 @@ from fl_lightning.data.sources import (
     source_info,
 )
 from fl_lightning.run_schema import (
+    DEFAULT_DATA_DIR,
     DEFAULT_LOCAL_TEST_FRACTION,
+    DEFAULT_NUM_CLIENTS,
+    DEFAULT_SOURCE,
     DEFAULT_TEST_MODE,
     LOCAL_TEST_FRACTION,
 )
@@ -154,8 +157,8 @@ class FederatedDataModule(LightningDataModule):
 
     def __init__(
         self,
-        source: str = "mnist5k",
-        num_clients: int = 100,
+        source: str = DEFAULT_SOURCE,
+        num_clients: int = DEFAULT_NUM_CLIENTS,
         partition: str = "iid",
         partition_params: dict | None = None,
         test_mode: TestMode = DEFAULT_TEST_MODE,
@@ -163,7 +166,7 @@ class FederatedDataModule(LightningDataModule):
         merge_official_splits: bool = True,
         global_test_fraction: float = 0.2,
         source_params: dict | None = None,
-        data_dir: str = "data",
+        data_dir: str = DEFAULT_DATA_DIR,
         download: bool = False,
         seed: int | None = None,
         label_noise: dict[int, float] | None = None,

@@ -113,6 +113,57 @@ def given_settings(parser: Any, args: list[str] | None) -> Namespace:
     return Namespace()
 
 
+def signature_defaults(cls: type) -> dict[str, Any]:
+    """Every keyword default of ``cls.__init__`` and of the ``__init__``s it passes ``**kwargs``
+    to, the subclass's own winning (AFL's ``fraction`` 1.0 over the base class's 0.1)."""
+    defaults: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass) and klass is not object:
+            try:
+                parameters = inspect.signature(klass.__init__).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            defaults |= {p.name: p.default for p in parameters if p.default is not p.empty}
+    return defaults
+
+
+def default_config_settings() -> set[str]:
+    """The model settings the embedded default config gives explicitly (``configs/default.yaml``)."""
+    import yaml
+
+    init_args = ((yaml.safe_load(DEFAULT_CONFIG.read_text()) or {}).get("model") or {}).get("init_args") or {}
+    return set(init_args)
+
+
+def restore_own_defaults(model: Any, given: dict[str, Any]) -> list[str]:
+    """Give the chosen algorithm its own defaults where the parse carried the base class's.
+
+    ``--model X`` over the default config's FedAvg keeps FedAvg's parsed settings, the base
+    defaults included (jsonargparse carries a class's init_args over to the next), so an
+    algorithm whose default differs (AFL's fraction 1.0, FedFa's client momentum, FedMGDA+'s
+    ``track_improvement``) would silently get the base one. A setting the user gave (command
+    line or ``--config``) or that the default config names is left alone. Returns the names reset."""
+    class_path = model.get("class_path") if isinstance(model, Namespace) else None
+    init_args = model.get("init_args") if isinstance(model, Namespace) else None
+    if not class_path or class_path in BASE_MODULE_PATHS or not isinstance(init_args, Namespace):
+        return []
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return []
+    base, own = signature_defaults(FederatedModule), signature_defaults(cls)
+    fixed = set(given) | default_config_settings()
+    reset = []
+    for key in list(init_args.keys()):
+        if key in fixed or key not in base or key not in own or own[key] == base[key]:
+            continue
+        if init_args.get(key) == base[key]:
+            setattr(init_args, key, own[key])
+            reset.append(key)
+    return reset
+
+
 def unknown_algorithm(args: list[str]) -> str | None:
     """The value of ``--model`` when it names no known algorithm (a bare class name)."""
     for i, arg in enumerate(args):
@@ -284,6 +335,8 @@ class FederatedCLI(LightningCLI):
         init_given = init_given.as_dict() if isinstance(init_given, Namespace) else {}
         # the rounds asked for, read before LightningCLI replaces the model's settings with a checkpoint's
         self.requested_rounds = init_given.get("num_rounds") if config.get("ckpt_path") else None
+        if not config.get("ckpt_path"):  # a resumed fit keeps its checkpoint's settings
+            restore_own_defaults(config.get("model"), init_given)
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
             trainer_given = given.get("trainer")

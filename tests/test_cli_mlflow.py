@@ -164,3 +164,17 @@ def test_only_new_local_sqlite_files_are_seeded(template_cache, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert not seed_sqlite_store(uri)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_algorithm_chosen_on_the_command_line_keeps_its_own_defaults(store):
+    """--model X over the default config's FedAvg: jsonargparse carries FedAvg's parsed base
+    defaults over, so AFL ran (or was refused) at fraction 0.1 and FedMGDA+ without its
+    improvement tracking. Each now runs with its own default; what the user gives still wins."""
+    main(short_run(store, "--model=AFL", "--data.num_clients=4"))
+    main(short_run(store, "--model=FedMGDAPlus", "--model.fraction=0.5", "--data.num_clients=4"))
+    runs = mlflow.search_runs(experiment_names=["fl-lightning"])
+    params = {row["tags.algorithm"]: row for _, row in runs.iterrows()}
+    assert params["AFL"]["params.fraction"] == "1.0"  # AFL's own, not FedAvg's 0.1
+    assert params["AFL"]["params.lr"] == "0.05"  # the default config's, as for any algorithm
+    assert params["FedMGDAPlus"]["params.track_improvement"] == "True"
+    assert params["FedMGDAPlus"]["params.fraction"] == "0.5"  # given: kept

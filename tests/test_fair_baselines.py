@@ -94,10 +94,10 @@ def test_qfedavg_two_client_example_by_hand():
 
 
 # --------------------------------------------------------------------------- AFL
-def test_afl_refuses_partial_participation_at_fit_start(data):
-    module = fit_module(AFL, data, fraction=0.5)
-    with pytest.raises(ValueError, match="fraction: 1.0"):
-        fit(module, data)
+def test_afl_refuses_partial_participation_when_built(data):
+    with pytest.raises(ValueError, match="AFL needs every client in every round, but fraction = 0.5: set fraction: 1.0"):
+        fit_module(AFL, data, fraction=0.5)
+    assert make(AFL, data).hparams.fraction == 1.0  # its own default: every client
 
 
 def test_afl_weights_by_client_id_and_moves_lambda_towards_the_worst_client(data):

@@ -11,7 +11,7 @@ from fl_lightning.algorithms.agents import MAX_LOGGED_AGENTS
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import simplex_projection
-from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
+from fl_lightning.run_schema import FULL_PARTICIPATION
 
 
 @register_algorithm
@@ -33,12 +33,15 @@ class AFL(FederatedModule):
         lr_lambda: γ_λ > 0, the step size of λ (FedFV's grid {0.01, 0.1, 0.5}; default 0.1).
         server_lr: γ_w as a multiple of the round's local lr, > 0 (as FedAvg's ``server_lr``:
             1.0 makes the w step Σ_k λ_k g_k, the FedLF code's choice).
-    The base ``fraction`` defaults to 1.0 here; anything lower is refused when fit starts.
+        fraction: 1.0 here (every client every round); anything lower is refused
+            (``needs_every_client``).
     """
 
-    def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0, **kwargs: Any) -> None:
-        kwargs.setdefault(FRACTION, FULL_PARTICIPATION)
-        super().__init__(*args, **kwargs)
+    needs_every_client = True
+
+    def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0,
+                 fraction: float = FULL_PARTICIPATION, **kwargs: Any) -> None:
+        super().__init__(*args, fraction=fraction, **kwargs)
         if not lr_lambda > 0:
             raise ValueError(f"lr_lambda must be > 0 (FedFV's grid: 0.01, 0.1, 0.5), got {lr_lambda}")
         if not server_lr > 0:
@@ -47,14 +50,6 @@ class AFL(FederatedModule):
         self.register_buffer("averaged_model", torch.zeros(self.layout.num_parameters))  # w̄_t
         self.register_buffer("num_averaged", torch.zeros((), dtype=torch.long))
         self.register_client_state("mixture", init=lambda k: torch.full((k,), 1.0 / k))  # λ, uniform
-
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        if self.hparams.fraction < 1:
-            raise ValueError(
-                f"AFL needs every client in every round, but fraction = {self.hparams.fraction}: "
-                "set fraction: 1.0"
-            )
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
         weights = self.mixture[payload.clients].to(payload.updates.dtype)  # λ_k by client id

@@ -42,15 +42,17 @@ class FedFa(FederatedModule):
         gamma: γ in [0, 1), the server momentum and the clients' SGD momentum (0.9).
         eta: η > 0, the server momentum step, or None for this round's local lr (as the FedFV
             authors' code). Not named ``server_lr``, which FedAvg configs would carry over.
+        momentum: the clients' SGD momentum; None (the default) = γ, as the paper's clients use.
     """
 
     def __init__(
-        self, *args: Any, beta: float = 0.5, gamma: float = 0.9, eta: float | None = None, **kwargs: Any
+        self, *args: Any, beta: float = 0.5, gamma: float = 0.9, eta: float | None = None,
+        momentum: float | None = None, **kwargs: Any
     ) -> None:
         if not 0 <= gamma < 1:
             raise ValueError(f"gamma must be in [0, 1) (momentum), got {gamma}")
-        kwargs.setdefault("momentum", gamma)  # clients: SGD with momentum γ
-        super().__init__(*args, **kwargs)
+        momentum = gamma if momentum is None else momentum  # clients: SGD with momentum γ (saved resolved)
+        super().__init__(*args, momentum=momentum, **kwargs)
         if not 0 <= beta <= 1:
             raise ValueError(f"beta must be in [0, 1] (weight of participation against accuracy), got {beta}")
         if eta is not None and not eta > 0:

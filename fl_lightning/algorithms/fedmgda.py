@@ -57,10 +57,10 @@ class FedMGDAPlus(FederatedModule):
         global_lr: float | None = 1.0,
         decay: float = 1.0,
         mu: float = 0.0,
+        track_improvement: bool = True,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("track_improvement", True)
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, track_improvement=track_improvement, **kwargs)
         if not (math.isfinite(epsilon) and epsilon >= 0):
             raise ValueError(f"epsilon must be a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA), got {epsilon}")
         if global_lr is not None and not global_lr > 0:

@@ -28,7 +28,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -54,6 +54,7 @@ from fl_lightning.run_schema import (
     DEFAULT_FRACTION,
     DEFAULT_LOCAL_EPOCHS,
     DEFAULT_NUM_ROUNDS,
+    FULL_PARTICIPATION,
 )
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
@@ -91,7 +92,13 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         history_device: ``"model"`` (with the model) or ``"cpu"`` (pinned host memory).
         attack: one malicious client that takes part in every round (``core.simulation``).
         attack_client, attack_strength: its id, and the bias added or the factor applied.
+
+    Declared requirements (class attributes an algorithm sets instead of overriding the engine):
+        needs_every_client: the algorithm treats each client as a domain and needs all of them
+            in every round (AFL); a ``fraction`` below 1 is refused when the module is built.
     """
+
+    needs_every_client: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -126,6 +133,9 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.run_seed = run_seed(seed, "model.seed")
         self.save_hyperparameters()
         settings.check_module_settings(self.hparams)
+        if self.needs_every_client and fraction < FULL_PARTICIPATION:
+            raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
+                             "set fraction: 1.0")
         self.attacker = None if attack is None else simulation.MaliciousClient(attack, attack_client, attack_strength)
         self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size)
         torch.manual_seed(self.run_seed)

@@ -28,6 +28,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from fl_lightning import private_api
+
 log = logging.getLogger(__name__)
 
 
@@ -148,7 +150,7 @@ class RoundCheckpoint(ModelCheckpoint):
         self.in_memory = True
         try:
             with deferred():
-                checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)  # what save_checkpoint writes
+                checkpoint = private_api.dump_checkpoint(trainer, self.save_weights_only)  # what save_checkpoint writes
         finally:
             self.in_memory = False
         tensors: list[tuple[torch.Tensor, int]] = []
@@ -162,7 +164,7 @@ class RoundCheckpoint(ModelCheckpoint):
             return False
         checkpoint, tensors = self._unsaved
         self._unsaved = None
-        if any(tensor._version != version for tensor, version in tensors):
+        if any(private_api.tensor_version(tensor) != version for tensor, version in tensors):
             return False  # the running round had begun changing the state: not the round's end
         compact = getattr(trainer.lightning_module, "compact_history", None)
         if compact is not None:
@@ -203,7 +205,7 @@ def copy_containers(value: Any, tensors: list[tuple[torch.Tensor, int]]) -> Any:
     """``value`` with its dicts, lists and tuples copied and other objects deep-copied; tensors are
     kept (not copied) and listed with their version counter, which in-place changes increase."""
     if isinstance(value, torch.Tensor):
-        tensors.append((value, value._version))
+        tensors.append((value, private_api.tensor_version(value)))
         return value
     if isinstance(value, dict):
         copied = {key: copy_containers(item, tensors) for key, item in value.items()}

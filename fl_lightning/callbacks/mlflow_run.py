@@ -40,6 +40,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
+from fl_lightning import private_api
 from fl_lightning import run_schema as schema
 from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
@@ -114,14 +115,14 @@ def empty_store_template() -> Path | None:
         if _schema_revision(template) == template.stem.rsplit("-", 1)[1]:
             return template
     try:
-        from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+        from mlflow.store.db.utils import create_sqlalchemy_engine
 
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             database = Path(scratch) / "store.db"
             engine = create_sqlalchemy_engine(f"sqlite:///{database}")
             try:
-                _initialize_tables(engine)
+                private_api.initialize_mlflow_tables(engine)
             finally:
                 engine.dispose()
             revision = _schema_revision(database)
@@ -230,14 +231,13 @@ def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
 def unlogged_epoch_metrics(trainer: pl.Trainer) -> dict[str, float]:
     """The metrics of the running training epoch that Lightning will send to the loggers.
 
-    Reads Lightning's private ``trainer._results`` (the running loop's result collection),
-    here and nowhere else: Lightning sends a round's metrics to the loggers only after that
+    Reads Lightning's running result collection (``private_api.running_epoch_results``): Lightning sends a round's metrics to the loggers only after that
     round's checkpoint is written, and no public view holds exactly them. ``trainer.logged_metrics``
     and ``trainer.callback_metrics`` are cumulative (they still hold, e.g., the evaluation
     metrics of an earlier round, or a metric this round did not log), so a round restored
     from them would get values that are not its own.
     """
-    results = trainer._results
+    results = private_api.running_epoch_results(trainer)
     if results is None:
         return {}
     return {key: float(value) for key, value in results.metrics(on_step=False)["log"].items()}
@@ -339,11 +339,12 @@ def _flush_at_exit() -> None:
 def buffer_metrics(logger: MLFlowLogger, every_s: float) -> None:
     """Hold ``logger``'s metrics in a :class:`BufferedClient` (written every ``every_s`` seconds,
     before checkpoints and at the run's end); ``every_s`` 0 leaves it writing every call."""
-    client = getattr(logger, "_mlflow_client", None)  # Lightning's MLFlowLogger keeps its client here
+    client = private_api.mlflow_client(logger)
     if every_s <= 0 or client is None or isinstance(client, BufferedClient):
         return
-    logger._mlflow_client = BufferedClient(client, every_s)
-    logger.metrics_buffer = logger._mlflow_client  # type: ignore[attr-defined]  # flush_loggers finds it
+    buffered = BufferedClient(client, every_s)
+    private_api.replace_mlflow_client(logger, buffered)
+    logger.metrics_buffer = buffered  # type: ignore[attr-defined]  # flush_loggers finds it
 
 
 class MLflowRunInfo(Callback):

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from fl_lightning import private_api
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.training import ClientDataSlicer
 
@@ -31,7 +32,7 @@ class FederatedDataLink:
     @property
     def federated_data(self) -> Any:
         """The FederatedDataModule: the trainer's, or one given to ``attach_data``."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        datamodule = getattr(self.trainer, "datamodule", None) if private_api.attached_trainer(self) else None
         datamodule = datamodule if datamodule is not None else self._attached_data
         if datamodule is None or not hasattr(datamodule, "train_index"):
             raise RuntimeError(

@@ -34,6 +34,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from fl_lightning import private_api
 from fl_lightning.core import settings, simulation
 from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.diagnostics import ConflictCounts, ImprovementShare, QPFallbackTotal
@@ -153,8 +154,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         given); subclasses save again after this class, so every save records it."""
         super().save_hyperparameters(*args, ignore=ignore, frame=frame or inspect.currentframe().f_back,
                                      logger=logger)
-        for hparams in (self._hparams, self._hparams_initial):
-            hparams["seed"] = self.run_seed
+        private_api.record_hparams(self, {"seed": self.run_seed})
 
     # ----------------------------------------------------------------- hooks to override
     @mean_cross_entropy_objective  # the engine may use hand-derived gradients (an override is unmarked)
@@ -227,7 +227,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
                             round_generator(self.hparams.seed, round_index, "shuffle"))
         start = self.global_params() if start is None else start
         anchor = self.global_params() if anchor is None else anchor
-        return self.engines.train_across_ranks(self._trainer, self.model, self.layout, shards, order, start, anchor,
+        return self.engines.train_across_ranks(private_api.attached_trainer(self), self.model, self.layout, shards, order, start, anchor,
                                                sgd, objective or self.client_objective)
 
     @property
@@ -237,12 +237,12 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
     @property
     def world_size(self) -> int:
         """Processes sharing the clients of a round (Lightning's DDP world size)."""
-        return world_size(self._trainer)
+        return world_size(private_api.attached_trainer(self))
 
     @property
     def evaluator(self) -> FederationEvaluator:
         """Evaluates clients under shared or per-client models, split across ranks."""
-        return FederationEvaluator(self.model, self.layout, self._trainer)
+        return FederationEvaluator(self.model, self.layout, private_api.attached_trainer(self))
 
     # ------------------------------------------------------------------ lightning wiring
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -391,7 +391,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """Log metrics of this round with step = rounds completed (algorithms and callbacks may call
         it too; in an evaluation they join its metrics). Collected, converted with one host sync,
         and sent in one call per round (``core.round_log``)."""
-        if self._trainer is None:
+        if private_api.attached_trainer(self) is None:
             return
         if self.trainer.training:
             self.round_log.add_round(metrics, self.round_index + 1)
@@ -417,7 +417,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
     # ------------------------------------------------------------------------ evaluation
     def rounds_completed(self) -> int:
         """Rounds done when evaluating: inside fit the current round has just finished."""
-        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        fitting = private_api.attached_trainer(self) is not None and self.trainer.state.fn == "fit"
         return self.round_index + 1 if fitting else self.round_index
 
     def is_eval_round(self) -> bool:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fl_lightning import private_api
+
 COMPACT_HISTORY_KEY = "fl_compact_history"  # checkpoint entry: {"rows": kept row ids, "num_clients": K}
 
 HISTORY_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -65,7 +67,7 @@ class ClientStateMixin(nn.Module):
     def materialise_client_states(self, num_clients: int) -> None:
         """Creates every declared state that does not exist yet for these K clients."""
         for spec in self.declared_client_states().values():
-            current = self._buffers.get(spec.name)
+            current = private_api.own_buffers(self).get(spec.name)
             if current is not None and current.shape[0] == num_clients:
                 continue  # setup runs again for every fit/validate: keep the state
             if spec.init is not None:
@@ -80,7 +82,7 @@ class ClientStateMixin(nn.Module):
         can fill them before any setup has told the module K."""
         for spec in self.declared_client_states().values():
             saved = state_dict.get(spec.name)
-            if saved is not None and self._buffers.get(spec.name) is None:
+            if saved is not None and private_api.own_buffers(self).get(spec.name) is None:
                 self._register_state(spec, torch.empty_like(saved, device="cpu"))
 
     def _register_state(self, spec: ClientStateSpec, value: torch.Tensor) -> None:
@@ -97,12 +99,13 @@ class ClientStateMixin(nn.Module):
 
     def _apply(self, fn: Callable, recurse: bool = True) -> Any:
         # ``.to(device)``/``.cuda()`` move every buffer; offloaded state stays on the host
-        offloaded = {name: self._buffers.pop(name) for name, spec in self.declared_client_states().items()
-                     if spec.offload and name in self._buffers}
+        buffers = private_api.own_buffers(self)
+        offloaded = {name: buffers.pop(name) for name, spec in self.declared_client_states().items()
+                     if spec.offload and name in buffers}
         try:
             super()._apply(fn, recurse)
         finally:
-            self._buffers.update(offloaded)
+            buffers.update(offloaded)
         return self
 
     # ----------------------------------------------------------- last upload per client

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
+from fl_lightning import private_api
 from fl_lightning.data.noise import apply_client_noise, check_noise
 from fl_lightning.data.partition import (
     check_num_clients,
@@ -195,8 +196,7 @@ class FederatedDataModule(LightningDataModule):
 
     def _record_resolved_hparams(self, **values) -> None:
         """Log what the run really used (defaults filled in), not what was typed."""
-        for hparams in (self._hparams, self._hparams_initial):
-            hparams.update(values)
+        private_api.record_hparams(self, values)
 
     # ------------------------------------------------------------------ validation
     # Each input is checked once, where it is owned: source names and parameters by the

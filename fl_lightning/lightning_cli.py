@@ -120,7 +120,7 @@ def signature_defaults(cls: type) -> dict[str, Any]:
     for klass in reversed(cls.__mro__):
         if "__init__" in vars(klass) and klass is not object:
             try:
-                parameters = inspect.signature(klass.__init__).parameters.values()
+                parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
             except (TypeError, ValueError):
                 continue
             defaults |= {p.name: p.default for p in parameters if p.default is not p.empty}

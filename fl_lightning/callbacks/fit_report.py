@@ -58,9 +58,10 @@ def shell_command(words: list[str]) -> str:
 def final_accuracy(trainer: pl.Trainer, logged: Mapping[str, float], key: str) -> float | None:
     """The fit's last value of ``key`` (a client-accuracy metric): the trainer's, else the run's
     latest ``logged`` one."""
-    value = trainer.callback_metrics.get(key)
-    if value is None:
-        value = logged.get(key)
+    metric = trainer.callback_metrics.get(key)
+    if metric is not None:
+        return float(metric)
+    value = logged.get(key)
     return None if value is None else float(value)
 
 

@@ -51,6 +51,6 @@ class LogHyperparameters(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.enable_autolog_hparams or not trainer.is_global_zero:
             return
-        hparams = loggable_hparams(pl_module, trainer.datamodule)
+        hparams = loggable_hparams(pl_module, getattr(trainer, "datamodule", None))
         for logger in trainer.loggers:
             logger.log_hyperparams(hparams)

@@ -29,7 +29,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 import lightning.pytorch as pl
@@ -206,7 +206,7 @@ def mlflow_loggers(trainer: pl.Trainer) -> list[MLFlowLogger]:
 def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, str]:
     """The tags a run is found and grouped by (see ``run_identity.task_tags`` for the task's)."""
     model_hp = pl_module.hparams
-    data = trainer.datamodule
+    data = getattr(trainer, "datamodule", None)  # set by fit; not in Trainer's type
     data_hp = data.hparams if data is not None else {}
     fraction = float(model_hp.get(schema.FRACTION, schema.FULL_PARTICIPATION))  # a module that samples no clients
     return {
@@ -368,7 +368,7 @@ class MLflowRunInfo(Callback):
         loggers = mlflow_loggers(trainer) if trainer.is_global_zero else []  # rank 0 writes the file
         checkpoint[CHECKPOINT_KEY] = {
             # rounds done: `processed` already counts the round whose end saves the checkpoint
-            "rounds_completed": int(trainer.fit_loop.epoch_progress.current.processed),
+            "rounds_completed": int(cast(Any, trainer.fit_loop.epoch_progress.current).processed),
             "round_metrics": round_end_metrics(trainer),
             "runs": [
                 {"tracking_uri": absolute_tracking_uri(lg.experiment.tracking_uri),
@@ -412,7 +412,7 @@ class MLflowRunInfo(Callback):
             return
         self._continue_runs(trainer, loggers)
         tags = run_tags(trainer, pl_module)
-        data = trainer.datamodule
+        data = getattr(trainer, "datamodule", None)
         dataset = dataset_input(data) if data is not None else None
         for logger in loggers:
             client, run_id = logger.experiment, logger.run_id
@@ -426,7 +426,7 @@ class MLflowRunInfo(Callback):
     def _log_client_metrics(self, trainer: pl.Trainer, pl_module: Any, status: str) -> None:
         if not trainer.is_global_zero:
             return
-        payload = {
+        payload: dict[str, Any] = {
             "status": status,
             "rounds_completed": int(trainer.current_epoch),
             "clients": getattr(pl_module, "last_client_metrics", {}),

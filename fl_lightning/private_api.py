@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------------- Lightning
-def attached_trainer(module: LightningModule) -> Trainer | None:
+def attached_trainer(module: LightningModule | Any) -> Trainer | None:
     """The trainer a module is attached to, or None (``module.trainer`` raises when detached)."""
     return module._trainer
 

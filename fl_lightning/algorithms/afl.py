@@ -39,9 +39,15 @@ class AFL(FederatedModule):
 
     needs_every_client = True
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    averaged_model: torch.Tensor
+    num_averaged: torch.Tensor
+    mixture: torch.Tensor
+
     def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0,
                  fraction: float = FULL_PARTICIPATION, **kwargs: Any) -> None:
-        super().__init__(*args, fraction=fraction, **kwargs)
+        kwargs["fraction"] = fraction
+        super().__init__(*args, **kwargs)
         if not lr_lambda > 0:
             raise ValueError(f"lr_lambda must be > 0 (FedFV's grid: 0.01, 0.1, 0.5), got {lr_lambda}")
         if not server_lr > 0:

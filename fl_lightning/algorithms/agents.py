@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,15 +37,19 @@ class AgentModels(FederatedModule):
         fraction: must be 1.0 (every agent, every round).
     """
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    agent_models: torch.Tensor
+
     def __init__(self, *args: Any, fraction: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(*args, fraction=fraction, **kwargs)
+        kwargs["fraction"] = fraction
+        super().__init__(*args, **kwargs)
         if fraction != 1.0:
             raise ValueError(
                 f"{type(self).__name__} needs every agent in every round: set fraction=1.0, got {fraction}"
             )
         self.register_client_state("agent_models", init=self.initial_models)
 
-    def log_per_agent(self, series: dict[str, tuple[Any, Iterable[int]]],
+    def log_per_agent(self, series: Mapping[str, tuple[Any, Iterable[int]]],
                       metrics: dict[str, float] | None = None) -> None:
         """Logs ``<name>/<agent>`` for every value of each series (N ≤ ``MAX_LOGGED_AGENTS``) and
         ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``, as this round's metrics."""

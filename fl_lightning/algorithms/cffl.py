@@ -96,6 +96,11 @@ class CFFL(ValidatedAgents):
     # Shown under CFFL's rows on the leaderboard (leaderboard/algorithms.py).
     interpretation = "interpretation (paper unavailable: the authors' code and draft, 6 deviations documented)"
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    r: torch.Tensor
+    reputable: torch.Tensor
+    round_share: torch.Tensor
+
     def __init__(self, *args: Any, reputation: Reputation = "validation", alpha: float = 5.0, fade: float = 0.8,
                  threshold: float = 1 / 3, upload_fraction: float = 1.0, clip: float | None = None,
                  **kwargs: Any) -> None:

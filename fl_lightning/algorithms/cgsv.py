@@ -81,6 +81,10 @@ class CGSV(AgentModels):
     and, with ``track_standalone``, ``cgsv_rho`` and ``standalone_test_acc_mean``.
     """
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    r: torch.Tensor
+    standalone_models: torch.Tensor
+
     def __init__(
         self,
         *args: Any,
@@ -195,6 +199,8 @@ class CGSV(AgentModels):
     def agent_accuracies(self, params: torch.Tensor) -> torch.Tensor:
         """Test accuracy of one model per agent, on the sets the core evaluates agents on."""
         sets = client_test_sets(self.federated_data, params.shape[0])  # own test sets, else the shared one
+        if sets is None:
+            raise RuntimeError("CGSV evaluates its agents, but the data has no test set: give clients a local or a shared test")
         return FederationEvaluator(self.model, self.layout).stacked(params, sets)[1]
 
 

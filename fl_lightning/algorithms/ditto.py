@@ -35,6 +35,9 @@ class Ditto(FedAvg):
     exactly. Both passes of a round see the same minibatches.
     """
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    personal_models: torch.Tensor
+
     def __init__(self, *args: Any, lam: float = 0.1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if lam < 0:

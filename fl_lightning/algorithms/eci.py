@@ -54,6 +54,10 @@ class ECI(ValidatedAgents):
     # Shown under ECI's rows on the leaderboard (leaderboard/algorithms.py).
     interpretation = "interpretation (from CGSV's one-line description; r stays dominated by round 0)"
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    r: torch.Tensor
+    phi: torch.Tensor
+
     def __init__(self, *args: Any, num_permutations: int | None = 20, alpha: float = 0.95, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if num_permutations is not None and num_permutations < 1:

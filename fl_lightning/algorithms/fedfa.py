@@ -45,6 +45,10 @@ class FedFa(FederatedModule):
         momentum: the clients' SGD momentum; None (the default) = γ, as the paper's clients use.
     """
 
+    # registered buffers and per-client state (typed for the checker; nn.Module holds them)
+    server_momentum: torch.Tensor
+    participation: torch.Tensor
+
     def __init__(
         self, *args: Any, beta: float = 0.5, gamma: float = 0.9, eta: float | None = None,
         momentum: float | None = None, **kwargs: Any
@@ -52,7 +56,8 @@ class FedFa(FederatedModule):
         if not 0 <= gamma < 1:
             raise ValueError(f"gamma must be in [0, 1) (momentum), got {gamma}")
         momentum = gamma if momentum is None else momentum  # clients: SGD with momentum γ (saved resolved)
-        super().__init__(*args, momentum=momentum, **kwargs)
+        kwargs["momentum"] = momentum
+        super().__init__(*args, **kwargs)
         if not 0 <= beta <= 1:
             raise ValueError(f"beta must be in [0, 1] (weight of participation against accuracy), got {beta}")
         if eta is not None and not eta > 0:

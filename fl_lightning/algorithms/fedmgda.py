@@ -60,7 +60,8 @@ class FedMGDAPlus(FederatedModule):
         track_improvement: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, track_improvement=track_improvement, **kwargs)
+        kwargs["track_improvement"] = track_improvement
+        super().__init__(*args, **kwargs)
         if not (math.isfinite(epsilon) and epsilon >= 0):
             raise ValueError(f"epsilon must be a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA), got {epsilon}")
         if global_lr is not None and not global_lr > 0:

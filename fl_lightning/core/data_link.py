@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +17,15 @@ class FederatedDataLink:
 
     _attached_data: Any = None
     _slicer: ClientDataSlicer | None = None
+    if TYPE_CHECKING:  # what FederatedModule (a LightningModule) provides
+        from lightning.pytorch.utilities.parsing import AttributeDict
+
+        attacker: Any
+        device: torch.device
+        trainer: Any
+
+        @property
+        def hparams(self) -> AttributeDict: ...
 
     @property
     def num_clients_total(self) -> int:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import inspect
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.parsing import AttributeDict
 
 from fl_lightning import private_api
 from fl_lightning.core import settings, simulation
@@ -149,11 +150,19 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.last_client_metrics: dict[str, list[float]] = {}
         self.round_log = RoundLog()
 
+    @property
+    def hparams(self) -> AttributeDict:
+        """The saved hyper-parameters (Lightning's), typed as the ``AttributeDict`` that
+        ``save_hyperparameters()`` makes, so ``self.hparams.alpha`` type-checks."""
+        return cast(AttributeDict, super().hparams)
+
     def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
         """Lightning's, with ``seed`` recorded as the seed used (the run's, when None was
         given); subclasses save again after this class, so every save records it."""
-        super().save_hyperparameters(*args, ignore=ignore, frame=frame or inspect.currentframe().f_back,
-                                     logger=logger)
+        if frame is None:  # the caller's frame, as Lightning's own default takes it
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
+        super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
         private_api.record_hparams(self, {"seed": self.run_seed})
 
     # ----------------------------------------------------------------- hooks to override
@@ -381,13 +390,14 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
     def apply_server_step(self, server_step: torch.Tensor) -> None:
         """w <- w - d, through the server optimizer (so global_step counts applied rounds)."""
         optimizer = self.optimizers()
+        assert not isinstance(optimizer, list), "FederatedModule configures one server optimizer"
         params = dict(self.model.named_parameters())
         for name, piece in self.layout.unflatten(server_step).items():
             params[name].grad = piece.detach().to(params[name].dtype).clone()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    def log_round(self, metrics: dict[str, float | torch.Tensor]) -> None:
+    def log_round(self, metrics: Mapping[str, float | torch.Tensor]) -> None:
         """Log metrics of this round with step = rounds completed (algorithms and callbacks may call
         it too; in an evaluation they join its metrics). Collected, converted with one host sync,
         and sent in one call per round (``core.round_log``)."""

@@ -144,7 +144,7 @@ def _project(
     v: torch.Tensor, lower: torch.Tensor | None, upper: torch.Tensor | None
 ) -> torch.Tensor:
     """Exact projection of rows v onto the simplex, intersected with the box when given."""
-    if lower is None:
+    if lower is None or upper is None:  # a box's bounds come in pairs (``_effective_box``)
         return simplex_projection(v)
     return _box_simplex_projection(v, lower, upper)
 
@@ -244,7 +244,9 @@ def _effective_box(
     """
     if lower is None and upper is None:
         return None, None
-    bound_dtype = (lower if lower is not None else upper).dtype
+    given = lower if lower is not None else upper
+    assert given is not None
+    bound_dtype = given.dtype
     slack = _feasibility_slack(n, bound_dtype)
     checked = []
     for name, bound, default in (("lower", lower, 0.0), ("upper", upper, 1.0)):
@@ -294,7 +296,7 @@ def _unique_feasible_point(low: torch.Tensor, high: torch.Tensor) -> torch.Tenso
 
 def _centre(n: int, low: torch.Tensor | None, high: torch.Tensor | None) -> torch.Tensor:
     """The feasible point nearest the box's midpoint (uniform weights without a box), float64."""
-    if low is None:
+    if low is None or high is None:
         return torch.full((n,), 1.0 / n, dtype=torch.float64)
     return _box_simplex_projection(((low + high) / 2)[None], low[None], high[None])[0]
 
@@ -320,7 +322,7 @@ def _frank_wolfe_gap(
     """
     grad = 2 * (gram @ weights.unsqueeze(-1)).squeeze(-1)
     at_weights = (grad * weights).sum(-1)
-    if lower is None:
+    if lower is None or upper is None:
         return at_weights - grad.min(-1).values
     order = torch.argsort(grad, dim=-1)
     room = (upper - lower).gather(-1, order)
@@ -426,7 +428,7 @@ def _accelerated_projected_gradient(
     gram = (gram + gram.transpose(-1, -2)) / 2
     scale = gram.abs().amax(dim=(-1, -2))
     gram = gram / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None]
-    if lower is not None:
+    if lower is not None and upper is not None:
         lower, upper = lower.to(gram), upper.to(gram)
 
     # Iterate on μ = norms ∘ λ, where C = D⁻¹GD⁻¹ has a unit diagonal: vectors of very
@@ -435,7 +437,7 @@ def _accelerated_projected_gradient(
     norms = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=1e-12).sqrt()
     inverse_norms = 1 / norms
     correlation = gram * inverse_norms.unsqueeze(-1) * inverse_norms.unsqueeze(-2)
-    if lower is None:
+    if lower is None or upper is None:
 
         def project(mu: torch.Tensor) -> torch.Tensor:
             return _weighted_simplex_projection(mu, inverse_norms)
@@ -571,7 +573,7 @@ def _solve_with_cvxopt(
     smallest_eigenvalue = float(torch.linalg.eigvalsh(scaled)[0])
     if smallest_eigenvalue < 0:
         scaled = scaled + (-smallest_eigenvalue) * torch.eye(n, dtype=torch.float64)
-    if low is None:
+    if low is None or high is None:
         low, high = torch.zeros(n, dtype=torch.float64), torch.ones(n, dtype=torch.float64)
     fixed = (high - low) <= _FIXED_WIDTH
     free = torch.nonzero(~fixed).flatten()
@@ -663,7 +665,7 @@ def min_norm_simplex(
 
     if n == 1:
         return result(torch.ones(1, dtype=torch.float64))
-    if low is not None:
+    if low is not None and high is not None:
         pinned = _unique_feasible_point(low, high)
         if pinned is not None:
             return result(pinned)

@@ -16,6 +16,7 @@ number (to the default dtype), and does what Lightning does with epoch metrics:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -60,11 +61,11 @@ class RoundLog:
         self.evaluation_step = 0
         self.shown: set[str] = set()
 
-    def add_round(self, metrics: dict[str, Value], step: int) -> None:
+    def add_round(self, metrics: Mapping[str, Value], step: int) -> None:
         self.round_step = step
         self.round_values.update(metrics)
 
-    def add_evaluation(self, metrics: dict[str, Value], step: int, progress_bar: bool = False) -> None:
+    def add_evaluation(self, metrics: Mapping[str, Value], step: int, progress_bar: bool = False) -> None:
         self.evaluation_step = step
         self.evaluation_values.update(metrics)
         if progress_bar:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -45,6 +45,18 @@ class ClientStateSpec:
 
 class ClientStateMixin(nn.Module):
     """``register_client_state`` and the history helpers of ``FederatedModule``."""
+
+    if TYPE_CHECKING:  # what FederatedModule provides, and the history's registered buffers
+        from lightning.pytorch.utilities.parsing import AttributeDict
+
+        from fl_lightning.core.flat import ParameterLayout
+
+        layout: ParameterLayout
+        history: torch.Tensor
+        last_seen: torch.Tensor
+
+        @property
+        def hparams(self) -> AttributeDict: ...
 
     def declared_client_states(self) -> dict[str, ClientStateSpec]:
         if "_client_state_specs" not in self.__dict__:

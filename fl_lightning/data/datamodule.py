@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, Dataset
 
 from fl_lightning import private_api
@@ -99,6 +100,7 @@ class _Pool:
 
     def with_test_appended(self) -> _Pool:
         """The pool with the clients' own test samples after the training samples."""
+        assert self.client_test_x is not None and self.client_test_y is not None, "no client test samples"
         return _Pool(torch.cat([self.x, self.client_test_x]), torch.cat([self.y, self.client_test_y]),
                      self.client_ids, self.global_x, self.global_y)
 
@@ -194,6 +196,11 @@ class FederatedDataModule(LightningDataModule):
             setattr(self, name, None)
         self._class_counts: np.ndarray | None = None
 
+    @property
+    def hparams(self) -> AttributeDict:
+        """The saved settings (Lightning's), typed as the ``AttributeDict`` they are."""
+        return cast(AttributeDict, super().hparams)
+
     def _record_resolved_hparams(self, **values) -> None:
         """Log what the run really used (defaults filled in), not what was typed."""
         private_api.record_hparams(self, values)
@@ -274,6 +281,7 @@ class FederatedDataModule(LightningDataModule):
         clients = self._partition(pool)
         if pool.client_test_ids is not None:  # the source drew each client's own test set
             train_lists = clients
+            assert pool.client_ids is not None, "a source's own client test sets come with its natural clients"
             ids = np.unique(pool.client_ids.numpy())  # client k is the k-th natural id (``natural``)
             test_lists = [np.flatnonzero(pool.client_test_ids == ids[k]) + len(pool.y)
                           for k in range(len(clients))]
@@ -306,7 +314,7 @@ class FederatedDataModule(LightningDataModule):
         if data.client_of_test is not None and hp.test_mode == "local" and hp.partition == "natural":
             return _Pool(data.x_train, data.y_train, data.client_of_train, None, None,
                          data.x_client_test, data.y_client_test, data.client_of_test.numpy())
-        if data.x_test is not None:
+        if data.x_test is not None and data.y_test is not None:
             if hp.test_mode == "local" and hp.merge_official_splits:  # as FedLF: pool both
                 x = torch.cat([data.x_train, data.x_test])
                 y = torch.cat([data.y_train, data.y_test])
@@ -365,11 +373,14 @@ class FederatedDataModule(LightningDataModule):
         self._require_setup()
         mode = self.hparams.test_mode
         if mode == "matched":
+            assert self.global_test_class_sizes is not None
             sizes = self.global_test_class_sizes.cpu().numpy()
             return (f"matched: {int(sizes.sum()):,}-sample shared pool ({int(sizes.min())}-{int(sizes.max())} "
                     "per class), each client's accuracy weighted by its own label distribution")
         if mode == "global":
+            assert self.global_test_y is not None
             return f"global: one shared test set of {len(self.global_test_y):,} samples"
+        assert self.test_sizes is not None
         sizes = self.test_sizes.cpu().numpy()
         if sizes.min() == sizes.max():
             return f"local: {int(sizes.min())} samples per client"
@@ -390,6 +401,7 @@ class FederatedDataModule(LightningDataModule):
     def class_counts(self) -> np.ndarray:
         """(K, C) training-set class counts per client."""
         self._require_setup()
+        assert self._class_counts is not None
         return self._class_counts
 
     def _require_setup(self) -> None:
@@ -427,7 +439,7 @@ def _as_params(name: str, params, example: str) -> dict:
 def _check_loaded(data: SourceData, info) -> None:
     """The loaded tensors agree with what the source promised (shape, dtypes, classes)."""
     for split, x, y in (("train", data.x_train, data.y_train), ("test", data.x_test, data.y_test)):
-        if x is None:
+        if x is None or y is None:
             continue
         problem = None
         if tuple(x.shape[1:]) != tuple(info.input_shape):
@@ -453,6 +465,8 @@ def _matched_test_tensors(test_mode: str, class_counts: np.ndarray, pool_y: torc
     shared test set's samples grouped by class (C, max per class) with the class sizes."""
     if test_mode != "matched":
         return dict.fromkeys(("test_class_weights", "global_test_class_index", "global_test_class_sizes"))
+    if pool_y is None:
+        raise ValueError("test_mode='matched' needs a shared test pool (global_test_fraction > 0, or the source's test split)")
     counts = torch.as_tensor(class_counts, dtype=torch.float32)
     weights = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
     by_class = [np.flatnonzero(pool_y.numpy() == c) for c in range(num_classes)]

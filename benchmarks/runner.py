@@ -1,23 +1,8 @@
 """Grid runner: expand a suite into (cell, seed) runs of `fl-lightning fit`, resumably.
 
-A suite file (``benchmarks/<paper>/<scale>.yaml``) holds:
-
-    suite: fedfv-offline          # the MLflow experiment
-    paper: fedfv
-    scale: offline                # offline | paper
-    description: ...
-    seeds: [0, 1, 2]
-    base: {...}                   # a LightningCLI config shared by every cell
-    benchmarks:                   # dataset x partition x participation x model
-      - name: mnist5k/shards-200x2/p0.1/fl_mlp
-        config: {...}             # merged over base
-        algorithms: [...]         # optional: this benchmark's own list
-        control: other/name       # optional: the benchmark this variant is compared with
-    algorithms:                   # each expands over its grid (cartesian product)
-      - class_path: fl_lightning.algorithms.FedFV
-        init_args: {tau: 1}
-        grid: {alpha: [0.1, 0.5]}
-        label_args: [tau]         # init_args shown in the label besides the grid's
+A suite file (``benchmarks/<paper>/<name>.yaml``) is read by ``benchmarks.suite_schema``
+(``SuiteSpec``; the format is at the top of that file): a suite name, paper, scale, seeds, a
+LightningCLI ``base`` config, benchmarks merged over it, and algorithms expanded over their grids.
 
 Every (benchmark, algorithm configuration) is a cell, and every cell runs once per seed
 through the same code path as the CLI (``fl_lightning.cli``, with ``seed_everything: <seed>``
@@ -36,7 +21,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-import itertools
 import os
 import re
 import subprocess
@@ -50,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.suite_schema import AlgorithmEntry, SuiteFormatError, SuiteSpec
 from fl_lightning.run_schema import Tag
 
 SUITES_DIR = Path(__file__).resolve().parent
@@ -128,89 +113,10 @@ def suite_path(name: str) -> Path:
     return candidate
 
 
-def algorithm_label(class_path: str, params: dict) -> str:
-    name = class_path.rsplit(".", 1)[-1]
-    if not params:
-        return name
-    inner = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
-    return f"{name}({inner})"
-
-
-def _suite_error(where: str, problem: str) -> SystemExit:
-    return SystemExit(f"suite {where}: {problem}; see the format at the top of benchmarks/runner.py")
-
-
-def _check_algorithms(where: str, entries) -> None:
-    """Each algorithm entry is a mapping with a class_path; grids map names to lists."""
-    if not isinstance(entries, list) or not entries:
-        raise _suite_error(where, f"'algorithms' must be a non-empty list of entries with a class_path, got {entries!r}")
-    for number, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str):
-            raise _suite_error(where, f"algorithm entry {number} must be a mapping with a 'class_path' "
-                                      f"(e.g. class_path: fl_lightning.algorithms.FedAvg), got {entry!r}")
-        for key in ("init_args", "grid"):
-            if not isinstance(entry.get(key) or {}, dict):
-                raise _suite_error(where, f"{entry['class_path']}: {key!r} must be a mapping, got {entry[key]!r}")
-        for name, values in (entry.get("grid") or {}).items():
-            if not isinstance(values, list) or not values:
-                raise _suite_error(where, f"{entry['class_path']}: grid {name!r} must be a non-empty list of "
-                                          f"values (e.g. {name}: [{values!r}]), got {values!r}")
-        known = {**(entry.get("init_args") or {}), **(entry.get("grid") or {})}
-        missing = [k for k in entry.get("label_args") or [] if k not in known]
-        if missing:
-            raise _suite_error(where, f"{entry['class_path']}: label_args {missing} name no init_args or grid "
-                                      f"entry; it has {sorted(known)}")
-
-
-def _check_suite(where: str, spec) -> None:
-    """The structure ``load_suite`` relies on, with a message naming what to fix."""
-    if not isinstance(spec, dict):
-        raise _suite_error(where, f"the file must hold a mapping (suite:, paper:, scale:, base:, benchmarks:), "
-                                  f"got {type(spec).__name__}")
-    for key in ("suite", "paper", "scale", "base", "benchmarks"):
-        if key not in spec:
-            raise _suite_error(where, f"it has no {key!r} entry")
-    for key in ("suite", "paper", "scale"):
-        if not isinstance(spec[key], str) or not spec[key]:
-            raise _suite_error(where, f"{key!r} must be a non-empty string, got {spec[key]!r}")
-    if not isinstance(spec["base"], dict):
-        raise _suite_error(where, f"'base' must be a mapping (a LightningCLI config), got {spec['base']!r}")
-    seeds = spec.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-        raise _suite_error(where, f"'seeds' must be a non-empty list of integers (e.g. seeds: [0, 1, 2]), got {seeds!r}")
-    if not isinstance(spec["benchmarks"], list) or not spec["benchmarks"]:
-        raise _suite_error(where, f"'benchmarks' must be a non-empty list of entries with a name, got {spec['benchmarks']!r}")
-    if spec.get("algorithms") is not None:
-        _check_algorithms(where, spec["algorithms"])
-    for number, benchmark in enumerate(spec["benchmarks"]):
-        if not isinstance(benchmark, dict) or not isinstance(benchmark.get("name"), str):
-            raise _suite_error(where, f"benchmark entry {number} must be a mapping with a 'name' "
-                                      f"(e.g. name: mnist5k/iid/p0.1/fl_mlp), got {benchmark!r}")
-        if not isinstance(benchmark.get("config") or {}, dict):
-            raise _suite_error(where, f"benchmark {benchmark['name']!r}: 'config' must be a mapping, got {benchmark['config']!r}")
-        if benchmark.get("algorithms") is not None:
-            _check_algorithms(f"{where}, benchmark {benchmark['name']!r}", benchmark["algorithms"])
-        elif spec.get("algorithms") is None:
-            raise _suite_error(where, f"benchmark {benchmark['name']!r} has no algorithms (suite-level or its own)")
-        names = [b.get("name") for b in spec["benchmarks"] if isinstance(b, dict)]
-        if benchmark.get("control") is not None and benchmark["control"] not in names:
-            raise _suite_error(where, f"benchmark {benchmark['name']!r}: control {benchmark['control']!r} "
-                                      f"is not a benchmark of the suite; it has {names}")
-
-
 def expand_algorithms(entries: list[dict]) -> list[tuple[str, dict]]:
     """[(label, model config)] with every grid expanded (cartesian product)."""
-    configs = []
-    for entry in entries:
-        grid = entry.get("grid") or {}
-        keys = sorted(grid)
-        for values in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
-            varied = dict(zip(keys, values))
-            init_args = {**(entry.get("init_args") or {}), **varied}
-            shown = {**(entry.get("label_args") and {k: init_args[k] for k in entry["label_args"]} or {}), **varied}
-            label = entry.get("label") or algorithm_label(entry["class_path"], shown)
-            configs.append((label, {"class_path": entry["class_path"], "init_args": init_args}))
-    return configs
+    return [config for number, entry in enumerate(entries)
+            for config in AlgorithmEntry.parse(entry, number, "(algorithms)").configurations()]
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:
@@ -230,20 +136,22 @@ def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
                          f"suite YAML or one of the names `{program_name()} list` prints") from None
     except yaml.YAMLError as error:
         raise SystemExit(f"suite {name!r} ({path}) is not valid YAML: {yaml_problem(error)}") from None
-    _check_suite(repr(name), spec)
+    try:
+        suite = SuiteSpec.parse(spec, repr(name))
+    except SuiteFormatError as error:
+        raise SystemExit(str(error)) from None
     if seeds is not None and (not seeds or not all(type(s) is int for s in seeds)):
         raise SystemExit(f"seeds must be a non-empty list of integers, got {seeds!r}")
     cells = []
-    for benchmark in spec["benchmarks"]:
-        bench_config = deep_merge(spec["base"], benchmark.get("config") or {})
-        algorithms = benchmark.get("algorithms") or spec.get("algorithms")
-        for label, model in expand_algorithms(algorithms):
-            for seed in seeds if seeds is not None else spec.get("seeds", [0]):
-                config = deep_merge(bench_config, {"model": model})
-                config = deep_merge(config, {"seed_everything": seed})  # model and data take it
-                cells.append(Cell(spec["suite"], spec["paper"], spec["scale"], benchmark["name"], label, seed,
-                                  config, " ".join(str(spec.get("description", "")).split()),
-                                  benchmark.get("control") or ""))
+    for benchmark in suite.benchmarks:
+        bench_config = deep_merge(suite.base, benchmark.config)
+        for entry in suite.algorithms_of(benchmark):
+            for label, model in entry.configurations():
+                for seed in seeds if seeds is not None else suite.seeds:
+                    config = deep_merge(bench_config, {"model": model})
+                    config = deep_merge(config, {"seed_everything": seed})  # model and data take it
+                    cells.append(Cell(suite.suite, suite.paper, suite.scale, benchmark.name, label, seed,
+                                      config, suite.description, benchmark.control or ""))
     return cells
 
 

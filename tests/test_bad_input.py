@@ -364,13 +364,21 @@ CASES = [
     case("runner-suite-not-a-mapping", lambda tmp: suite_file(tmp, "- fedfv\n- fedlf\n"),
          SystemExit, r"the file must hold a mapping \(suite:, paper:, scale:, base:, benchmarks:\), got list"),
     case("runner-suite-missing-benchmarks", lambda tmp: suite_file(tmp, SUITE_HEAD),
-         SystemExit, r"it has no 'benchmarks' entry; see the format at the top of benchmarks/runner\.py"),
+         SystemExit, r"it has no 'benchmarks' entry; see the format at the top of benchmarks/suite_schema\.py"),
     case("runner-algorithm-without-class-path",
          lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b}]\nalgorithms: [{init_args: {mu: 0.1}}]\n"),
          SystemExit, r"algorithm entry 0 must be a mapping with a 'class_path' \(e\.g\. class_path: fl_lightning"),
     case("runner-grid-not-a-list",
          lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b}]\nalgorithms: [{class_path: FedProx, grid: {mu: 0.1}}]\n"),
          SystemExit, r"FedProx: grid 'mu' must be a non-empty list of values \(e\.g\. mu: \[0\.1\]\), got 0\.1"),
+    case("runner-misspelt-suite-key",  # was ignored in silence: every benchmark ran without these algorithms
+         lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b, algorithms: [{class_path: FedAvg}]}]\n"
+                                                  "algoritms: [{class_path: FedProx}]\n"),
+         SystemExit, r"unknown key 'algoritms' in the suite; did you mean 'algorithms'\?"),
+    case("runner-misspelt-algorithm-key",  # was ignored: one configuration instead of the grid's two
+         lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b}]\n"
+                                                  "algorithms: [{class_path: FedProx, grids: {mu: [0.1, 1.0]}}]\n"),
+         SystemExit, r"unknown key 'grids' in algorithm entry FedProx; did you mean 'grid'\?"),
     case("runner-jobs-zero", lambda tmp: runner.main(["run", "fedfv/offline", "--jobs", "0"]),
          SystemExit, r"--jobs must be >= 1", "stderr"),
     # ---- read-only commands (runner, leaderboard)

@@ -8,15 +8,9 @@ import timm
 import torch
 
 from fl_lightning.algorithms import FedAvg
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine
 from fl_lightning.core.flat import ParameterLayout
-from fl_lightning.core.local import (
-    ClientShards,
-    LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
-    batch_order,
-    masked_cross_entropy,
-)
+from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.data import FederatedDataModule, load_source, source_info
 from fl_lightning.data.sources import missing_files
 from fl_lightning.data.text import build_vocabulary, encode, parse_ptb_tree, tokenize

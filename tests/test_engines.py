@@ -4,14 +4,12 @@ import pytest
 import torch
 from torch import nn
 
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine, choose_engine
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.local import (
     ClientShards,
     LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
     batch_order,
-    choose_engine,
     masked_cross_entropy,
     steps_per_epoch,
 )

@@ -90,7 +90,8 @@ def test_the_default_objective_is_marked_and_an_override_is_not():
 
 def test_a_non_finite_sample_stays_in_its_own_client(one_thread):
     model = feedforward()
-    from fl_lightning.core.local import VectorisedEngine, batch_order
+    from fl_lightning.core.engines import VectorisedEngine
+    from fl_lightning.core.local import batch_order
     from tests.test_stacked import image_shards
 
     shards = image_shards([4, 2, 5], (2, 3, 3), model=model)

@@ -11,15 +11,9 @@ import timm
 import torch
 
 from fl_lightning.algorithms import FedAvg
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine
 from fl_lightning.core.flat import ParameterLayout
-from fl_lightning.core.local import (
-    ClientShards,
-    LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
-    batch_order,
-    masked_cross_entropy,
-)
+from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.data import FederatedDataModule, load_source
 from fl_lightning.data.leaf import LEAF_LETTERS, encode_text
 from fl_lightning.data.sources import missing_files

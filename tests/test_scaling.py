@@ -5,16 +5,9 @@ import pytest
 import torch
 
 from fl_lightning.algorithms import FedAvg, FedFV
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine, auto_chunk_size
 from fl_lightning.core.flat import ParameterLayout
-from fl_lightning.core.local import (
-    ClientShards,
-    LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
-    auto_chunk_size,
-    batch_order,
-    masked_cross_entropy,
-)
+from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.models import create_fl_model
 from tests.test_module import Recorder, digits_data, fit, module_for
 

@@ -6,15 +6,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine, sgd_step
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.local import (
     ClientShards,
     LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
     batch_order,
     masked_cross_entropy,
-    sgd_step,
     with_proximal_term,
 )
 from fl_lightning.models import create_fl_model, list_fl_models

@@ -29,10 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from fl_lightning.run_schema import FRACTION
+
 CASES: dict[str, list[str]] = {
     "fedfv_10pct": ["--model", "FedFV", "--model.num_rounds", "20", "--data.num_clients", "100"],
     "fedfv_full": ["--model", "FedFV", "--model.num_rounds", "20", "--data.num_clients", "100",
-                   "--model.fraction", "1.0"],
+                   f"--model.{FRACTION}", "1.0"],
     "fedfv_10pct_bf16": ["--model", "FedFV", "--model.num_rounds", "20", "--data.num_clients", "100",
                          "--model.history_dtype", "bfloat16"],
     "main_job": [],  # the README's `fl-lightning fit`: FedAvg, 100 rounds, 10 of 100 clients

@@ -44,17 +44,16 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.perf.data import RandomImageData
 from benchmarks.perf.machine import describe_machine
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.fused import mean_cross_entropy_objective
 from fl_lightning.core.local import (
+    ClientDataSlicer,
     ClientShards,
     LocalSGD,
-    SequentialEngine,
-    VectorisedEngine,
     batch_order,
     masked_cross_entropy,
 )
-from fl_lightning.core.training import ClientDataSlicer
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models import create_fl_model
 

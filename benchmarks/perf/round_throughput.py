@@ -33,7 +33,7 @@ from benchmarks.perf.machine import proc_kib_as_mib
 from benchmarks.perf.suite import CELL_DEFAULTS
 from benchmarks.perf.suite import main as suite_main
 from fl_lightning.algorithms import FedAvg
-from fl_lightning.core.local import is_out_of_memory
+from fl_lightning.core.engines import is_out_of_memory
 
 
 class RoundTimer(pl.Callback):

@@ -11,7 +11,7 @@ from fl_lightning.algorithms.agents import MAX_LOGGED_AGENTS
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import simplex_projection
-from fl_lightning.run_schema import FULL_PARTICIPATION
+from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
 
 
 @register_algorithm
@@ -46,7 +46,7 @@ class AFL(FederatedModule):
 
     def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0,
                  fraction: float = FULL_PARTICIPATION, **kwargs: Any) -> None:
-        kwargs["fraction"] = fraction
+        kwargs[FRACTION] = fraction
         super().__init__(*args, **kwargs)
         if not lr_lambda > 0:
             raise ValueError(f"lr_lambda must be > 0 (FedFV's grid: 0.01, 0.1, 0.5), got {lr_lambda}")

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from fl_lightning.core.federation_evaluation import FederationEvaluator
-from fl_lightning.core.local import ClientShards
+from fl_lightning.core.local import ClientDataSlicer, ClientShards
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.simulation import round_generator
-from fl_lightning.core.training import ClientDataSlicer
+from fl_lightning.run_schema import FRACTION
 
 MAX_LOGGED_AGENTS = 20  # per-agent curves (cgsv_r/<i>, cgsv_density/<i>, ...) up to this N
 
@@ -41,7 +41,7 @@ class AgentModels(FederatedModule):
     agent_models: torch.Tensor
 
     def __init__(self, *args: Any, fraction: float = 1.0, **kwargs: Any) -> None:
-        kwargs["fraction"] = fraction
+        kwargs[FRACTION] = fraction
         super().__init__(*args, **kwargs)
         if fraction != 1.0:
             raise ValueError(

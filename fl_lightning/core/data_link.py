@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fl_lightning import private_api
-from fl_lightning.core.local import ClientShards
-from fl_lightning.core.training import ClientDataSlicer
+from fl_lightning.core.local import ClientDataSlicer, ClientShards
 
 
 class FederatedDataLink:

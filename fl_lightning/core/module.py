@@ -1,7 +1,7 @@
 """``FederatedModule``: a LightningModule whose every training step is one communication round.
 
 A round: sample S_t and simulate dropout (``core.simulation``); measure each answering client's
-training loss and accuracy at w; train them all at once (``core.local``) into J (m x d), rows
+training loss and accuracy at w; train them all at once (``core.engines``) into J (m x d), rows
 g_i = w - w_i, leaving out non-finite rows; ``aggregate(payload)`` -> the step d; if d is finite,
 w <- w - d through the server optimizer (``global_step`` counts applied rounds), commit the
 state ``aggregate`` proposed and call ``on_round_end``, else keep model and state. Every client
@@ -40,6 +40,7 @@ from fl_lightning.core import settings, simulation
 from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.diagnostics import ConflictCounts, ImprovementShare, QPFallbackTotal
 from fl_lightning.core.distributed import world_size
+from fl_lightning.core.engines import EngineRunner
 from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices, model_vector
 from fl_lightning.core.fused import mean_cross_entropy_objective
@@ -48,7 +49,6 @@ from fl_lightning.core.payload import RoundPayload, ServerStep, as_server_step, 
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
-from fl_lightning.core.training import EngineRunner
 from fl_lightning.models import create_fl_model
 from fl_lightning.run_schema import (
     DEFAULT_BACKBONE,
@@ -82,7 +82,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         engine_memory_budget_gb: what ``engine="auto"`` may spend on stacked clients.
         clients_per_chunk: clients trained together by the vectorised engine (None = all,
             ``"auto"``, the default = sized from the free GPU memory, or on a CPU to stay
-            within its cache, ``core.local.auto_chunk_size``); the size used is logged as
+            within its cache, ``core.engines.auto_chunk_size``); the size used is logged as
             ``chunk_size``, and a chunk that runs out of memory is retried in halves.
         lr_decay: the local learning rate of round t is ``lr * lr_decay**t``.
         layer_grouping: a "layer" of per-layer conflicts and aggregation: a ``"tensor"`` or ``"module"``.

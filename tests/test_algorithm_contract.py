@@ -245,3 +245,40 @@ def test_the_command_line_builds_an_algorithm_with_its_own_defaults(name):
     from_parser = cls(**dict(parsed.model))
     direct = cls()
     assert dict(from_parser.hparams) == dict(direct.hparams)
+
+
+# ------------------------------------------------------------------------- the round context
+def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand():
+    """Issue 23: ``aggregate`` and ``on_round_end`` read the engine through ``payload.context``:
+    the round's lr (lr · lr_decay^t), w, the layout, K; every field read-only; a payload built by
+    hand gets its round's context from the hook, and one read outside a hook says what to do."""
+    from fl_lightning.algorithms import FedAvg
+    from fl_lightning.core.payload import RoundContext
+
+    seen = {}
+
+    class Probe(FedAvg):
+        def aggregate(self, payload):
+            seen["context"] = payload.context
+            return super().aggregate(payload)
+
+    _, data = make_run("FedAvg")
+    probe = Probe(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
+                  lr=0.2, lr_decay=0.5, seed=3)
+    data.setup("fit")
+    probe.attach_data(data)
+    d, m = probe.layout.num_parameters, 3
+    hand_built = RoundPayload(round=2, clients=torch.arange(m), updates=torch.randn(m, d), losses=torch.ones(m),
+                              accuracies=torch.zeros(m), num_samples=torch.full((m,), 10))
+    probe.aggregate(hand_built)
+    context = seen["context"]
+    assert isinstance(context, RoundContext) and context.round == 2
+    assert context.lr == pytest.approx(0.2 * 0.5**2)
+    assert torch.equal(context.global_vector, probe.global_vector())
+    assert context.layout is probe.layout and context.num_clients_total == 8
+    with pytest.raises(AttributeError):
+        context.lr = 1.0  # read-only
+    with pytest.raises(RuntimeError, match="no context: call the hook through its module"):
+        hand_built.context  # noqa: B018
+    trained = context.local_train(probe.client_shards(torch.arange(2)))
+    assert trained[probe.layout.names[0]].shape[0] == 2  # one model per client, this round's lr

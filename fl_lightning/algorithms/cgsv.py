@@ -250,5 +250,5 @@ class RR(CGSV):
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         turn = payload.clients == payload.round % len(self.agent_models)
         agent = payload.clients[turn]
-        self.agent_models[agent] += self.global_vector() - self.agent_models[agent]  # v_i = w − w_i
+        self.agent_models[agent] += payload.context.global_vector - self.agent_models[agent]  # v_i = w − w_i
         self.log_agents(turn.double(), payload.clients)

@@ -80,7 +80,7 @@ class ECI(ValidatedAgents):
 
     def shapley(self, payload: RoundPayload) -> torch.Tensor:
         """φ_i of the round's agents under ν(S) = validation accuracy of w + FedAvg of S."""
-        w, n, deltas = self.global_vector(), payload.num_samples.double(), -payload.updates
+        w, n, deltas = payload.context.global_vector, payload.num_samples.double(), -payload.updates
         m = payload.num_clients
 
         def value(members: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ class FedFa(FederatedModule):
         dw = -(weights.to(payload.updates.dtype) @ payload.updates)  # w_new - w = -Σ_i p_i g_i
         gamma = self.hparams.gamma
         m = self.server_momentum.mul(gamma).add_(dw.to(self.server_momentum.dtype), alpha=1 - gamma)  # m <- γ m + (1 - γ) dw
-        eta = self.hparams.eta or self.round_lr(payload.round)
+        eta = self.hparams.eta or payload.context.lr
         return ServerStep(-dw + eta * m.to(dw.dtype),  # w - (w_new - η m)
                           new_state={"participation": participation, "server_momentum": m})
 

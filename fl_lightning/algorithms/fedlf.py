@@ -114,7 +114,7 @@ class FedLF(FederatedModule):
     def client_gradients(self, payload: RoundPayload) -> torch.Tensor:
         """g_i (m, d): w − w_i divided by the round's local lr η_t (A.4), or the gradient itself."""
         if self.hparams.gradient == "update":
-            return payload.updates / self.round_lr(payload.round)
+            return payload.updates / payload.context.lr
         return payload.updates
 
     def server_step_size(self, round_index: int) -> float:
@@ -140,9 +140,9 @@ class FedLF(FederatedModule):
         q = fair_coefficients(payload.losses)  # step 2
         absent, tau = self.absent_clients(payload)  # step 3
         X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
-        grams = layer_grams(X, self.layer_slices)
+        grams = layer_grams(X, payload.context.layer_slices)
         coefficients, groups, fallbacks = self.layerwise_min_norm(grams, m, q, torch.finfo(X.dtype).eps)
-        u = layer_combination(coefficients, X, self.layer_slices)  # Σ_j λ_j V_j per layer = −d
+        u = layer_combination(coefficients, X, payload.context.layer_slices)  # Σ_j λ_j V_j per layer = −d
         u64 = u.double()  # norms in float64: float32 ones overflow for finite updates beyond ~1e19
         if u64.norm() == 0:  # Pareto-stationary at every layer group: d = 0
             step = torch.zeros_like(u)

@@ -119,7 +119,7 @@ class FedMDFG(FederatedModule):
         """Steps 1-2: which clients sent a non-zero g_i (mask (m,)), and their ĝ_i."""
         g = payload.updates
         if self.hparams.gradient == "update":
-            g = g / self.round_lr(payload.round)
+            g = g / payload.context.lr
         norms = g.norm(dim=1)
         live = norms > ZERO_SIGNAL
         mu = norms[live].mean()
@@ -184,7 +184,7 @@ class FedMDFG(FederatedModule):
         same_clients: bool,
     ) -> tuple[float, int]:
         """Step 6: the step size η and how many candidate models the clients evaluated."""
-        base = self.round_lr(payload.round)
+        base = payload.context.lr
         if payload.shards is None or not d.any():
             return (base if d.any() else 0.0), 0
         s = self.hparams.line_search_steps
@@ -192,10 +192,10 @@ class FedMDFG(FederatedModule):
         candidates = [base * 2.0**k for k in range(first, -s - 1, -1)]
         shards, before = payload.shards, payload.losses
         descent = -(g_hat @ d)  # −ĝ_i·d > 0: client i's first-order decrease per unit step
-        w, model = self.global_vector(), copy.deepcopy(self.model)
+        w, model = payload.context.global_vector, copy.deepcopy(self.model)
         tried: list[tuple[float, float]] = []
         for eta in candidates:
-            assign_model_vector(model, self.layout, w + eta * d)
+            assign_model_vector(model, payload.context.layout, w + eta * d)
             after, _ = evaluate_clients(model, shards.x, shards.y, shards.index, shards.sizes)
             tried.append((float(after.mean()), eta))
             armijo = bool((before - after >= ARMIJO_BETA * eta * descent).all())

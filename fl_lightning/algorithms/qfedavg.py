@@ -35,7 +35,7 @@ class QFedAvg(FederatedModule):
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         q = self.hparams.q
-        L = self.hparams.lipschitz or 1.0 / self.round_lr(payload.round)
+        L = self.hparams.lipschitz or 1.0 / payload.context.lr
         updates = payload.updates
         F = payload.losses.double() + 1e-10  # F_k(w^t)
         squared_norms = L**2 * updates.double().pow(2).sum(dim=1)  # ||Δw_k||² = ||L g_k||²

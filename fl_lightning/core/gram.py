@@ -8,6 +8,8 @@ single ``coefficients @ J`` (per layer: ``layer_combination``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -27,7 +29,7 @@ def _check_updates(updates: torch.Tensor, what: str = "updates") -> None:
         )
 
 
-def _check_slices(slices: list[slice], num_parameters: int) -> None:
+def _check_slices(slices: Sequence[slice], num_parameters: int) -> None:
     """Every layer slice lies inside the d columns of J."""
     for k, piece in enumerate(slices):
         start, stop = piece.start or 0, piece.stop
@@ -54,7 +56,7 @@ def gram(updates: torch.Tensor) -> torch.Tensor:
     return _finite_or_float64(updates @ updates.T, lambda wide: wide @ wide.T, updates)
 
 
-def layer_grams(updates: torch.Tensor, slices: list[slice]) -> torch.Tensor:
+def layer_grams(updates: torch.Tensor, slices: Sequence[slice]) -> torch.Tensor:
     """G_l = J_l J_lᵀ for every layer slice: (L, m, m), float64 (products in J's dtype)."""
     _check_updates(updates)
     _check_slices(slices, updates.shape[1])
@@ -90,7 +92,7 @@ def combine(coefficients: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
     return coefficients.to(updates.dtype) @ updates
 
 
-def layer_combination(coefficients: torch.Tensor, updates: torch.Tensor, slices: list[slice]) -> torch.Tensor:
+def layer_combination(coefficients: torch.Tensor, updates: torch.Tensor, slices: Sequence[slice]) -> torch.Tensor:
     """Per layer l: Σ_i c_{l,i} g_{i,l}; coefficients (L, m) -> a flat vector (d,)."""
     _check_updates(updates)
     _check_slices(slices, updates.shape[1])

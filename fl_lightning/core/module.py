@@ -23,6 +23,7 @@ The algorithm contract (what a subclass may override, and when state may change)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 import warnings
@@ -45,7 +46,13 @@ from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices, model_vector
 from fl_lightning.core.fused import mean_cross_entropy_objective
 from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
-from fl_lightning.core.payload import RoundPayload, ServerStep, as_server_step, finite_rows
+from fl_lightning.core.payload import (
+    RoundContext,
+    RoundPayload,
+    ServerStep,
+    as_server_step,
+    finite_rows,
+)
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
@@ -61,6 +68,18 @@ from fl_lightning.run_schema import (
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
 __all__ = ["FederatedModule", "RoundPayload", "ServerStep", "round_generator"]
+
+
+ROUND_HOOKS = ("aggregate", "on_round_end")  # the hooks that receive ``payload.context``
+
+
+def _adding_round_context(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)
+    def with_context(self: FederatedModule, payload: RoundPayload, *args: Any, **kwargs: Any) -> Any:
+        return hook(self, self.with_round_context(payload), *args, **kwargs)
+
+    with_context._adds_round_context = True  # type: ignore[attr-defined]
+    return with_context
 
 
 class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
@@ -185,11 +204,30 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def aggregate(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
         """The server step d (d,) from the round's uploads (the server applies w <- w - d),
-        with the algorithm's new state and metrics; must not change any state or log itself."""
+        with the algorithm's new state and metrics; must not change any state or log itself.
+        What it needs of the engine it reads from ``payload.context`` (``RoundContext``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement aggregate(payload)")
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
-        """Algorithm bookkeeping after the step is applied (histories, logs, ...)."""
+        """Algorithm bookkeeping after the step is applied (histories, ...); ``payload.context``
+        as in ``aggregate``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An algorithm's ``aggregate`` and ``on_round_end`` always receive a payload with its
+        ``context``, a payload built by hand (a test, a notebook) included."""
+        super().__init_subclass__(**kwargs)
+        for name in ROUND_HOOKS:
+            hook = cls.__dict__.get(name)
+            if hook is not None and not getattr(hook, "_adds_round_context", False):
+                setattr(cls, name, _adding_round_context(hook))
+
+    def round_context(self, round_index: int) -> RoundContext:
+        """The read-only view of the engine that round ``round_index``'s hooks receive."""
+        return RoundContext(self, round_index)
+
+    def with_round_context(self, payload: RoundPayload) -> RoundPayload:
+        """``payload``, with the context of its round when it has none (a new payload)."""
+        return payload if payload._context is not None else replace(payload, _context=self.round_context(payload.round))
 
     def evaluation_params(self) -> torch.Tensor | None:
         """The parameters evaluation uses: ``None`` for the global model, a flat (d,)
@@ -324,7 +362,8 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self._sync()
         client_time = time.perf_counter() - started
 
-        payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards)
+        payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards,
+                               self.round_context(t))
         if self.attacker is not None:
             payload = self.attacker.corrupt(payload)
         finite = finite_rows(payload.updates)

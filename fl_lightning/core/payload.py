@@ -1,14 +1,80 @@
-"""What a round hands an algorithm (``RoundPayload``) and what the algorithm hands back
-(``ServerStep``): the two halves of the contract between ``FederatedModule`` and an algorithm."""
+"""What a round hands an algorithm (``RoundPayload``, with its read-only ``RoundContext``) and
+what the algorithm hands back (``ServerStep``): the two halves of the contract between
+``FederatedModule`` and an algorithm."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fl_lightning.core.local import ClientShards
+from fl_lightning.core.local import ClientShards, LocalSGD
+
+if TYPE_CHECKING:
+    from fl_lightning.core.federation_evaluation import FederationEvaluator
+    from fl_lightning.core.flat import ParameterLayout
+
+
+class RoundContext:
+    """What an algorithm's round hooks (``aggregate``, ``on_round_end``) may read of the engine,
+    and nothing else: ``payload.context``. Read-only: every field is a property.
+
+    - ``round``: t, counted from 0; ``lr``: the round's local step size η_t = lr · lr_decay^t;
+    - ``layout``: the flat layout of the parameters (``layout.unflatten(v)``, ``num_parameters``);
+      ``layer_slices`` / ``layer_names``: the "layers" of per-layer work (``layer_grouping``);
+    - ``global_vector``: the global model w as a new flat (d,) tensor (in ``on_round_end``: after
+      the round's step);
+    - ``num_clients_total``: K;
+    - ``local_train(shards, start=None, anchor=None, sgd=None, objective=None)``: local SGD of
+      more clients or from other starting points, this round's shuffles and step size;
+    - ``evaluator``: evaluates clients under a shared or one model per client.
+    """
+
+    __slots__ = ("_module", "_round")
+
+    def __init__(self, module: Any, round_index: int) -> None:
+        self._module, self._round = module, round_index
+
+    @property
+    def round(self) -> int:
+        return self._round
+
+    @property
+    def lr(self) -> float:
+        return float(self._module.round_lr(self._round))
+
+    @property
+    def layout(self) -> ParameterLayout:
+        return self._module.layout
+
+    @property
+    def layer_slices(self) -> tuple[slice, ...]:
+        return tuple(self._module.layer_slices)
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return tuple(self._module.layer_names)
+
+    @property
+    def global_vector(self) -> torch.Tensor:
+        return self._module.global_vector()
+
+    @property
+    def num_clients_total(self) -> int:
+        return int(self._module.num_clients_total)
+
+    @property
+    def evaluator(self) -> FederationEvaluator:
+        return self._module.evaluator
+
+    def local_train(self, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
+                    anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
+                    objective: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Local SGD of ``shards``' clients in this round: stacked [m, ...] results
+        (``FederatedModule.local_train``)."""
+        return self._module.local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
 
 
 @dataclass
@@ -22,10 +88,20 @@ class RoundPayload:
     accuracies: torch.Tensor  # (m,) training accuracy at w, before local training
     num_samples: torch.Tensor  # (m,) n_i
     shards: ClientShards | None = None  # the clients' training data (for extra evaluations)
+    _context: RoundContext | None = None  # set by the module; read it as ``context``
 
     @property
     def num_clients(self) -> int:
         return int(self.clients.shape[0])
+
+    @property
+    def context(self) -> RoundContext:
+        """The round's read-only view of the engine (``RoundContext``). Every payload a
+        ``FederatedModule`` hook receives has one, a hand-built one included: the module adds it."""
+        if self._context is None:
+            raise RuntimeError("this RoundPayload has no context: call the hook through its module "
+                               "(aggregate / on_round_end add it), or build it with _context=module.round_context(t)")
+        return self._context
 
     def select(self, keep: torch.Tensor) -> RoundPayload:
         """The payload of a subset of the clients (boolean mask over the rows)."""
@@ -37,6 +113,7 @@ class RoundPayload:
             self.accuracies[keep],
             self.num_samples[keep],
             None if self.shards is None else self.shards.select(keep),
+            self._context,
         )
 
 

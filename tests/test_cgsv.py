@@ -37,7 +37,7 @@ def payload(delta_w, num_samples, round_index=0):
 
 
 def run_round(module, round_payload):
-    """aggregate -> w <- w - step -> commit_round, as FederatedModule.training_step does."""
+    """aggregate -> w <- w - step -> _commit_round, as FederatedModule.training_step does."""
     before = module.agent_models.clone()
     step = module.server_round(round_payload)
     return step, module.agent_models - before  # the server step and every v_i

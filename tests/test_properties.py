@@ -184,7 +184,7 @@ def run_two_rounds(module, first, second):
         step = proposal.direction
         steps.append(step)
         if torch.isfinite(step).all():
-            module.commit_round(payload, proposal)
+            module._commit_round(payload, proposal)
         offset += m
     return steps
 

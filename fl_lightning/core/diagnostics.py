@@ -55,7 +55,7 @@ class ConflictCounts(Callback):
         })
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        if not (self.rounds and pl_module.is_eval_round()):
+        if not (self.rounds and pl_module._is_eval_round()):
             return
         means = {f"conflicts_layer/{name}": total / self.rounds
                  for name, total in zip(pl_module.layer_names, self.layer_sums)}

@@ -391,19 +391,19 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         step = as_server_step(self.aggregate(payload))
         self._sync()
         metrics["server_time_s"] = time.perf_counter() - started
-        metrics = self.with_algorithm_metrics(step, metrics)
+        metrics = self._with_algorithm_metrics(step, metrics)
         outcome = {"payload": payload, "server_step": None, "qp_fallbacks": step.qp_fallbacks,
                    "details": step.details}
         if not torch.isfinite(step.direction).all():
             self.print(f"round {t + 1}: the server step is not finite; the global model and the state are kept")
             self.log_round(metrics | {"server_step_nonfinite": 1.0})
             return outcome
-        self.apply_server_step(step.direction)
-        self.commit_round(payload, step)
+        self._apply_server_step(step.direction)
+        self._commit_round(payload, step)
         self.log_round(metrics | {"server_step_norm": step.direction.norm()})
         return outcome | {"server_step": step.direction}
 
-    def with_algorithm_metrics(self, step: ServerStep,
+    def _with_algorithm_metrics(self, step: ServerStep,
                                metrics: dict[str, float | torch.Tensor]) -> dict[str, float | torch.Tensor]:
         """The round's metrics after what ``aggregate`` logs (``ServerStep.metrics``), logged
         whether or not the step is applied; a name both use is refused."""
@@ -413,20 +413,20 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
                              "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
         return step.metrics | metrics
 
-    def commit_round(self, payload: RoundPayload, step: ServerStep) -> None:
+    def _commit_round(self, payload: RoundPayload, step: ServerStep) -> None:
         """After an applied step: the state ``aggregate`` proposed, then ``on_round_end``."""
         for name, value in step.new_state.items():
             getattr(self, name).copy_(value)
         self.on_round_end(payload, step.direction)
 
     def server_round(self, payload: RoundPayload) -> torch.Tensor:
-        """``aggregate`` and ``commit_round`` without moving the model (outside a Trainer there is
+        """``aggregate`` and ``_commit_round`` without moving the model (outside a Trainer there is
         no server optimizer): the server side of a round for notebooks, tests and benchmarks."""
         step = as_server_step(self.aggregate(payload))
-        self.commit_round(payload, step)
+        self._commit_round(payload, step)
         return step.direction
 
-    def apply_server_step(self, server_step: torch.Tensor) -> None:
+    def _apply_server_step(self, server_step: torch.Tensor) -> None:
         """w <- w - d, through the server optimizer (so global_step counts applied rounds)."""
         optimizer = self.optimizers()
         assert not isinstance(optimizer, list), "FederatedModule configures one server optimizer"
@@ -469,7 +469,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         fitting = private_api.attached_trainer(self) is not None and self.trainer.state.fn == "fit"
         return self.round_index + 1 if fitting else self.round_index
 
-    def is_eval_round(self) -> bool:
+    def _is_eval_round(self) -> bool:
         """Whether this validation pass evaluates: every ``eval_every`` rounds and after the last."""
         if self.trainer.sanity_checking:
             return False
@@ -485,7 +485,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         return metrics
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if not self.is_eval_round():
+        if not self._is_eval_round():
             return
         metrics = self.evaluate_all_clients()
         shown = {f"{k}_now": metrics[k] for k in ("test_acc_mean", "global_test_acc") if k in metrics}

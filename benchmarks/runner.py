@@ -643,7 +643,9 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite
     log_dir.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    from fl_lightning.threads import available_cores
+
+    threads = max(1, available_cores() // jobs)  # the cores this process may use, shared by the jobs
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
     launcher: Any

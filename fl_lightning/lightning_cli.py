@@ -67,6 +67,7 @@ from fl_lightning.preflight import (
     check_seed,
     check_tracking_store,
 )
+from fl_lightning.threads import AUTO, CPUThreads, fixed_threads
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
@@ -339,6 +340,10 @@ class FederatedCLI(LightningCLI):
             restore_own_defaults(config.get("model"), init_given)
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
+            try:
+                fixed_threads(config.get("threads"))
+            except ValueError as error:
+                raise PreflightError(f"--{error}") from None
             trainer_given = given.get("trainer")
             check_fit_length(trainer_given.as_dict() if isinstance(trainer_given, Namespace) else {})
             check_accelerator(config.trainer.get("accelerator"), config.trainer.get("devices"))
@@ -352,8 +357,13 @@ class FederatedCLI(LightningCLI):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
         except PreflightError as error:
             parser.error(str(error))
+        self.cpu_threads = CPUThreads(config.get("threads"))
+        self.cpu_threads.start()  # before the data is built: its work spins on every core otherwise
 
     def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument("--threads", type=str, default=AUTO,
+                            help="intra-op CPU threads: 'auto' shares this process's cores among the fits running "
+                                 "on the machine (checked every round), or a fixed count (also $FL_LIGHTNING_THREADS)")
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
 
@@ -395,7 +405,7 @@ class FederatedCLI(LightningCLI):
         if config.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar then
             defaults = [callback for callback in defaults if not isinstance(callback, RoundProgressBar)]
         self.trainer_defaults["callbacks"] = [  # RoundCheckpoint, unless the user configured a ModelCheckpoint
-            *defaults,
+            *defaults, self.cpu_threads,
             *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"))]
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})
 

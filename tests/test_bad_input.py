@@ -345,6 +345,8 @@ CASES = [
          SystemExit, r"error: FedFV has no setting 'alpah'; did you mean 'alpha'\?", "stderr"),
     case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
+    case("cli-bad-threads", lambda tmp: cli_main(["fit", "--threads", "two", "--trainer.logger", "false"]),
+         SystemExit, r"error: --threads must be 'auto' or an integer >= 1, got 'two'", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),
          SystemExit, r"error: --config .*nope\.yaml: no such file", "stderr"),
     # ---- leaderboard builder

@@ -15,6 +15,7 @@ below, which ``tests/test_startup.py`` keeps equal to the registries).
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -89,6 +90,72 @@ default config ({DEFAULT_CONFIG}), used when no --config is given:
 """
 
 
+FIT_HELP = (["fit", "--help"], ["fit", "-h"])
+HELP_LIBRARIES = ("lightning", "jsonargparse", "torch", "timm", "torchmetrics")
+
+
+def fit_help_file() -> Path:
+    """Where ``fl-lightning fit --help`` of this installation, at this terminal width, is kept:
+    named by a digest of Python, the libraries that write the help, and the size and
+    modification time of every file of this package (an edit makes a new one)."""
+    import hashlib
+    import shutil
+    from importlib import metadata
+
+    from fl_lightning.cache import cache_dir
+
+    digest = hashlib.sha1(f"{sys.version}|{sys.executable}|{shutil.get_terminal_size().columns}".encode())
+    for name in HELP_LIBRARIES:
+        try:
+            digest.update(f"{name}={metadata.version(name)}".encode())
+        except metadata.PackageNotFoundError:
+            continue
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.yaml")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return cache_dir() / "help" / f"fit-{digest.hexdigest()[:16]}.txt"
+
+
+def print_fit_help(args: list[str] | None) -> None:
+    """``fl-lightning fit --help``: LightningCLI's text, kept in the cache the first time (it takes
+    seconds: torch and Lightning are imported to write it) and printed from there afterwards."""
+    import contextlib
+    import io
+
+    path: Path | None
+    try:
+        path = fit_help_file()
+    except (OSError, RuntimeError, ValueError):  # no home folder to hold a cache: write the help as usual
+        path = None
+    if path is not None and path.is_file():
+        try:
+            print(path.read_text(), end="")
+            return
+        except OSError:
+            pass
+    from fl_lightning.lightning_cli import run
+
+    buffer, code = io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(buffer):
+            run(args)
+    except SystemExit as exit_:
+        code = exit_.code
+    text = buffer.getvalue()
+    print(text, end="")
+    if code not in (0, None):
+        raise SystemExit(code)
+    if path is not None and text:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(text)
+            partial.replace(path)  # whole or not at all, whatever else writes it
+        except OSError:
+            pass
+
+
 def main(args: list[str] | None = None) -> None:
     """The ``fl-lightning`` console script (``args`` lets tests call it in-process).
 
@@ -104,6 +171,9 @@ def main(args: list[str] | None = None) -> None:
         if not command_args:  # as before: a command is required
             print("error: no command given; the command is `fit` (fl-lightning fit --help)", file=sys.stderr)
             raise SystemExit(2)
+        return
+    if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
+        print_fit_help(args)
         return
     from fl_lightning.lightning_cli import run
 

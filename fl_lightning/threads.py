@@ -97,7 +97,7 @@ class RunningFits:
 
 
 def default_folder() -> Path:
-    from fl_lightning.data.sources import cache_dir
+    from fl_lightning.cache import cache_dir
 
     return Path(cache_dir()) / "running-fits"
 

@@ -88,3 +88,28 @@ def test_only_the_console_script_freezes_the_collector(capsys):
               "try:\n    main()\nexcept SystemExit:\n    print(gc.get_freeze_count())")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert int(done.stdout.split()[-1]) > 100_000, done.stderr
+
+
+FIT_HELP_PROBE = """
+import sys
+from fl_lightning.cli import main
+main(["fit", "--help"])
+print("TORCH_IMPORTED", "torch" in sys.modules)
+"""
+
+
+def test_fit_help_is_written_once_then_printed_without_torch(tmp_path):
+    """Issue 24: ``fl-lightning fit --help`` needs torch and Lightning to write (seconds); the
+    text is kept in the cache, so the next call prints the same text without importing them."""
+    env = {**__import__("os").environ, "FL_LIGHTNING_CACHE": str(tmp_path), "COLUMNS": "100"}
+    first, second = (subprocess.run([sys.executable, "-c", FIT_HELP_PROBE], capture_output=True, text=True, env=env)
+                     for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "TORCH_IMPORTED True" in first.stdout and "TORCH_IMPORTED False" in second.stdout
+    assert first.stdout.rsplit("TORCH_IMPORTED", 1)[0] == second.stdout.rsplit("TORCH_IMPORTED", 1)[0]
+    assert "--model.init_args.num_rounds" in second.stdout or "--model" in second.stdout
+    kept = list((tmp_path / "help").glob("fit-*.txt"))
+    assert len(kept) == 1
+    wider = subprocess.run([sys.executable, "-c", "from fl_lightning.cli import fit_help_file; print(fit_help_file())"],
+                           capture_output=True, text=True, env={**env, "COLUMNS": "160"})
+    assert wider.stdout.strip() != str(kept[0])  # another terminal width: another text

@@ -42,12 +42,12 @@ from mlflow.entities import RunTag
 
 from fl_lightning import private_api
 from fl_lightning import run_schema as schema
+from fl_lightning.cache import cache_dir
 from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import partition_figure, partition_table
-from fl_lightning.data.sources import cache_dir
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
 
@@ -101,7 +101,7 @@ def _schema_revision(database: Path) -> str | None:
 
 def empty_store_template() -> Path | None:
     """An empty MLflow SQLite store at the installed MLflow's schema, made once per MLflow
-    version in the user cache (``fl_lightning.data.sources.cache_dir``): MLflow builds a new
+    version in the user cache (``fl_lightning.cache.cache_dir``): MLflow builds a new
     store by running every schema migration since its first release, seconds of alembic work.
 
     The template is made by MLflow's own ``_initialize_tables`` (the step its ``SqlAlchemyStore``

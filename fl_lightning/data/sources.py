@@ -32,7 +32,6 @@ import hashlib
 import importlib.util
 import inspect
 import os
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from fl_lightning.cache import CACHE_ENV, cache_dir
 from fl_lightning.data._names import did_you_mean, unknown_name
 
 
@@ -401,24 +401,10 @@ def _load_emnist(data_dir: str, download: bool, seed: int, split: str = "balance
 
 # --------------------------------------------------------------------------- parse once: the cache
 
-CACHE_ENV = "FL_LIGHTNING_CACHE"  # where parsed text sources are kept as .npz (default: the user cache)
 Table = dict[str, np.ndarray]
 _PARSED: dict[tuple, Table] = {}  # in-process memo: a worker running many fits parses each file once
 
 
-def cache_dir() -> Path:
-    """Where parsed sources are kept: ``$FL_LIGHTNING_CACHE``, else the platform's user cache
-    (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
-    ``%LOCALAPPDATA%`` on Windows), in a ``fl-lightning`` folder."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "fl-lightning"
 
 
 def _file_key(path: str, parser: str) -> tuple[str, str, int, int]:

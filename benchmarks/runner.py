@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from benchmarks.suite_schema import AlgorithmEntry, SuiteFormatError, SuiteSpec
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
 
 SUITES_DIR = Path(__file__).resolve().parent
 MAX_WORKER_RESIDENT_MB = 4096.0
@@ -673,7 +673,6 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     return 1 if failed else 0
 
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 LIST_WIDTH = 100
 """``list`` prints no line wider than this."""
 

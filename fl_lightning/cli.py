@@ -19,8 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+from fl_lightning.configs import DEFAULT_CONFIG
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+
 HELP_FLAGS = ("-h", "--help")
 
 # the registries' names, in their registration order (tests/test_startup.py compares them)

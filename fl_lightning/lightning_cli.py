@@ -53,7 +53,7 @@ from fl_lightning.callbacks.fit_runs import (
 )
 from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.choices import check_choice
-from fl_lightning.cli import DEFAULT_CONFIG, DEFAULT_TRACKING_URI
+from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import CHOICES
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -67,6 +67,7 @@ from fl_lightning.preflight import (
     check_seed,
     check_tracking_store,
 )
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 from fl_lightning.threads import AUTO, CPUThreads, fixed_threads
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)

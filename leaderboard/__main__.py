@@ -18,11 +18,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: no display needed, PNG only
 
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI  # noqa: E402
 from leaderboard import export, site  # noqa: E402
 from leaderboard.papers import DEFAULT_ROOT  # noqa: E402
 from leaderboard.runs import LeaderboardError  # noqa: E402
-
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -30,7 +30,7 @@ from fl_lightning.callbacks.mlflow_run import (
 from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-# the stores a fit logs to when none is given: the CLI's default (cli.DEFAULT_TRACKING_URI) and
+# the stores a fit logs to when none is given: the CLI's default (run_schema.DEFAULT_TRACKING_URI) and
 # MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
 DEFAULT_STORES = ("sqlite:///mlruns.db", "file:./mlruns")
 

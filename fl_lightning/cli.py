@@ -97,15 +97,16 @@ HELP_LIBRARIES = ("lightning", "jsonargparse", "torch", "timm", "torchmetrics")
 
 def fit_help_file() -> Path:
     """Where ``fl-lightning fit --help`` of this installation, at this terminal width, is kept:
-    named by a digest of Python, the libraries that write the help, and the size and
-    modification time of every file of this package (an edit makes a new one)."""
+    named by a digest of Python, the program's name, the libraries that write the help, and the
+    size and modification time of every file of this package (an edit makes a new one)."""
     import hashlib
     import shutil
     from importlib import metadata
 
     from fl_lightning.cache import cache_dir
 
-    digest = hashlib.sha1(f"{sys.version}|{sys.executable}|{shutil.get_terminal_size().columns}".encode())
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""  # the help's "usage: <program>"
+    digest = hashlib.sha1(f"{sys.version}|{sys.executable}|{program}|{shutil.get_terminal_size().columns}".encode())
     for name in HELP_LIBRARIES:
         try:
             digest.update(f"{name}={metadata.version(name)}".encode())
@@ -175,7 +176,7 @@ def main(args: list[str] | None = None) -> None:
         return
     if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
         print_fit_help(args)
-        return
+        raise SystemExit(0)  # as argparse's help does
     from fl_lightning.lightning_cli import run
 
     exits_after = args is None  # the console script: this process ends with the fit

@@ -68,7 +68,7 @@ from fl_lightning.preflight import (
     check_tracking_store,
 )
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
-from fl_lightning.threads import AUTO, CPUThreads, fixed_threads
+from fl_lightning.threads import AUTO, CPUThreads
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
@@ -342,7 +342,7 @@ class FederatedCLI(LightningCLI):
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
             try:
-                fixed_threads(config.get("threads"))
+                self.cpu_threads = CPUThreads(config.get("threads"))
             except ValueError as error:
                 raise PreflightError(f"--{error}") from None
             trainer_given = given.get("trainer")
@@ -358,7 +358,6 @@ class FederatedCLI(LightningCLI):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
         except PreflightError as error:
             parser.error(str(error))
-        self.cpu_threads = CPUThreads(config.get("threads"))
         self.cpu_threads.start()  # before the data is built: its work spins on every core otherwise
 
     def add_arguments_to_parser(self, parser: Any) -> None:

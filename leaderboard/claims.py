@@ -106,14 +106,6 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 
-def _final(run: RunRecord, name: str) -> float | None:
-    return run.final(name)
-
-
-def _mean(run: RunRecord, name: str) -> float | None:
-    return run.mean_over_rounds(name)
-
-
 def _one_minus_mean(run: RunRecord, name: str) -> float | None:
     value = run.mean_over_rounds(name)
     return None if value is None else 1.0 - value
@@ -122,9 +114,9 @@ def _one_minus_mean(run: RunRecord, name: str) -> float | None:
 # per-agent quantity -> (the logged series ``<metric>/<agent>``, how a run's series becomes one number).
 # CGSV Sec. 3.3 reports psi and the sparsity 1 - q_i/D averaged over the iterations.
 AGENT_METRICS: dict[str, tuple[str, Callable[[RunRecord, str], float | None]]] = {
-    "agent_r": ("cgsv_r", _final),
-    "agent_distance": ("cgsv_distance", _final),
-    "agent_psi": ("cgsv_psi", _mean),
+    "agent_r": ("cgsv_r", RunRecord.final),
+    "agent_distance": ("cgsv_distance", RunRecord.final),
+    "agent_psi": ("cgsv_psi", RunRecord.mean_over_rounds),
     "agent_sparsity": ("cgsv_density", _one_minus_mean),
 }
 

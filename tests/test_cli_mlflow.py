@@ -178,3 +178,36 @@ def test_an_algorithm_chosen_on_the_command_line_keeps_its_own_defaults(store):
     assert params["AFL"]["params.lr"] == "0.05"  # the default config's, as for any algorithm
     assert params["FedMGDAPlus"]["params.track_improvement"] == "True"
     assert params["FedMGDAPlus"]["params.fraction"] == "0.5"  # given: kept
+
+
+def test_a_database_store_that_fails_is_retried_then_named(tmp_path, monkeypatch):
+    """Two processes racing on a fresh store: the loser's failure is retried (jittered back-off),
+    and a store that keeps failing is named in one RuntimeError after ``attempts`` tries."""
+    from fl_lightning.callbacks import mlflow_store
+
+    calls = []
+
+    def flaky(uri):
+        calls.append(uri)
+        if len(calls) < 3:
+            raise RuntimeError("table experiments already exists")
+
+    monkeypatch.setattr(mlflow_store, "seed_sqlite_store", flaky)
+    uri = f"sqlite:///{tmp_path / 'race.db'}"
+    mlflow_store.open_mlflow_experiment(uri, "fl-lightning", attempts=5)
+    assert len(calls) == 3
+    assert "fl-lightning" in {e.name for e in MlflowClient(uri).search_experiments()}
+
+    def broken(uri):
+        calls.append(uri)
+        raise RuntimeError("disk I/O error")
+
+    calls.clear()
+    monkeypatch.setattr(mlflow_store, "seed_sqlite_store", broken)
+    with pytest.raises(RuntimeError, match=r"could not set up the MLflow store sqlite:///.*: disk I/O error"):
+        mlflow_store.open_mlflow_experiment(uri, "other", attempts=3)
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(RuntimeError, match="could not set up"):  # a file store is opened once
+        mlflow_store.open_mlflow_experiment(f"file:{tmp_path / 'mlruns'}", "other", attempts=3)
+    assert len(calls) == 1

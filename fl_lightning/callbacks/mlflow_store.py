@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import random
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import tenacity
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -58,25 +57,25 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
     process at a time; any other database is retried a few times (the loser of a race finds
     what the winner made). File and HTTP stores are opened once, as the logger would.
 
-    The retries are this loop (no retry library is a dependency): a database store, SQLite
-    included, is tried up to ``attempts`` times, each retry after a random pause that grows with
-    the number of tries (0.1 to 0.5 s times that number), so that processes that collided spread
-    out; the last failure is raised as a ``RuntimeError`` naming the store.
+    A database store, SQLite included, is tried up to ``attempts`` times (tenacity), each retry
+    after a random pause that grows with the number of tries, so that processes that collided
+    spread out; the last failure is raised as a ``RuntimeError`` naming the store.
     """
     database = tracking_uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
-    tries = attempts if database else 1
-    for tried in range(1, tries + 1):
-        try:
-            with _store_lock(tracking_uri):
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts if database else 1),
+        wait=tenacity.wait_random_exponential(multiplier=0.1, max=2.0),  # jittered back-off
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt, _store_lock(tracking_uri):
                 seed_sqlite_store(tracking_uri)  # a new SQLite store: its schema copied, not migrated
                 client = MlflowClient(tracking_uri)
                 if name is not None and client.get_experiment_by_name(name) is None:
                     client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
-            return
-        except Exception as error:
-            if tried == tries:
-                raise RuntimeError(f"could not set up the MLflow store {tracking_uri}: {error}") from error
-            time.sleep(random.uniform(0.1, 0.5) * tried)  # jittered back-off
+    except Exception as error:
+        raise RuntimeError(f"could not set up the MLflow store {tracking_uri}: {error}") from error
 
 
 def run_exists(tracking_uri: str, run_id: str) -> bool:

@@ -31,12 +31,11 @@ import importlib
 import inspect
 import io
 import logging
-import re
 import shutil
 import signal
 import sys
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch import Trainer
@@ -52,11 +51,10 @@ from fl_lightning.callbacks.fit_runs import (
     is_mlflow_logger_config,
 )
 from fl_lightning.callbacks.signals import StopOnSignal
-from fl_lightning.choices import check_choice
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
-from fl_lightning.core.settings import CHOICES
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.parse_errors import diagnose, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
     check_accelerator,
@@ -73,16 +71,6 @@ from fl_lightning.threads import AUTO, CPUThreads
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
-_LITERAL_REJECTED = re.compile(
-    r'Parser key "(?P<key>[^"]+)":\s*Expected a typing\.Literal\[(?P<values>[^\]]*)\]\. Got value: (?P<value>.+)')
-_OPTIONAL_LITERAL_REJECTED = re.compile(  # a Literal[...] | None setting, once reduced to one line
-    r'Parser key "(?P<key>[^"]+)": Does not validate .*?Expected a typing\.Literal\[(?P<values>[^\]]*)\]'
-    r'.*Given value: (?P<value>.+)$')
-_TYPE_REJECTED = re.compile(r'Parser key "(?P<key>[^"]+)":\s*Expected a <class \'(?P<type>\w+)\'>\. Got value: (?P<value>.+)')
-_KEY_REJECTED = re.compile(r"does not accept option '(?P<key>[\w.]+)'")
-TOP_LEVEL_SETTINGS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "config")
-_CLASS_PROBLEM = re.compile(r"- Problem with given class_path '[\w.]+':\n(?P<reason>(?: {6,}.*\n?)+)")
-_OPTION_REJECTED = re.compile(r"class_path '(?P<path>[\w.]+)':\s*Option '(?P<key>\w+)' is not accepted")
 
 
 def config_paths(args: list[str]) -> list[str]:
@@ -190,89 +178,9 @@ def refused_subcommand(args: list[str]) -> str | None:
             "every --model.eval_every rounds and after the last, and logged to its MLflow run")
 
 
-def union_reasons(text: str) -> str:
-    """The subtypes' own errors out of jsonargparse's "Does not validate against any of the Union
-    subtypes" text (one line per subtype, e.g. FederatedModule | None), the NoneType one left out."""
-    if "Does not validate against any of the Union subtypes" not in text:
-        return text
-    reasons = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
-    reasons = [r for r in reasons if not r.startswith("Expected a <class 'NoneType'>")]
-    return "; ".join(reasons) or text
-
-
 def mlflow_logger_configs(logger: Any) -> list[Any]:
     """The MLFlowLogger entries of a parsed ``trainer.logger`` (one entry, a list, or false)."""
     return [entry for entry in (logger if isinstance(logger, list) else [logger]) if is_mlflow_logger_config(entry)]
-
-
-def accepted_settings(class_path: str) -> list[str]:
-    """Every keyword the class at ``class_path`` takes, through its ``**kwargs`` chain."""
-    module, _, name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return []
-    names: list[str] = []
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(klass.__init__).parameters.values()
-        names += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return sorted(set(names) - {"self"})
-
-
-def unknown_setting_message(key: str) -> str:
-    """"did you mean" for a setting no class takes (``modle.class_path``, ``data.num_client``)."""
-    first, _, rest = key.partition(".")
-    known: tuple[str, ...]
-    if first not in TOP_LEVEL_SETTINGS:
-        close, known = difflib.get_close_matches(first, TOP_LEVEL_SETTINGS, n=1), TOP_LEVEL_SETTINGS
-    else:
-        owner = {"data": "fl_lightning.data.datamodule.FederatedDataModule", "trainer": "lightning.pytorch.Trainer"}
-        known = tuple(accepted_settings(owner.get(first, "")))
-        close = [f"{first}.{name}" for name in difflib.get_close_matches(rest.split(".")[-1], known, n=2)]
-    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else f"; valid: {', '.join(known)}" if known else ""
-    return f"unknown setting {key!r}{hint}"
-
-
-def readable_parse_error(message: str) -> str:
-    """One line for the parse errors a user makes most, instead of jsonargparse's Union dump:
-    a value outside a setting's choices, and a setting the algorithm does not have (mistyped:
-    "did you mean")."""
-    problem = _CLASS_PROBLEM.search(message)
-    reduced = problem is not None and _OPTION_REJECTED.search(message) is None
-    if problem is not None and reduced:
-        message = " ".join(line.strip() for line in problem["reason"].splitlines())  # the class's own message
-    rejected = _LITERAL_REJECTED.search(message) or _OPTIONAL_LITERAL_REJECTED.search(" ".join(message.split()))
-    if rejected is not None:
-        key, value = rejected["key"].rsplit(".", 1)[-1], rejected["value"].strip()
-        if key in CHOICES:
-            try:
-                check_choice(key, value, *CHOICES[key])
-            except ValueError as error:
-                return str(error)
-        return f"unknown {key} {value!r}; valid: {rejected['values']}"
-    if reduced:
-        return message
-    wrong_type = _TYPE_REJECTED.search(message)
-    if wrong_type is not None:
-        key, expected, value = wrong_type["key"], wrong_type["type"], wrong_type["value"].strip()
-        if value.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            return f"{key} must be a finite number, got {value}"
-        return f"{key} must be {'an' if expected[0] in 'aeiou' else 'a'} {expected}, got {value!r}"
-    unknown_key = _KEY_REJECTED.search(message)
-    if unknown_key is not None:
-        return unknown_setting_message(unknown_key["key"])
-    option = _OPTION_REJECTED.search(message)
-    if option is not None:
-        path, key = option["path"], option["key"]
-        name = path.rsplit(".", 1)[-1]
-        close = difflib.get_close_matches(key, accepted_settings(path), n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        return f"{name} has no setting {key!r}{hint} (fl-lightning fit --model.help {name} lists them)"
-    return union_reasons(message)
 
 
 HELP_WIDTH = 100  # columns: ``fit --help`` stays readable in a wide terminal too
@@ -287,20 +195,28 @@ class NarrowHelpFormatter(DefaultHelpFormatter):
 
 
 class ReadableArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, whose errors are one line that says what is wrong
-    (``readable_parse_error``), without the usage text (``--help`` shows it), and whose help
-    is at most ``HELP_WIDTH`` columns wide."""
+    """LightningCLI's parser, whose errors are one line that says what is wrong, without the
+    usage text (``--help`` shows it), and whose help is at most ``HELP_WIDTH`` columns wide.
+
+    A refused command line is explained from the settings it gives (``parse_errors.diagnose``),
+    not from jsonargparse's text; ``command_words`` is the command line being parsed."""
+
+    command_words: list[str] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["formatter_class"] = NarrowHelpFormatter
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        message = readable_parse_error(message)
         if not self.exit_on_error:  # jsonargparse trying an alternative: it catches the error
             return super().error(message, ex)
-        sys.stderr.write(f"error: {message}\n")
-        raise SystemExit(2)
+        refuse(diagnose(self.command_words) or union_reasons(message))
+
+
+def refuse(message: str) -> NoReturn:
+    """Exit with status 2 after one line, ``error: message``."""
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(2)
 
 
 class FederatedCLI(LightningCLI):
@@ -312,6 +228,7 @@ class FederatedCLI(LightningCLI):
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         command_args = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        ReadableArgumentParser.command_words = command_args  # the subcommand's parser reports the errors
         refusal = refused_subcommand(command_args)
         if refusal is not None:
             print(refusal, file=sys.stderr)
@@ -320,14 +237,14 @@ class FederatedCLI(LightningCLI):
         if name is not None:
             close = difflib.get_close_matches(name, list(ALGORITHMS), n=2)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            parser.error(
+            refuse(
                 f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))} "
                 f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm){hint}"
             )
         try:
             check_config_files(config_paths(command_args))
         except PreflightError as error:
-            parser.error(str(error))
+            refuse(str(error))
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
@@ -357,7 +274,7 @@ class FederatedCLI(LightningCLI):
             for entry in mlflow_logger_configs(config.trainer.get("logger")):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
         except PreflightError as error:
-            parser.error(str(error))
+            refuse(str(error))
         self.cpu_threads.start()  # before the data is built: its work spins on every core otherwise
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -383,8 +300,8 @@ class FederatedCLI(LightningCLI):
         config.trainer.logger = self.mlflow_setup.held_back(configured)  # built once the data is
         try:
             super().instantiate_classes()
-        except (ValueError, TypeError) as error:
-            self.parser.error(str(error))  # made readable by the parser (readable_parse_error)
+        except (ValueError, TypeError) as error:  # the class's own message
+            refuse(union_reasons(str(error)))
         finally:
             config.trainer.logger = configured  # the run's config.yaml shows it
 
@@ -398,7 +315,7 @@ class FederatedCLI(LightningCLI):
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
         except (ValueError, FileNotFoundError) as error:
-            self.parser.error(str(error))
+            refuse(str(error))
         config = self.config_init.get(self.subcommand) if self.subcommand else self.config_init
         loggers = self.mlflow_setup.trainer_loggers(config.trainer.get("logger"), self.model, self.datamodule)
         defaults = self.trainer_defaults["callbacks"]

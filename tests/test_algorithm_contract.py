@@ -6,8 +6,9 @@ algorithm" contract.
   (direction, new state, metrics, QP fallbacks, details), and nothing changed: no parameter or
   buffer (bit for bit), no attribute of the module (by value, tensors bit for bit), not the
   payload, not the global random generators, and no log call was made.
-- An algorithm overrides only the documented hooks of ``FederatedModule``; the engine methods
-  some override today are listed, with why, in ``KNOWN_EXCEPTIONS``, so a new one fails here.
+- An algorithm overrides only the documented hooks of ``FederatedModule``; an engine method
+  overridden anyway must be listed, with why, in ``KNOWN_EXCEPTIONS`` (none today), so a new
+  one fails here.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ DOCUMENTED_HOOKS = {
     "train_clients",  # what clients upload
     "evaluation_params",  # what is evaluated
     "sample_clients",  # who is asked
+    "training_samples",  # which samples clients train on (CFFL, ECI: all but the server's V)
+    "evaluation_metrics",  # what every evaluation adds (CGSV: its ρ_r and ρ)
+    "history_rows_to_keep",  # the history rows a checkpoint holds (FedFV: its window)
 }
 
 # Declared requirements: class attributes an algorithm sets to tell the engine what it needs.
@@ -49,18 +53,9 @@ DECLARED_REQUIREMENTS = {
 
 # Engine methods some algorithms override today, each with why; each is to become a declared
 # hook or requirement (another step of issue 23), and then leaves this list.
-# Keyed "<defining class>.<method>".
-KNOWN_EXCEPTIONS = {
-    # CFFL and ECI (agents.ValidatedAgents): the agents train on their data less the
-    # server's validation set V, so the round's training shards are cut differently.
-    "ValidatedAgents.client_shards": "training shards without the server's validation samples",
-    # CGSV: every evaluation also reports its fairness correlations ρ_r (and ρ with
-    # standalone models), Pearson correlations against the evaluated accuracies.
-    "CGSV.evaluate_all_clients": "adds cgsv_rho_r / cgsv_rho to the evaluation's metrics",
-    # FedFV: a checkpoint keeps only the GH rows a later round's external step still reads
-    # (core.state's compaction asks the algorithm which rows those are).
-    "FedFV.history_rows_to_keep": "checkpoint compaction of the history to the rows still read",
-}
+# Keyed "<defining class>.<method>". Empty: CFFL's and ECI's training shards, CGSV's evaluation
+# metrics and FedFV's checkpoint compaction are hooks now.
+KNOWN_EXCEPTIONS: dict[str, str] = {}
 
 # Names a class body defines for itself (not overrides of an engine method).
 CLASS_BOOKKEEPING = {
@@ -227,6 +222,38 @@ def test_every_known_exception_still_exists():
     """A known exception that no algorithm has any more leaves the list (it only shrinks)."""
     found = set().union(*(engine_overrides(cls) for cls in ALGORITHMS.values()))
     assert KNOWN_EXCEPTIONS.keys() <= found, sorted(KNOWN_EXCEPTIONS.keys() - found)
+
+
+def test_the_engine_asks_the_training_samples_and_evaluation_metrics_hooks():
+    """``training_samples`` cuts every round's training shards (asked once per data tensors),
+    ``evaluation_metrics`` joins every evaluation, and a name the evaluation logs is refused."""
+    from fl_lightning.algorithms import FedAvg
+
+    asked = []
+
+    class Probe(FedAvg):
+        added = {"probe_metric": 1.0}
+
+        def training_samples(self, index, sizes):
+            asked.append(index)
+            return index[:, :1], sizes.clamp(max=1)  # every client's first sample
+
+        def evaluation_metrics(self, client_metrics):
+            return dict(self.added, probe_clients=float(len(client_metrics["test_accuracy"])))
+
+    _, data = make_run("FedAvg")
+    data.setup("fit")
+    probe = Probe(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, seed=3)
+    probe.attach_data(data)
+    for _ in range(2):
+        shards = probe.client_shards(torch.tensor([1, 4]))
+        assert shards.sizes_cpu == [1, 1] and torch.equal(shards.index, data.train_index[[1, 4], :1])
+    assert len(asked) == 1
+    metrics = probe.evaluate_all_clients()
+    assert metrics["probe_metric"] == 1.0 and metrics["probe_clients"] == 8.0 and "test_acc_mean" in metrics
+    probe.added = {"test_acc_mean": 0.0}
+    with pytest.raises(ValueError, match="evaluation_metrics adds"):
+        probe.evaluate_all_clients()
 
 
 # ------------------------------------------------------------------------- defaults on the CLI

@@ -85,3 +85,23 @@ def test_readme_python_snippet_runs_quietly_and_writes_nothing(tmp_path, monkeyp
     exec(compile(snippet.replace("num_rounds=50", "num_rounds=3"), "README.md", "exec"), {})
     assert list(tmp_path.iterdir()) == []
     assert not [w for w in recwarn if "max_epochs" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_readme_algorithm_setting_is_checked_by_its_type(tmp_path, monkeypatch, capsys):
+    """The README's algorithm declares ``smoothing: Probability`` and no check of its own: a value
+    outside [0, 1) is refused in Python and, in one line, by the CLI before any run exists."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "my_algorithms.py").write_text(readme_block("# my_algorithms.py"))
+    monkeypatch.syspath_prepend(str(code))
+    import my_algorithms
+
+    with pytest.raises(ValueError, match=r"^smoothing must be in \[0, 1\), got 1\.5$"):
+        my_algorithms.LossWeightedAvg(smoothing=1.5)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--model", "my_algorithms.LossWeightedAvg", "--model.smoothing=1.5",
+              f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path / 'runs.db'}"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: smoothing must be in [0, 1), got 1.5"
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "runs.db").exists()

@@ -3,12 +3,14 @@ min_w max_{λ ∈ Δ} Σ_k λ_k F_k(w), solved by simultaneous stochastic gradie
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.agents import MAX_LOGGED_AGENTS
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import simplex_projection
 from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
@@ -44,14 +46,17 @@ class AFL(FederatedModule):
     num_averaged: torch.Tensor
     mixture: torch.Tensor
 
-    def __init__(self, *args: Any, lr_lambda: float = 0.1, server_lr: float = 1.0,
-                 fraction: float = FULL_PARTICIPATION, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lr_lambda: Annotated[settings.StepSize, Field(description="> 0 (FedFV's grid: 0.01, 0.1, 0.5)")] = 0.1,
+        server_lr: Annotated[
+            settings.StepSize, Field(description="> 0 (a multiple of the local lr; 1.0 = Σ λ_k g_k)")] = 1.0,
+        fraction: float = FULL_PARTICIPATION,
+        **kwargs: Any,
+    ) -> None:
         kwargs[FRACTION] = fraction
         super().__init__(*args, **kwargs)
-        if not lr_lambda > 0:
-            raise ValueError(f"lr_lambda must be > 0 (FedFV's grid: 0.01, 0.1, 0.5), got {lr_lambda}")
-        if not server_lr > 0:
-            raise ValueError(f"server_lr must be > 0 (a multiple of the local lr; 1.0 = Σ λ_k g_k), got {server_lr}")
         self.save_hyperparameters()
         self.register_buffer("averaged_model", torch.zeros(self.layout.num_parameters))  # w̄_t
         self.register_buffer("num_averaged", torch.zeros((), dtype=torch.long))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.core.federation_evaluation import FederationEvaluator
-from fl_lightning.core.local import ClientDataSlicer, ClientShards
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.run_schema import FRACTION
@@ -90,13 +90,15 @@ class ValidatedAgents(AgentModels):
             (CFFL's experiments: 10% of the training set).
     """
 
-    def __init__(self, *args: Any, validation_fraction: float = 0.1, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not 0 < validation_fraction < 1:
-            raise ValueError(f"validation_fraction must be in (0, 1) (the share of each agent's training "
-                             f"samples the server validates on), got {validation_fraction}")
+    def __init__(
+        self,
+        *args: Any,
+        validation_fraction: Annotated[float, Field(gt=0, lt=1, description=(
+            "in (0, 1) (the share of each agent's training samples the server validates on)"))] = 0.1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)  # checks validation_fraction (its type) with the others
         self._validation: tuple[Any, SimpleNamespace, torch.Tensor] | None = None
-        self._training_slicer = ClientDataSlicer()
 
     def validation_split(self) -> tuple[SimpleNamespace, torch.Tensor]:
         """(the agents' training data without V, V's positions in ``train_x``), made once per
@@ -126,12 +128,11 @@ class ValidatedAgents(AgentModels):
         self._validation = (data.train_index, training, validation)
         return training, validation
 
-    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
-        """The agents' training data less the server's validation samples."""
-        if split != "train":
-            return super().client_shards(clients, split)
+    def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The agents' training samples less the server's validation set V (``validation_split``
+        of the same data)."""
         training, _ = self.validation_split()
-        return self._training_slicer.shards(training, clients, "train")
+        return training.train_index, training.train_sizes
 
     def validation_accuracy(self, models: torch.Tensor) -> torch.Tensor:
         """Accuracy on V of each row of ``models`` (M, d) (float64)."""

@@ -33,13 +33,14 @@ seed), and the agents train on the rest; test sets and reported metrics are unto
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.module import RoundPayload, ServerStep
 
 Reputation = Literal["validation", "leave_one_out"]
@@ -101,21 +102,20 @@ class CFFL(ValidatedAgents):
     reputable: torch.Tensor
     round_share: torch.Tensor
 
-    def __init__(self, *args: Any, reputation: Reputation = "validation", alpha: float = 5.0, fade: float = 0.8,
-                 threshold: float = 1 / 3, upload_fraction: float = 1.0, clip: float | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        reputation: Reputation = "validation",
+        alpha: Annotated[settings.Scale, Field(description="> 0 (α in sinh(α r); the release uses 5)")] = 5.0,
+        fade: Annotated[
+            settings.Probability, Field(description="in [0, 1) (φ, the weight of the previous reputation)")] = 0.8,
+        threshold: Annotated[
+            settings.Probability, Field(description="in [0, 1) (κ: parties with r < κ/|R| leave)")] = 1 / 3,
+        upload_fraction: Annotated[float, Field(gt=0, le=1, description="in (0, 1] (θ_u)")] = 1.0,
+        clip: Annotated[settings.Scale | None, Field(description="> 0, or null for no clipping")] = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        check_choice("reputation", reputation, Reputation)
-        if not alpha > 0:
-            raise ValueError(f"alpha (α in sinh(α r)) must be > 0 (the release uses 5), got {alpha}")
-        if not 0 <= fade < 1:
-            raise ValueError(f"fade (φ, the weight of the previous reputation) must be in [0, 1), got {fade}")
-        if not 0 <= threshold < 1:
-            raise ValueError(f"threshold (κ: parties with r < κ/|R| leave) must be in [0, 1), got {threshold}")
-        if not 0 < upload_fraction <= 1:
-            raise ValueError(f"upload_fraction (θ_u) must be in (0, 1], got {upload_fraction}")
-        if clip is not None and not clip > 0:
-            raise ValueError(f"clip must be > 0, or null for no clipping, got {clip}")
         self.save_hyperparameters()
         self.register_client_state("r", dtype=torch.float64)  # r_j
         self.register_client_state("reputable", dtype=torch.bool, fill=1.0)  # j ∈ R

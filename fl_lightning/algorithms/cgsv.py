@@ -23,9 +23,11 @@ collaboration), :class:`DW` (q_i ∝ data size), :class:`RR` (round-robin downlo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.agents import (
     MAX_LOGGED_AGENTS,
@@ -34,7 +36,7 @@ from fl_lightning.algorithms.agents import (
     top_magnitude_mask,
 )
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import RoundPayload, ServerStep
@@ -88,21 +90,15 @@ class CGSV(AgentModels):
     def __init__(
         self,
         *args: Any,
-        gamma: float = 0.5,
-        alpha: float = 0.95,
-        beta: float = 1.0,
+        gamma: Annotated[settings.Scale, Field(description="> 0 (Γ, the norm of each normalised upload)")] = 0.5,
+        alpha: Annotated[settings.Probability, Field(
+            description="in [0, 1) (the paper uses 0.95; 1 would never update r)")] = 0.95,
+        beta: Annotated[float, Field(gt=0, description="> 0 (paper: 1 to 2; inf = vanilla FL)")] = 1.0,
         sparsify: Sparsify = "per_tensor",
         track_standalone: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if not gamma > 0:
-            raise ValueError(f"gamma (Γ, the norm of each normalised upload) must be > 0, got {gamma}")
-        if not 0 <= alpha < 1:
-            raise ValueError(f"alpha must be in [0, 1) (the paper uses 0.95; 1 would never update r), got {alpha}")
-        if not beta > 0:
-            raise ValueError(f"beta must be > 0 (paper: 1 to 2; inf = vanilla FL), got {beta}")
-        check_choice("sparsify", sparsify, Sparsify)
         self.save_hyperparameters()
         self.register_client_state("r", dtype=torch.float64)  # r_i, the agents' importance
         if track_standalone:
@@ -181,10 +177,12 @@ class CGSV(AgentModels):
         return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
                           f"{name}_max": float(values.max())}
 
-    def evaluate_all_clients(self) -> dict[str, float]:
-        """The core's evaluation of the agents' models, plus ρ_r (and ρ with standalone models)."""
-        metrics = super().evaluate_all_clients()
-        final = torch.tensor(self.last_client_metrics.get("test_accuracy", []), dtype=torch.float64)
+    def evaluation_metrics(self, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
+        """ρ_r (App. B.3), and ρ with standalone models (Sec. 4.1), against the agents' accuracies
+        just evaluated, also kept as ``rho_r`` / ``rho``; none before r is known or without every
+        agent's accuracy."""
+        metrics: dict[str, float] = {}
+        final = torch.tensor(client_metrics.get("test_accuracy", []), dtype=torch.float64)
         if final.numel() != len(self.r) or not bool(self.r.any()):
             return metrics
         tested = torch.isfinite(final)  # agents with a test set

@@ -17,6 +17,7 @@ import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.local import with_proximal_term
 
 
@@ -38,10 +39,8 @@ class Ditto(FedAvg):
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     personal_models: torch.Tensor
 
-    def __init__(self, *args: Any, lam: float = 0.1, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if lam < 0:
-            raise ValueError(f"lam (λ) must be >= 0, got {lam}")
+    def __init__(self, *args: Any, lam: settings.Penalty = 0.1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # checks lam >= 0 (its type) with the others
         if lam * self.hparams.lr >= 2 * (1 + self.hparams.momentum):
             raise ValueError(
                 f"lam * lr = {lam * self.hparams.lr:g} makes the personal SGD diverge (the prox term "

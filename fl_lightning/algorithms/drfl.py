@@ -16,12 +16,13 @@ loss at the current global model, and take the m = round(C K) with the largest l
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.simulation import clients_per_round, round_generator
 
@@ -39,15 +40,16 @@ class DRFL(FederatedModule):
         num_candidates: d, the candidates of ``"loss_aware"`` (m <= d <= K); None: 2m, at most K.
     """
 
-    def __init__(self, *args: Any, q: float = 1.0, selection: Selection = "uniform",
-                 num_candidates: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        q: Annotated[settings.Exponent, Field(description=">= 0 (0 = uniform weights)")] = 1.0,
+        selection: Selection = "uniform",
+        num_candidates: Annotated[settings.Count | None, Field(
+            description=">= 1 (d), or null for twice the clients per round")] = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        if not q >= 0:
-            raise ValueError(f"q must be >= 0 (0 = uniform weights), got {q}")
-        check_choice("selection", selection, Selection)
-        if num_candidates is not None and num_candidates < 1:
-            raise ValueError(f"num_candidates (d) must be >= 1, or null for twice the clients per round, "
-                             f"got {num_candidates}")
         self.save_hyperparameters()
 
     def sample_clients(self, round_index: int, num_clients: int) -> torch.Tensor:

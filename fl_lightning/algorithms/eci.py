@@ -27,12 +27,14 @@ of it: with α = 0.95 and gains of 0.01 a round, r is still 95 % round 0's after
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import RoundPayload, ServerStep
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.metrics.shapley import MAX_EXACT_AGENTS, exact_shapley, sampled_shapley
@@ -58,12 +60,16 @@ class ECI(ValidatedAgents):
     r: torch.Tensor
     phi: torch.Tensor
 
-    def __init__(self, *args: Any, num_permutations: int | None = 20, alpha: float = 0.95, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        num_permutations: Annotated[settings.Count | None, Field(
+            description=">= 1, or null for the exact Shapley value")] = 20,
+        alpha: Annotated[settings.Probability, Field(
+            description="in [0, 1) (CGSV uses 0.95; 1 would never update r)")] = 0.95,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        if num_permutations is not None and num_permutations < 1:
-            raise ValueError(f"num_permutations must be >= 1, or null for the exact Shapley value, got {num_permutations}")
-        if not 0 <= alpha < 1:
-            raise ValueError(f"alpha must be in [0, 1) (CGSV uses 0.95; 1 would never update r), got {alpha}")
         self.save_hyperparameters()
         self.register_client_state("r", dtype=torch.float64)  # r_i, the contribution index
         self.register_client_state("phi", dtype=torch.float64)  # φ_i of the last round

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 
@@ -19,10 +20,8 @@ class FedAvg(FederatedModule):
         **kwargs: everything ``FederatedModule`` takes (data, model, local SGD, rounds).
     """
 
-    def __init__(self, *args: Any, server_lr: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, server_lr: settings.StepSize = 1.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not server_lr > 0:
-            raise ValueError(f"server_lr must be > 0, got {server_lr}")
         self.save_hyperparameters()
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:

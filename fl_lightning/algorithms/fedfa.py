@@ -12,11 +12,13 @@ should check the server update against it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 
 
@@ -50,18 +52,19 @@ class FedFa(FederatedModule):
     participation: torch.Tensor
 
     def __init__(
-        self, *args: Any, beta: float = 0.5, gamma: float = 0.9, eta: float | None = None,
-        momentum: float | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        beta: Annotated[settings.Proportion, Field(
+            description="in [0, 1] (weight of participation against accuracy)")] = 0.5,
+        gamma: Annotated[settings.Probability, Field(description="in [0, 1) (momentum)")] = 0.9,
+        eta: Annotated[settings.StepSize | None, Field(
+            description="> 0, or null for the local learning rate")] = None,
+        momentum: float | None = None,
+        **kwargs: Any,
     ) -> None:
-        if not 0 <= gamma < 1:
-            raise ValueError(f"gamma must be in [0, 1) (momentum), got {gamma}")
         momentum = gamma if momentum is None else momentum  # clients: SGD with momentum γ (saved resolved)
         kwargs["momentum"] = momentum
-        super().__init__(*args, **kwargs)
-        if not 0 <= beta <= 1:
-            raise ValueError(f"beta must be in [0, 1] (weight of participation against accuracy), got {beta}")
-        if eta is not None and not eta > 0:
-            raise ValueError(f"eta must be > 0, or null for the local learning rate, got {eta}")
+        super().__init__(*args, **kwargs)  # checks gamma (its type) before the momentum it gives
         self.save_hyperparameters()
         self.register_buffer("server_momentum", torch.zeros(self.layout.num_parameters))  # m
         self.register_client_state("participation")  # f_i

@@ -16,12 +16,13 @@ replaced before being read). A FedFV run keeps O(τ m d) of history in its check
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.core.simulation import round_generator
@@ -65,19 +66,15 @@ class FedFV(FederatedModule):
     def __init__(
         self,
         *args: Any,
-        alpha: float = 0.1,
-        tau: int = 10,
+        alpha: Annotated[settings.Proportion, Field(
+            description="in [0, 1] (the share of clients that keep their update)")] = 0.1,
+        tau: Annotated[settings.CountOrZero, Field(
+            description="an integer >= 0 (rounds of history; 0 = no external step)")] = 10,
         order: ProjectionOrder = "loss",
         external_rounds: ExternalRounds = "paper",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if not 0 <= alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1] (the share of clients that keep their update), got {alpha}")
-        if int(tau) != tau or tau < 0:
-            raise ValueError(f"tau must be an integer >= 0 (rounds of history; 0 = no external step), got {tau}")
-        check_choice("order", order, ProjectionOrder)
-        check_choice("external_rounds", external_rounds, ExternalRounds)
         self.save_hyperparameters()
         # GH: the latest update of every client, and t_k: the round it was sent in (-1: never)
         self.register_client_history()

@@ -26,14 +26,16 @@ gets which weight depends on the order the clients arrive in).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
-WEIGHTINGS = ("gini", "reference")
+Weighting = Literal["gini", "reference"]
 
 
 @register_algorithm
@@ -53,15 +55,15 @@ class FedGini(FederatedModule):
     interpretation = "interpretation (paper unavailable)"
 
     def __init__(
-        self, *args: Any, penalty: float = 0.5, weighting: str = "gini", epsilon: float = 0.5, **kwargs: Any
+        self,
+        *args: Any,
+        penalty: Annotated[settings.Proportion, Field(
+            description="in [0, 1] (larger values make some weights negative)")] = 0.5,
+        weighting: Weighting = "gini",
+        epsilon: settings.Proportion = 0.5,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if not 0 <= penalty <= 1:
-            raise ValueError(f"penalty must be in [0, 1] (larger values make some weights negative), got {penalty}")
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(map(repr, WEIGHTINGS))}")
-        if not 0 <= epsilon <= 1:
-            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         self.save_hyperparameters()
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:

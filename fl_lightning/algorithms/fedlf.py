@@ -7,12 +7,13 @@ update conflicts with no online client at any layer (hence none at model level e
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
@@ -84,24 +85,15 @@ class FedLF(FederatedModule):
         self,
         *args: Any,
         gradient: GradientSignal = "update",
-        server_lr: float = 1.0,
-        server_lr_decay: float = 0.999,
+        server_lr: Annotated[settings.StepSize, Field(description="> 0 (a multiple of lr; 1.0 = the paper)")] = 1.0,
+        server_lr_decay: Annotated[settings.Decay, Field(description="in (0, 1] (the paper: 0.999)")] = 0.999,
         qp_solver: QPSolver = "batched",
         combine_layers: bool = True,
-        zero_tol: float = 1e-3,
+        zero_tol: Annotated[float, Field(gt=0, lt=1, description="in (0, 1) (default 1e-3)")] = 1e-3,
         fair_gradient: FairGradient = "paper",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        check_choice("gradient", gradient, GradientSignal)
-        check_choice("qp_solver", qp_solver, QPSolver)
-        check_choice("fair_gradient", fair_gradient, FairGradient)
-        if not server_lr > 0:
-            raise ValueError(f"server_lr must be > 0 (a multiple of lr; 1.0 = the paper), got {server_lr}")
-        if not 0 < server_lr_decay <= 1:
-            raise ValueError(f"server_lr_decay must be in (0, 1] (the paper: 0.999), got {server_lr_decay}")
-        if not 0 < zero_tol < 1:
-            raise ValueError(f"zero_tol must be in (0, 1) (default 1e-3), got {zero_tol}")
         self.save_hyperparameters()
         self.register_client_history()  # H_k: every client's last g, and the round it came in
 

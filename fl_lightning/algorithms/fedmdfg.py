@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
-from fl_lightning.choices import check_choice
+from fl_lightning.core import settings
 from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
@@ -94,18 +95,13 @@ class FedMDFG(FederatedModule):
     def __init__(
         self,
         *args: Any,
-        theta_degrees: float = 11.25,
-        line_search_steps: int = 5,
+        theta_degrees: Annotated[float, Field(gt=0, lt=90, description="in (0, 90) (the paper: 11.25)")] = 11.25,
+        line_search_steps: Annotated[settings.CountOrZero, Field(description=">= 0 (the paper: s = 5)")] = 5,
         gradient: GradientSignal = "update",
         larger_steps: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if not 0 < theta_degrees < 90:
-            raise ValueError(f"theta_degrees must be in (0, 90) (the paper: 11.25), got {theta_degrees}")
-        if line_search_steps < 0:
-            raise ValueError(f"line_search_steps must be >= 0 (the paper: s = 5), got {line_search_steps}")
-        check_choice("gradient", gradient, GradientSignal)
         self.save_hyperparameters()
         self.register_client_history()  # every client's last ĝ, and the round it came in
 

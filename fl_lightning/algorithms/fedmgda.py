@@ -8,12 +8,13 @@ combination (λ ⊙ diag D) @ J, so no normalised copy of J is ever formed.
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import with_proximal_term
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
@@ -52,24 +53,19 @@ class FedMGDAPlus(FederatedModule):
     def __init__(
         self,
         *args: Any,
-        epsilon: float = 0.1,
+        epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False, description=(
+            "a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA)"))] = 0.1,
         normalize: bool = True,
-        global_lr: float | None = 1.0,
-        decay: float = 1.0,
-        mu: float = 0.0,
+        global_lr: Annotated[settings.StepSize | None, Field(
+            description="> 0, or null for the local learning rate")] = 1.0,
+        decay: Annotated[settings.Decay, Field(
+            description="in (0, 1] (1.0 = no decay; the paper uses 1/10 or 1/40)")] = 1.0,
+        mu: Annotated[settings.Penalty, Field(description=">= 0 (0 = no proximal term)")] = 0.0,
         track_improvement: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs["track_improvement"] = track_improvement
         super().__init__(*args, **kwargs)
-        if not (math.isfinite(epsilon) and epsilon >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA), got {epsilon}")
-        if global_lr is not None and not global_lr > 0:
-            raise ValueError(f"global_lr must be > 0, or null for the local learning rate, got {global_lr}")
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay must be in (0, 1] (1.0 = no decay; the paper uses 1/10 or 1/40), got {decay}")
-        if mu < 0:
-            raise ValueError(f"mu must be >= 0 (0 = no proximal term), got {mu}")
         self.save_hyperparameters()
 
     def global_lr_at(self, round_index: int) -> float:

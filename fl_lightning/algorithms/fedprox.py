@@ -8,6 +8,7 @@ import torch
 
 from fl_lightning.algorithms.fedavg import FedAvg
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.local import with_proximal_term
 
 
@@ -19,10 +20,8 @@ class FedProx(FedAvg):
         mu: weight of the proximal term (default 0.1; mu = 0 is exactly FedAvg).
     """
 
-    def __init__(self, *args: Any, mu: float = 0.1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, mu: settings.Penalty = 0.1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if mu < 0:
-            raise ValueError(f"mu must be >= 0, got {mu}")
         self.save_hyperparameters()
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:

@@ -3,11 +3,13 @@ learning"), Algorithm 2: the server step of q-FFL, min_w Σ_k p_k F_k(w)^(q+1) /
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
+from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
 
 
@@ -25,12 +27,15 @@ class QFedAvg(FederatedModule):
         lipschitz: L > 0, or None for L = 1 / (this round's local lr), as the q-FFL code does.
     """
 
-    def __init__(self, *args: Any, q: float = 1.0, lipschitz: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        q: Annotated[settings.Exponent, Field(description=">= 0 (0 = FedAvg with uniform weights)")] = 1.0,
+        lipschitz: Annotated[settings.Scale | None, Field(
+            description="> 0, or null for 1 / the local learning rate")] = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        if not q >= 0:
-            raise ValueError(f"q must be >= 0 (0 = FedAvg with uniform weights), got {q}")
-        if lipschitz is not None and not lipschitz > 0:
-            raise ValueError(f"lipschitz must be > 0, or null for 1 / the local learning rate, got {lipschitz}")
         self.save_hyperparameters()
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:

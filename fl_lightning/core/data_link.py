@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,6 +17,7 @@ class FederatedDataLink:
 
     _attached_data: Any = None
     _slicer: ClientDataSlicer | None = None
+    _training_view: tuple[torch.Tensor, torch.Tensor, Any] | None = None  # (train_index, train_sizes, their view)
     if TYPE_CHECKING:  # what FederatedModule (a LightningModule) provides
         from lightning.pytorch.utilities.parsing import AttributeDict
 
@@ -26,16 +28,32 @@ class FederatedDataLink:
         @property
         def hparams(self) -> AttributeDict: ...
 
+        def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
     @property
     def num_clients_total(self) -> int:
         """K, every client of the federation (known once the data module is attached)."""
         return int(self.federated_data.num_clients)
 
     def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
-        """The data of ``clients`` (ids on the CPU)."""
+        """The data of ``clients`` (ids on the CPU); in ``"train"``, the samples they train on
+        (``training_samples``)."""
         if self._slicer is None:
             self._slicer = ClientDataSlicer()
-        return self._slicer.shards(self.federated_data, clients, split)
+        data = self.federated_data
+        return self._slicer.shards(self._training_data(data) if split == "train" else data, clients, split)
+
+    def _training_data(self, data: Any) -> Any:
+        """``data`` with the index and sizes ``training_samples`` makes of its own, asked once per
+        data tensors; ``data`` itself when they are unchanged (the default)."""
+        cached = self._training_view
+        if cached is None or cached[0] is not data.train_index or cached[1] is not data.train_sizes:
+            index, sizes = self.training_samples(data.train_index, data.train_sizes)
+            unchanged = index is data.train_index and sizes is data.train_sizes
+            view = None if unchanged else SimpleNamespace(train_x=data.train_x, train_y=data.train_y,
+                                                          train_index=index, train_sizes=sizes)
+            cached = self._training_view = (data.train_index, data.train_sizes, view)
+        return data if cached[2] is None else cached[2]
 
     @property
     def federated_data(self) -> Any:

@@ -35,12 +35,17 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fl_lightning.choices import check_choice
 from fl_lightning.core.distributed import across_ranks, world_size
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients
 from fl_lightning.core.local import ClientObjective, ClientShards, LocalSGD, steps_per_epoch
-from fl_lightning.core.settings import CHOICES, Autocast, EngineName, check_clients_per_chunk
+from fl_lightning.core.settings import (
+    ChunkSize,
+    EngineName,
+    EngineSettings,
+    OptionalAutocast,
+    check_setting,
+)
 from fl_lightning.models.stacked import StackedForward, stacked_forward
 
 
@@ -82,7 +87,7 @@ def autocast_context(device: torch.device, autocast: str | None) -> contextlib.A
     matmuls/convolutions run in bf16 (or fp16 on a GPU)."""
     if autocast is None:
         return contextlib.nullcontext()
-    check_choice("local_autocast", autocast, *CHOICES["local_autocast"])
+    check_setting("local_autocast", autocast, OptionalAutocast)
     return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[autocast])
 
 
@@ -159,7 +164,7 @@ class VectorisedEngine:
     def __init__(
         self, clients_per_chunk: int | str | None = None, autocast: str | None = None, forward: str = "auto"
     ) -> None:
-        check_clients_per_chunk(clients_per_chunk)
+        check_setting("clients_per_chunk", clients_per_chunk, ChunkSize)
         autocast_context(torch.device("cpu"), autocast)  # validates the name
         if forward not in FORWARD_KINDS:
             raise ValueError(f"unknown forward {forward!r}; valid: {', '.join(map(repr, FORWARD_KINDS))}")
@@ -411,7 +416,7 @@ def choose_engine(
     """``auto`` picks the vectorised engine unless the stacked parameters, gradients and
     momenta of one chunk of clients would not fit in the memory budget (an ``"auto"``
     chunk always fits: it is sized from the free memory)."""
-    check_choice("engine", name, EngineName)
+    check_setting("engine", name, EngineName)
     if name == "auto":
         stacked = 1 if isinstance(clients_per_chunk, str) else min(num_clients, clients_per_chunk or num_clients)
         needed = 4 * stacked * num_parameters * 4  # params, grads, momentum, copies (fp32)
@@ -439,10 +444,9 @@ class EngineRunner:
     After ``train``: ``engine_used`` (``"vectorised"``/``"sequential"``), ``last_chunk_size``
     and ``oom_retries`` (over the run) say what happened."""
 
-    def __init__(self, engine: EngineName, memory_budget_gb: float, clients_per_chunk: int | str | None,
-                 autocast: Autocast | None) -> None:
-        self.engine, self.memory_budget_gb = engine, memory_budget_gb
-        self.clients_per_chunk, self.autocast = clients_per_chunk, autocast
+    def __init__(self, settings: EngineSettings) -> None:
+        self.engine, self.memory_budget_gb = settings.engine, settings.memory_budget_gb
+        self.clients_per_chunk, self.autocast = settings.clients_per_chunk, settings.autocast
         self.engine_used: str | None = None
         self.last_chunk_size: int | None = None
         self.oom_retries = 0

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fl_lightning.choices import check_choice
-from fl_lightning.core.settings import LayerGrouping
+from fl_lightning.core.settings import LayerGrouping, check_setting
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def layer_slices(model: nn.Module, layout: ParameterLayout, grouping: str = "ten
     paper's Table 4 counts as a layer). A module's own parameters are adjacent in
     ``named_parameters()`` order, so every group is one slice.
     """
-    check_choice("layer_grouping", grouping, LayerGrouping)
+    check_setting("layer_grouping", grouping, LayerGrouping)
     slices = layout.slices()
     if grouping == "tensor":
         return [slices[name] for name in layout.names]

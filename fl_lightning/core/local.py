@@ -13,34 +13,38 @@ from typing import Any
 import torch
 from torch import nn
 
+from fl_lightning.core.settings import (
+    BatchSize,
+    Count,
+    Decay,
+    Penalty,
+    Probability,
+    SettingsGroup,
+    StepSize,
+)
+
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
 #           global_params {name: [...]}) -> every client's minibatch loss (m,)
 ClientObjective = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
-class LocalSGD:
-    """Hyper-parameters of local training (PyTorch SGD semantics, dampening 0)."""
+class LocalSGD(SettingsGroup):
+    """Hyper-parameters of local training (PyTorch SGD semantics, dampening 0); the step size of
+    round t is ``lr * lr_decay**t`` (:meth:`at_round`). Each field's type checks it."""
 
-    lr: float = 0.1
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    epochs: int = 1
-    batch_size: int | None = 10  # None: full batch (one step per epoch)
+    lr: StepSize = 0.1
+    momentum: Probability = 0.0
+    weight_decay: Penalty = 0.0
+    epochs: Count = 1
+    batch_size: BatchSize = 10  # None: full batch (one step per epoch)
+    lr_decay: Decay = 1.0
 
-    def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.epochs < 1:
-            raise ValueError(f"local epochs must be >= 1, got {self.epochs}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(
-                f"batch_size must be a positive integer or null (full batch), got {self.batch_size}"
-            )
+    LABELS = {"epochs": "local epochs"}
+
+    def round_lr(self, round_index: int) -> float:
+        """η_t = lr · lr_decay^t."""
+        return self.lr * self.lr_decay**round_index
 
 
 @dataclass

@@ -19,6 +19,10 @@ The algorithm contract (what a subclass may override, and when state may change)
    it logs about the round in ``ServerStep.metrics``, logged with the round's metrics.
  - ``on_round_end(payload, step)``: bookkeeping after an applied step (histories, logs).
  - ``evaluation_params``: what evaluation tests (the global model by default).
+ - ``sample_clients``: who is asked each round (``fraction`` uniformly by default).
+ - ``training_samples(index, sizes)``: which samples the clients train on (all by default).
+ - ``evaluation_metrics(client_metrics)``: metrics added to every evaluation (none by default).
+ - ``history_rows_to_keep(rounds_completed)``: the ``history`` rows a checkpoint must hold.
 """
 
 from __future__ import annotations
@@ -127,45 +131,49 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         backbone_kwargs: dict[str, Any] | None = None,
         num_classes: int = 10,
         input_shape: tuple[int, ...] = (1, 28, 28),
-        num_rounds: int = DEFAULT_NUM_ROUNDS,
-        fraction: float = DEFAULT_FRACTION,
-        dropout_prob: float = 0.0,
-        local_epochs: int = DEFAULT_LOCAL_EPOCHS,
-        batch_size: int | None = 10,
-        lr: float = 0.1,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        num_rounds: settings.Count = DEFAULT_NUM_ROUNDS,
+        fraction: settings.Participation = DEFAULT_FRACTION,
+        dropout_prob: settings.Probability = 0.0,
+        local_epochs: settings.Count = DEFAULT_LOCAL_EPOCHS,
+        batch_size: settings.BatchSize = 10,
+        lr: settings.StepSize = 0.1,
+        momentum: settings.Probability = 0.0,
+        weight_decay: settings.Penalty = 0.0,
         engine: settings.EngineName = "auto",
-        eval_every: int = DEFAULT_EVAL_EVERY,
+        eval_every: settings.Count = DEFAULT_EVAL_EVERY,
         seed: int | None = None,
-        engine_memory_budget_gb: float = 4.0,
+        engine_memory_budget_gb: settings.Gigabytes = 4.0,
         clients_per_chunk: settings.ChunkSize = "auto",
-        lr_decay: float = 1.0,
+        lr_decay: settings.Decay = 1.0,
         layer_grouping: settings.LayerGrouping = "tensor",
         track_improvement: bool = False,
-        local_autocast: settings.Autocast | None = None,
-        history_dtype: settings.HistoryDtype | None = None,
+        local_autocast: settings.OptionalAutocast = None,
+        history_dtype: settings.OptionalHistoryDtype = None,
         history_device: settings.HistoryDevice = "model",
-        attack: settings.Attack | None = None,
-        attack_client: int = 0,
-        attack_strength: float = 10.0,
+        attack: settings.OptionalAttack = None,
+        attack_client: settings.ClientId = 0,
+        attack_strength: settings.FiniteNumber = 10.0,
     ) -> None:
         super().__init__()
         self.run_seed = run_seed(seed, "model.seed")
         self.save_hyperparameters()
-        settings.check_module_settings(self.hparams)
+        # the settings in groups, each checked by its fields' types (``core.settings``)
+        self.federation = settings.Federation(num_rounds, fraction, dropout_prob, eval_every)
         if self.needs_every_client and fraction < FULL_PARTICIPATION:
             raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
                              "set fraction: 1.0")
-        self.attacker = None if attack is None else simulation.MaliciousClient(attack, attack_client, attack_strength)
-        self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size)
+        self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
+        self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
+        self.history_settings = settings.HistorySettings(history_dtype, history_device)
+        attacker = simulation.MaliciousClient(attack, attack_client, attack_strength)
+        self.attacker = None if attack is None else attacker
         torch.manual_seed(self.run_seed)
         self.model = create_fl_model(backbone, num_classes, tuple(input_shape), **(backbone_kwargs or {}))
         self.layout = ParameterLayout.of(self.model)
         self.layer_slices = layer_slices(self.model, self.layout, layer_grouping)
         self.layer_names = layer_names(self.layout, layer_grouping)
         self.automatic_optimization = False
-        self.engines = EngineRunner(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
+        self.engines = EngineRunner(self.engine_settings)
         self.last_client_metrics: dict[str, list[float]] = {}
         self.round_log = RoundLog()
 
@@ -177,12 +185,16 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
         """Lightning's, with ``seed`` recorded as the seed used (the run's, when None was
-        given); subclasses save again after this class, so every save records it."""
+        given); subclasses save again after this class, so every save records it. Every saved
+        setting whose annotation constrains it (``core.settings``: ``Probability``, a
+        ``Literal``, ...) is checked here, so an algorithm declares a range once, in its
+        signature, and the CLI refuses the same values while parsing."""
         if frame is None:  # the caller's frame, as Lightning's own default takes it
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
         private_api.record_hparams(self, {"seed": self.run_seed})
+        settings.check_settings(type(self), self.hparams, base=FederatedModule)  # the base's: by its groups
 
     # ----------------------------------------------------------------- hooks to override
     @mean_cross_entropy_objective  # the engine may use hand-derived gradients (an override is unmarked)
@@ -239,6 +251,28 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """S_t, sorted ids: ``fraction`` of the K clients uniformly without replacement."""
         return simulation.sample_uniformly(self.hparams.seed, round_index, num_clients, self.hparams.fraction)
 
+    def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples every client trains on, for all K clients at once: from the data's
+        (K, n) ``index`` (row k: client k's positions in ``train_x``, padded beyond
+        ``sizes[k]``) and (K,) ``sizes``, the (K, n') index and sizes of the training shards.
+        Asked once per data tensors (again if the data moves). Default: every sample;
+        ``ValidatedAgents`` (CFFL, ECI) hold out the server's validation set."""
+        return index, sizes
+
+    def evaluation_metrics(self, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
+        """Metrics the algorithm adds to every evaluation, from the per-client values just
+        evaluated (``last_client_metrics``: ``test_accuracy``, ``test_loss``, ...; empty without
+        test data); a name the evaluation logs itself is refused. Default: none; CGSV adds its
+        fairness correlations ρ_r and ρ."""
+        return {}
+
+    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
+        """Ids of the ``history`` rows (``register_client_history``) a checkpoint taken after
+        ``rounds_completed`` rounds (None: not known) must hold: those a later round may read
+        before writing them again; the rest are left out (``core.state``). Default: every client
+        ever seen (FedLF and FedMDFG read any absent client's last upload); FedFV keeps fewer."""
+        return torch.nonzero(self.last_seen >= 0).flatten()
+
     # ---------------------------------------------------------------- helpers for hooks
     def global_vector(self) -> torch.Tensor:
         """The global model w as a flat vector (d,)."""
@@ -250,8 +284,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def round_lr(self, round_index: int | None = None) -> float:
         """The local learning rate of a round: lr * lr_decay^t."""
-        t = self.round_index if round_index is None else round_index
-        return self.hparams.lr * self.hparams.lr_decay**t
+        return self.local_sgd.round_lr(self.round_index if round_index is None else round_index)
 
     def drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled clients that answer; each fails with probability ``dropout_prob``."""
@@ -480,9 +513,15 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def evaluate_all_clients(self) -> dict[str, float]:
         """Every client's test loss/accuracy and their fairness summary (``last_client_metrics``
-        keeps the per-client values), and the shared test set under the shared model."""
+        keeps the per-client values), the shared test set under the shared model, and what the
+        algorithm adds (``evaluation_metrics``)."""
         metrics, self.last_client_metrics = self.evaluator.evaluate(self.federated_data, self.evaluation_params())
-        return metrics
+        added = self.evaluation_metrics(self.last_client_metrics)
+        clash = sorted(added.keys() & metrics.keys())
+        if clash:
+            raise ValueError(f"{type(self).__name__}.evaluation_metrics adds {clash}, which the evaluation logs "
+                             "itself: give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
+        return metrics | added
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._is_eval_round():

@@ -1,54 +1,224 @@
-"""The closed choices of ``FederatedModule``'s settings as ``Literal`` types (LightningCLI lists
-them in ``--help`` and refuses others), and the one place its numbers and choices are checked."""
+"""``FederatedModule``'s settings: one constrained type per meaning, and groups that check themselves.
+
+A type says what a setting may hold (``Annotated`` with pydantic's ``Field``): the module's
+signature carries it, so LightningCLI (jsonargparse) refuses a bad value while parsing, and a
+settings group checks the same type when the module is built in Python. The rule a person reads
+in an error is the type's ``description``; :func:`check_setting` turns pydantic's structured
+error into that one line. Closed choices are ``Literal`` types (listed in ``--help``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+import dataclasses
+import functools
+import math
+import numbers
+import typing
+from typing import Annotated, Any, ClassVar, Literal
 
-from fl_lightning.choices import check_choice
-from fl_lightning.run_schema import DROPOUT_PROB, EVAL_EVERY, FRACTION, LR_DECAY, NUM_ROUNDS
+from pydantic import (
+    Field,
+    PydanticSchemaGenerationError,
+    PydanticUserError,
+    TypeAdapter,
+    ValidationError,
+)
 
+from fl_lightning.choices import check_choice, choices_of
+
+# ----------------------------------------------------------------------------- closed choices
 EngineName = Literal["auto", "vectorised", "sequential"]
 Autocast = Literal["bf16", "fp16"]
 HistoryDtype = Literal["float32", "bfloat16", "float16"]
 HistoryDevice = Literal["model", "cpu"]  # "cpu": per-client histories offloaded to host memory
 LayerGrouping = Literal["tensor", "module"]
 Attack = Literal["bias", "scaling"]
-ChunkSize = int | Literal["auto"] | None
 
-CHOICES: dict[str, tuple[Any, str | None]] = {  # setting -> (its type, what null means)
-    "engine": (EngineName, None),
-    "layer_grouping": (LayerGrouping, None),
-    "local_autocast": (Autocast | None, "full precision"),
-    "history_dtype": (HistoryDtype | None, "the parameters' dtype"),
-    "history_device": (HistoryDevice, None),
-    "attack": (Attack | None, "no attacker"),
+NULL_MEANS = "null_means"  # a Literal | None type's Field(json_schema_extra=...): what None stands for
+
+
+OptionalAutocast = Annotated[Autocast | None, Field(json_schema_extra={NULL_MEANS: "full precision"})]
+OptionalHistoryDtype = Annotated[HistoryDtype | None, Field(json_schema_extra={NULL_MEANS: "the parameters' dtype"})]
+OptionalAttack = Annotated[Attack | None, Field(json_schema_extra={NULL_MEANS: "no attacker"})]
+
+# ----------------------------------------------------------------------------- numbers
+Count = Annotated[int, Field(ge=1, description=">= 1")]  # rounds, epochs, evaluation period
+Participation = Annotated[float, Field(gt=0, le=1, description="in (0, 1] (1.0 = full participation)")]
+Probability = Annotated[float, Field(ge=0, lt=1, description="in [0, 1)")]  # dropout, momentum
+Decay = Annotated[float, Field(gt=0, le=1, description="in (0, 1]")]
+StepSize = Annotated[float, Field(gt=0, allow_inf_nan=False, description="> 0")]
+Penalty = Annotated[float, Field(ge=0, allow_inf_nan=False, description=">= 0")]  # weight decay
+FiniteNumber = Annotated[float, Field(allow_inf_nan=False, description="finite")]
+ClientId = Annotated[int, Field(ge=0, description="a client id >= 0")]
+Gigabytes = Annotated[float, Field(gt=0, allow_inf_nan=False, description="> 0")]
+BatchSize = Annotated[
+    Annotated[int, Field(ge=1)] | None, Field(description="a positive integer or null (full batch)")]
+ChunkSize = Annotated[
+    Annotated[int, Field(ge=1)] | Literal["auto"] | None,
+    Field(description="an integer >= 1, 'auto' or null (all at once)")]
+CountOrZero = Annotated[int, Field(ge=0, description="an integer >= 0")]  # FedFV's τ, line-search steps: 0 = none
+Proportion = Annotated[float, Field(ge=0, le=1, description="in [0, 1]")]  # a weight or share, both ends allowed
+Scale = Annotated[float, Field(gt=0, allow_inf_nan=False, description="> 0")]  # a formula's constant: Γ, sinh's α, L
+Exponent = Annotated[float, Field(ge=0, allow_inf_nan=False, description=">= 0")]  # q of q-FFL, DRFL: 0 = uniform
+
+# what a value that is not of the type at all must be (pydantic's error type -> words)
+_TYPE_ERRORS = {
+    "int_parsing": "an int", "int_type": "an int", "int_from_float": "an int",
+    "float_parsing": "a float", "float_type": "a float", "finite_number": "a finite number",
+    "bool_parsing": "true or false", "bool_type": "true or false",
+    "string_type": "a string", "dict_type": "a mapping", "list_type": "a list",
 }
-RANGES: dict[str, tuple[Any, str]] = {  # setting (``run_schema``'s names) -> (its check, the rule)
-    NUM_ROUNDS: (lambda v: v >= 1, ">= 1"),
-    EVAL_EVERY: (lambda v: v >= 1, ">= 1"),
-    FRACTION: (lambda v: 0 < v <= 1, "in (0, 1] (1.0 = full participation)"),
-    DROPOUT_PROB: (lambda v: 0 <= v < 1, "in [0, 1)"),
-    LR_DECAY: (lambda v: 0 < v <= 1, "in (0, 1]"),
-}
 
 
-def check_module_settings(settings: Mapping[str, Any]) -> None:
-    """Refuses a value outside its choices or range, saying what is valid."""
-    for name, (choices, null_means) in CHOICES.items():
-        check_choice(name, settings[name], choices, null_means)
-    for name, (valid, rule) in RANGES.items():
-        if not valid(settings[name]):
-            raise ValueError(f"{name} must be {rule}, got {settings[name]}")
-    check_clients_per_chunk(settings["clients_per_chunk"])
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    """pydantic's validator of ``annotation``; None for a type it cannot check (a tensor, a class)."""
+    try:
+        return TypeAdapter(annotation)
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError):
+        return None
 
 
-def check_clients_per_chunk(clients_per_chunk: Any) -> None:
-    """``clients_per_chunk``: an integer >= 1, ``"auto"`` or ``None`` (all clients at once)."""
-    if clients_per_chunk is not None and clients_per_chunk != "auto" and (
-        not isinstance(clients_per_chunk, int) or clients_per_chunk < 1
-    ):
-        raise ValueError(
-            f"clients_per_chunk must be an integer >= 1, 'auto' or null (all at once), got {clients_per_chunk!r}"
-        )
+def _field_info(annotation: Any, key: str) -> Any:
+    """The ``key`` of the ``Field`` an ``Annotated`` type carries (the outermost that sets it:
+    ``Annotated[Decay, Field(description="... (the paper: 0.999)")]`` words its own rule)."""
+    for meta in reversed(getattr(annotation, "__metadata__", ())):
+        value = getattr(meta, key, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _null_means(annotation: Any) -> str | None:
+    extra = _field_info(annotation, "json_schema_extra")
+    return extra.get(NULL_MEANS) if isinstance(extra, dict) else None
+
+
+def _has_choices(annotation: Any) -> bool:
+    inner = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+    return bool(choices_of(inner)) and all(
+        a is type(None) or typing.get_origin(a) is Literal
+        for a in (typing.get_args(inner) if typing.get_origin(inner) is not Literal else [inner]))
+
+
+def check_setting(name: str, value: Any, annotation: Any, strict: bool = False) -> Any:
+    """``value`` if it is of ``annotation``'s type, else ``ValueError`` in one line: "unknown
+    engine 'gpu'; valid: ..." for a closed choice, "lr must be > 0, got -1" for a constraint (the
+    type's ``description``), "lr must be a float, got 'abc'" for a value of another type. Strings
+    are read as jsonargparse reads a command line (``"0.5"`` is 0.5), unless ``strict`` (a value
+    given in Python: ``"0.5"`` is no float there). Returns the value as read."""
+    if _has_choices(annotation):
+        inner = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+        check_choice(name, value, inner, _null_means(annotation))
+        return value
+    adapter = _adapter(annotation)
+    if adapter is None:
+        return value
+    if strict and isinstance(value, numbers.Number) and hasattr(value, "item"):
+        value = value.item()  # a NumPy scalar: its Python number
+    try:
+        return adapter.validate_python(value, strict=strict)
+    except ValidationError as error:
+        raise ValueError(describe(name, value, annotation, error)) from None
+
+
+def describe(name: str, value: Any, annotation: Any, error: ValidationError) -> str:
+    """One line from pydantic's structured error (its ``type``), never from its text."""
+    kinds = [e["type"] for e in error.errors()]
+    rule = _field_info(annotation, "description")
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if "finite_number" in kinds or (is_number and not math.isfinite(value)):
+        rule = rule if rule is not None and "finite" in rule else "a finite number"
+    elif rule is None or all(kind in _TYPE_ERRORS for kind in kinds) and not is_number:
+        rule = next((_TYPE_ERRORS[k] for k in kinds if k in _TYPE_ERRORS), None) or rule or error.errors()[0]["msg"]
+    return f"{name} must be {rule}, got {value!r}"
+
+
+# ----------------------------------------------------------------------------- groups
+@dataclasses.dataclass(frozen=True)
+class SettingsGroup:
+    """A frozen group of settings whose fields' types check them when it is built.
+
+    ``LABELS`` maps a field to the name its errors use, where that is not the field's name."""
+
+    LABELS: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self), include_extras=True)
+        for field in dataclasses.fields(self):
+            check_setting(self.LABELS.get(field.name, field.name), getattr(self, field.name), hints[field.name], strict=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Federation(SettingsGroup):
+    """Who takes part, and for how long: T rounds, a fraction C of the K clients sampled, each
+    answering with probability 1 - dropout_prob; every client evaluated every ``eval_every``."""
+
+    num_rounds: Count = 100
+    fraction: Participation = 0.1
+    dropout_prob: Probability = 0.0
+    eval_every: Count = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings(SettingsGroup):
+    """How the clients of a round are trained (``core.engines``): the engine, the memory the
+    ``"auto"`` choice may spend, the clients stacked at once, mixed precision."""
+
+    engine: EngineName = "auto"
+    memory_budget_gb: Gigabytes = 4.0
+    clients_per_chunk: ChunkSize = "auto"
+    autocast: OptionalAutocast = None
+
+    LABELS: ClassVar[dict[str, str]] = {"memory_budget_gb": "engine_memory_budget_gb",
+                                        "autocast": "local_autocast"}
+
+
+@dataclasses.dataclass(frozen=True)
+class HistorySettings(SettingsGroup):
+    """Where per-client histories (K x d: FedFV, FedLF, FedMDFG) are kept, and in which dtype."""
+
+    dtype: OptionalHistoryDtype = None
+    device: HistoryDevice = "model"
+
+    LABELS: ClassVar[dict[str, str]] = {"dtype": "history_dtype", "device": "history_device"}
+
+
+# ----------------------------------------------------------------------------- signatures
+def is_constrained(annotation: Any) -> bool:
+    """Whether a type says more than a plain Python type: a ``Field`` constraint or a choice."""
+    return _has_choices(annotation) or any(
+        getattr(meta, "metadata", None) or getattr(meta, "description", None)
+        for meta in getattr(annotation, "__metadata__", ()))
+
+
+@functools.cache
+def constrained_settings(cls: type, base: type = object) -> tuple[tuple[str, Any], ...]:
+    """``(name, type)`` of every constrained keyword of ``cls.__init__`` and of the ``__init__``s
+    it passes ``**kwargs`` to, down to ``base`` (left out: its settings are checked by its own
+    groups). A name a subclass re-declares takes the subclass's type (FedFa's ``momentum``
+    may be None, meaning its γ)."""
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if issubclass(base, klass):
+            break
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            hints = typing.get_type_hints(init, include_extras=True)
+        except (NameError, TypeError) as error:
+            raise TypeError(f"{klass.__qualname__}.__init__'s annotations must be importable at run time "
+                            f"(not only under TYPE_CHECKING): {error}") from None
+        for name, hint in hints.items():
+            if name != "return":
+                found.setdefault(name, hint)
+    return tuple((name, hint) for name, hint in found.items() if is_constrained(hint))
+
+
+def check_settings(cls: type, values: typing.Mapping[str, Any], base: type = object) -> None:
+    """Checks each of ``values`` that ``cls``'s signature (down to ``base``) gives a constrained
+    type, strictly: a value given in Python is not re-read from a string."""
+    for name, annotation in constrained_settings(cls, base):
+        if name in values:
+            check_setting(name, values[name], annotation, strict=True)

@@ -6,13 +6,13 @@ shuffles the same clients whether the run was resumed or not.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 
 from fl_lightning.core.payload import RoundPayload
-from fl_lightning.core.settings import Attack
+from fl_lightning.core.settings import ClientId, FiniteNumber, OptionalAttack, SettingsGroup
 
 # purposes of the per-round draws -> (multiplier of the round, offset) in round_seed's mix. The
 # server-side ones serve algorithms that hold a validation set (its draw, once), estimate Shapley
@@ -60,21 +60,16 @@ def drop_clients(seed: int, round_index: int, sampled: torch.Tensor, dropout_pro
 
 
 @dataclass(frozen=True)
-class MaliciousClient:
+class MaliciousClient(SettingsGroup):
     """One client that takes part in every round and lies (Hu et al., FedMGDA+, IEEE TNSE
     2022, Sec. 6.2.2): ``"bias"`` adds ``strength`` to the loss it reports; ``"scaling"``
     multiplies its loss, and so its update, by ``strength``."""
 
-    kind: Attack
-    client: int = 0
-    strength: float = 10.0
+    kind: OptionalAttack  # None: no attacker (the module then builds none)
+    client: ClientId = 0
+    strength: FiniteNumber = 10.0
 
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.strength) and self.client >= 0):
-            raise ValueError(
-                f"attack_strength must be finite and attack_client a client id >= 0, got "
-                f"{self.strength} and {self.client}"
-            )
+    LABELS: ClassVar[dict[str, str]] = {"kind": "attack", "client": "attack_client", "strength": "attack_strength"}
 
     def check(self, num_clients: int) -> None:
         """Refuses an attacker id that is not one of the federation's clients."""

@@ -7,9 +7,10 @@ K (``setup``), or with the checkpoint's shape when one is loaded before any setu
 state declared with ``offload=True`` stays in host memory when the module moves to a GPU.
 
 The (K, d) client history is checkpointed compactly: only the rows the algorithm can still read
-(``history_rows_to_keep``; by default every client ever seen), with their indices; loading puts
-them back in a (K, d) buffer of zeros, and a row left out raises if it is ever read before being
-written again. Checkpoints holding the whole buffer (written before) load unchanged.
+(the hook ``FederatedModule.history_rows_to_keep``; by default every client ever seen), with
+their indices; loading puts them back in a (K, d) buffer of zeros, and a row left out raises if
+it is ever read before being written again. Checkpoints holding the whole buffer (written
+before) load unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class ClientStateMixin(nn.Module):
 
         @property
         def hparams(self) -> AttributeDict: ...
+
+        def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor: ...  # a hook
 
     def declared_client_states(self) -> dict[str, ClientStateSpec]:
         if "_client_state_specs" not in self.__dict__:
@@ -155,12 +158,6 @@ class ClientStateMixin(nn.Module):
             missing[clients.cpu()] = False
 
     # ----------------------------------------------------------- compact checkpoints
-    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
-        """Ids of the history rows a checkpoint taken after ``rounds_completed`` rounds (None:
-        not known) must hold: those the algorithm may read before writing them again. Here every
-        client ever seen (FedLF and FedMDFG read any absent client's last upload); FedFV keeps fewer."""
-        return torch.nonzero(self.last_seen >= 0).flatten()
-
     def compact_history(self, checkpoint: dict[str, Any]) -> None:
         """Replaces the checkpoint's (K, d) ``history`` by the rows ``history_rows_to_keep`` names
         (the rounds completed are the fit loop's, as the checkpoint records them)."""

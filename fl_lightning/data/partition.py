@@ -15,10 +15,12 @@ Use them through the registry:
     >>> clients = partition("dirichlet", labels, num_clients=100, seed=0, alpha=0.1)
 
 Where each input is checked, once: the registry checks the name, the parameters (names,
-types and ranges: :func:`check_partition_params`, which needs no labels), the labels and
-``num_clients``, in the function :func:`register_partitioner` wraps around a partitioner;
-the partitioner itself checks only what depends on the labels (e.g. ``classes_per_client``
-against the number of classes). A new partitioner is a decorated function:
+and values against the types of the partitioner's signature: :func:`check_partition_params`,
+which needs no labels), the labels and ``num_clients``, in the function
+:func:`register_partitioner` wraps around a partitioner; the partitioner itself checks only
+what depends on the labels (e.g. ``classes_per_client`` against the number of classes).
+A new partitioner is a decorated function whose keyword parameters are annotated with the
+types below (or any type pydantic validates); the annotation is the check:
 
     >>> @register_partitioner("halves")
     ... def halves(labels, num_clients, seed=0, *, shuffle: bool = True): ...
@@ -28,10 +30,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
+import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, PlainValidator, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from fl_lightning.data._names import did_you_mean, unknown_name
 
@@ -43,6 +48,67 @@ PARTITIONERS: dict[str, Partitioner] = {}
 CGSV_POWER_LAW_ALPHA = 1.65911332899
 
 
+# --------------------------------------------------------------------------- parameter types
+# A partitioner's keyword parameters are annotated with these; check_partition_values
+# validates each given value against its annotation (strictly: 2.5 is no Count, True no
+# Count, "0.5" no Concentration; an int is a Concentration). ``| None``: None is allowed.
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_sequence(value) -> bool:
+    return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
+
+
+def _check_assignment(assignment: Any) -> Any:
+    """``assignment`` if it is one non-empty list of distinct class ids per client."""
+    example = "[[6], [2], [0]] (one list of class ids per client)"
+    if not _is_sequence(assignment):
+        raise ValueError(
+            f"class_assignment assignment must be a list of class-id lists, e.g. {example}, "
+            f"got {assignment!r}."
+        )
+    for client, client_classes in enumerate(assignment):
+        if (
+            not _is_sequence(client_classes)
+            or not all(_is_integer(c) and c >= 0 for c in client_classes)
+        ):
+            raise ValueError(
+                f"class_assignment[{client}] = {client_classes!r} must be a list of "
+                f"non-negative integer class ids; assignment looks like {example}."
+            )
+        client_classes = [int(c) for c in client_classes]
+        if not client_classes or len(set(client_classes)) != len(client_classes):
+            raise ValueError(
+                f"class_assignment[{client}] = {client_classes} must be a non-empty list of "
+                "distinct class ids."
+            )
+    return assignment
+
+
+def _check_client_ids(client_ids: Any) -> Any:
+    """``client_ids`` if they are integers (their length is checked against the labels)."""
+    dtype = np.asarray(client_ids).dtype
+    if not np.issubdtype(dtype, np.integer):
+        raise ValueError(
+            f"client_ids must be integer client ids (one per sample), got dtype {dtype}; "
+            "convert them with client_ids.astype(np.int64)."
+        )
+    return client_ids
+
+
+Concentration = Annotated[float, Field(gt=0, allow_inf_nan=False, examples=[0.5])]
+"""A Dirichlet or power-law concentration ``alpha``: a finite number > 0."""
+Count = Annotated[int, Field(ge=1, examples=[10])]
+"""A number of samples, draws, classes or shards: an integer >= 1."""
+ClassAssignment = Annotated[Sequence[Sequence[int]], PlainValidator(_check_assignment)]
+"""One non-empty list of distinct, non-negative class ids per client."""
+ClientIds = Annotated[np.ndarray, PlainValidator(_check_client_ids)]
+"""One integer client id per sample."""
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -52,6 +118,8 @@ def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
     so ``fn`` checks only what depends on the labels."""
 
     def decorate(fn: Partitioner) -> Partitioner:
+        _parameter_types(fn)  # an annotation pydantic cannot check fails here, not in a run
+
         @functools.wraps(fn)
         def checked(labels, num_clients: int, seed: int = 0, **params) -> list[np.ndarray]:
             check_partition_params(name, params)
@@ -133,44 +201,82 @@ def check_partition_params(
     check_partition_values(name, params)
 
 
-# Parameters shared by several partitioners, checked by name before any data is seen:
-# (requirement, whether None is allowed, an example value for the message).
-_PARAMETER_RULES: dict[str, tuple[str, bool, str]] = {
-    "alpha": ("> 0 (a finite number)", False, "0.5"),
-    "min_size": ("an integer >= 1", False, "10"),
-    "max_tries": ("an integer >= 1", False, "100"),
-    "classes_per_client": ("an integer >= 1", False, "2"),
-    "shards_per_client": ("an integer >= 1", False, "2"),
-    "num_shards": ("an integer >= 1", True, "200"),
-    "total_size": ("an integer >= 1", True, "6000"),
-    "samples_per_client": ("an integer >= 1", True, "600"),
-    "random_classes": ("true or false", False, "true"),
-}
-
-
 def check_partition_values(name: str, params: Mapping) -> None:
-    """Raise ``ValueError`` naming the parameter when a value of ``params`` has the wrong
-    type or range for partitioner ``name`` (e.g. ``alpha <= 0`` or ``classes_per_client=2.5``).
-    Checks what needs no labels; the partitioner checks the rest (e.g. k <= classes)."""
+    """Raise ``ValueError`` naming the parameter when a value of ``params`` does not fit the
+    type partitioner ``name`` annotates it with (e.g. ``alpha <= 0`` or
+    ``classes_per_client=2.5``). Checks what needs no labels; the partitioner checks the
+    rest (e.g. k <= classes)."""
+    fn = inspect.unwrap(_lookup(name))
+    types = _parameter_types(fn)
     for param, value in params.items():
-        rule = _PARAMETER_RULES.get(param)
-        if rule is None or (value is None and rule[1]):
+        if param not in types:
             continue
-        requirement, optional, example = rule
-        if requirement.startswith("> 0"):
-            ok = _is_real_number(value) and math.isfinite(value) and value > 0
-        elif requirement == "an integer >= 1":
-            ok = _is_integer(value) and value >= 1
-        else:
-            ok = isinstance(value, (bool, np.bool_))
-        if not ok:
-            none_note = " (or null)" if optional else ""
+        try:  # numpy scalars count as the Python scalars they hold
+            types[param].validate_python(_as_python(value), strict=True)
+        except ValidationError as invalid:
+            error = invalid.errors()[0]
+            if error["type"] == "value_error":  # a validator's own message (ClassAssignment)
+                raise error["ctx"]["error"] from None
+            example = _defaults(fn).get(param)
+            if example is None:
+                example = _first_example(typing.get_type_hints(fn, include_extras=True)[param])
             raise ValueError(
-                f"{name}: {param} must be {requirement}{none_note}, got {value!r}; "
-                f"fix it in partition_params, e.g. {{{param!r}: {example}}}."
-            )
-    if name == "class_assignment" and "assignment" in params:
-        _check_assignment(params["assignment"])
+                f"{name}: {param} must be {_requirement(types[param].core_schema)}, "
+                f"got {value!r}; fix it in partition_params, e.g. "
+                f"{{{param!r}: {_as_setting(example)}}}."
+            ) from None
+
+
+@functools.cache
+def _parameter_types(fn: Partitioner) -> dict[str, TypeAdapter[Any]]:
+    """A validator for each annotated keyword parameter of partitioner ``fn``."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters)[3:]  # after labels, K, seed
+    return {p: TypeAdapter(hints[p]) for p in params if p in hints}
+
+
+def _as_python(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# Core-schema bound keys and how a message writes them.
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _requirement(schema: Mapping[str, Any]) -> str:
+    """What a value of core schema ``schema`` must be, in words."""
+    kind = schema["type"]
+    if kind == "nullable":
+        return f"{_requirement(schema['schema'])} (or null)"
+    bounds = " and ".join(f"{op} {schema[key]}" for key, op in _BOUNDS.items() if key in schema)
+    if kind == "int":
+        return f"an integer {bounds}".rstrip()
+    if kind == "float":
+        number = "a finite number" if schema.get("allow_inf_nan") is False else "a number"
+        return f"{bounds} ({number})" if bounds else number
+    if kind == "bool":
+        return "true or false"
+    if kind == "str":
+        return "a string"
+    if kind == "literal":
+        return f"one of {schema['expected']}"
+    return f"a valid {kind}"
+
+
+def _first_example(annotation: Any) -> Any:
+    """The first ``examples`` entry of a ``Field`` in ``annotation``, else ``...``."""
+    pending: list[Any] = [annotation]
+    while pending:
+        part = pending.pop(0)
+        if isinstance(part, FieldInfo) and part.examples:
+            return part.examples[0]
+        pending.extend(typing.get_args(part))
+    return ...
+
+
+def _as_setting(value: Any) -> str:
+    """``value`` as one writes it in a config: ``true``/``false`` for booleans."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def check_num_clients(num_clients: int, num_samples: int | None = None) -> None:
@@ -190,44 +296,6 @@ def check_test_fraction(test_fraction: float, setting: str = "test_fraction") ->
     sample); ``setting`` is the name the message uses."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"{setting} must be in [0, 1), got {test_fraction}.")
-
-
-def _is_integer(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
-def _is_sequence(value) -> bool:
-    return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
-
-
-def _check_assignment(assignment) -> None:
-    example = "[[6], [2], [0]] (one list of class ids per client)"
-    if not _is_sequence(assignment):
-        raise ValueError(
-            f"class_assignment assignment must be a list of class-id lists, e.g. {example}, "
-            f"got {assignment!r}."
-        )
-    for client, client_classes in enumerate(assignment):
-        if (
-            not _is_sequence(client_classes)
-            or not all(_is_integer(c) and c >= 0 for c in client_classes)
-        ):
-            raise ValueError(
-                f"class_assignment[{client}] = {client_classes!r} must be a list of "
-                f"non-negative integer class ids; assignment looks like {example}."
-            )
-        client_classes = [int(c) for c in client_classes]
-        if not client_classes or len(set(client_classes)) != len(client_classes):
-            raise ValueError(
-                f"class_assignment[{client}] = {client_classes} must be a non-empty list of "
-                "distinct class ids."
-            )
 
 
 def _lookup(name: str, setting: str = "partitioner") -> Partitioner:
@@ -290,7 +358,7 @@ def _random_subset(num_samples: int, total_size: int | None, rng) -> np.ndarray:
     """A random order of all positions, or of ``total_size`` of them."""
     if total_size is None:
         return rng.permutation(num_samples)
-    if total_size > num_samples:  # >= 1: check_partition_values
+    if total_size > num_samples:  # >= 1: Count
         raise ValueError(
             f"total_size must be between 1 and the number of samples ({num_samples}), "
             f"got {total_size}; leave it None to use every sample."
@@ -302,7 +370,7 @@ def _random_subset(num_samples: int, total_size: int | None, rng) -> np.ndarray:
 
 
 @register_partitioner("iid")
-def iid(labels, num_clients, seed=0, *, total_size: int | None = None):
+def iid(labels, num_clients, seed=0, *, total_size: Count | None = None):
     """UNI / IID: a random, equal-sized split (sizes differ by at most one).
 
     Covers every sample exactly once; with ``total_size`` it splits a random subset of
@@ -315,7 +383,13 @@ def iid(labels, num_clients, seed=0, *, total_size: int | None = None):
 
 @register_partitioner("dirichlet")
 def dirichlet(
-    labels, num_clients, seed=0, *, alpha: float = 0.5, min_size: int = 10, max_tries: int = 100
+    labels,
+    num_clients,
+    seed=0,
+    *,
+    alpha: Concentration = 0.5,
+    min_size: Count = 10,
+    max_tries: Count = 100,
 ):
     """Dir(alpha) label skew (Hsu et al., arXiv:1909.06335, 2019; FedLF, Pan et al., AAAI 2024:
     Dir(0.1) / Dir(1.0)); alpha 0.5 by default.
@@ -357,7 +431,7 @@ def _dirichlet_draw(by_class, num_clients, alpha, rng) -> list[np.ndarray]:
 
 
 @register_partitioner("pathological")
-def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
+def pathological(labels, num_clients, seed=0, *, classes_per_client: Count):
     """Pat-k (McMahan et al., AISTATS 2017, Sec. 3; FedLF, Pan et al., AAAI 2024, appendix):
     each client holds exactly k classes.
 
@@ -368,7 +442,7 @@ def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
     """
     classes = np.unique(labels)
     k = classes_per_client
-    if k > len(classes):  # k >= 1: check_partition_values
+    if k > len(classes):  # k >= 1: Count
         raise ValueError(
             f"classes_per_client must be between 1 and the number of classes "
             f"({len(classes)}), got {k}."
@@ -395,7 +469,7 @@ def pathological(labels, num_clients, seed=0, *, classes_per_client: int):
 
 @register_partitioner("shards")
 def shards(
-    labels, num_clients, seed=0, *, num_shards: int | None = None, shards_per_client: int = 2
+    labels, num_clients, seed=0, *, num_shards: Count | None = None, shards_per_client: Count = 2
 ):
     """Sort-and-shard (McMahan et al., AISTATS 2017, Sec. 3; FedFV, Wang et al., IJCAI 2021:
     200 shards x 2; FedMGDA+, Hu et al., IEEE TNSE 2022: 500 x 5).
@@ -437,8 +511,8 @@ def power_law(
     num_clients,
     seed=0,
     *,
-    alpha: float = CGSV_POWER_LAW_ALPHA,
-    total_size: int | None = None,
+    alpha: Concentration = CGSV_POWER_LAW_ALPHA,
+    total_size: Count | None = None,
 ):
     """POW quantity skew (CGSV, Xu et al. NeurIPS 2021): IID samples, power-law sizes.
 
@@ -485,7 +559,7 @@ def linspace_classes(
     num_clients,
     seed=0,
     *,
-    samples_per_client: int | None = None,
+    samples_per_client: Count | None = None,
     random_classes: bool = False,
 ):
     """CLA class-number skew (CGSV, Xu et al. NeurIPS 2021): client i holds k_i classes.
@@ -571,7 +645,7 @@ def _largest_feasible_size(owned, available: dict[int, int], upper: int) -> int:
 
 
 @register_partitioner("class_assignment")
-def class_assignment(labels, num_clients, seed=0, *, assignment: Sequence[Sequence[int]]):
+def class_assignment(labels, num_clients, seed=0, *, assignment: ClassAssignment):
     """Explicit classes per client, e.g. FedFV's Fashion-MNIST with 3 clients
     ``[[6], [2], [0]]`` (shirt, pullover, T-shirt; FedFV, Wang et al., IJCAI 2021, following
     q-FFL, Li et al., ICLR 2020).
@@ -602,17 +676,12 @@ def class_assignment(labels, num_clients, seed=0, *, assignment: Sequence[Sequen
 
 
 @register_partitioner("natural")
-def natural(labels, num_clients, seed=0, *, client_ids: np.ndarray):
+def natural(labels, num_clients, seed=0, *, client_ids: ClientIds):
     """The source's own clients (e.g. Synthetic(alpha, beta) of FedProx, LEAF):
     client k gets the samples whose id is the k-th smallest distinct id.
     ``seed`` is unused. Covers every sample exactly once.
     """
-    client_ids = np.asarray(client_ids)
-    if not np.issubdtype(client_ids.dtype, np.integer):
-        raise ValueError(
-            f"client_ids must be integer client ids (one per sample), got dtype "
-            f"{client_ids.dtype}; convert them with client_ids.astype(np.int64)."
-        )
+    client_ids = np.asarray(client_ids)  # integers: ClientIds
     if client_ids.shape != labels.shape:
         raise ValueError(
             f"client_ids must have one id per sample: shape {client_ids.shape} vs labels "

@@ -176,3 +176,28 @@ def test_per_client_starting_points_and_anchor():
     assert torch.allclose(layout.flatten_stacked(one)[0], layout.flatten_stacked(vec)[1], atol=1e-6)
     with pytest.raises(ValueError, match="anchor"):
         VectorisedEngine().train(model, layout, starts, shards, order, sgd, ce)
+
+
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_both_gatherings_equal_sequential_and_never_train_on_padding(gathering, forward):
+    sgd = LocalSGD(lr=0.05, momentum=0.9, weight_decay=1e-3, epochs=2, batch_size=3)
+    vec, seq, _ = run_both([7, 1, 12, 4, 9], sgd, forward=forward)
+    assert torch.allclose(vec, seq, atol=1e-5), (vec - seq).abs().max()
+    vec, seq, _ = run_both([2, 9, 5], LocalSGD(lr=0.1, epochs=2, batch_size=4), nan_padding=True, forward=forward)
+    assert torch.isfinite(vec).all() and torch.isfinite(seq).all()
+
+
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_a_non_finite_sample_stays_in_its_own_client(gathering, forward):
+    """Client 1's third sample is NaN: client 1's model goes non-finite, no other client's does
+    (the padding of the other clients' partial batches points at other clients' samples)."""
+    model = small_net()
+    layout = ParameterLayout.of(model)
+    shards = make_shards([5, 6, 3, 7])
+    shards.x[5 + 2] = float("nan")
+    sgd = LocalSGD(lr=0.1, epochs=2, batch_size=4)
+    order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs, torch.Generator().manual_seed(1))
+    trained = layout.flatten_stacked(VectorisedEngine(None, forward=forward).train(
+        model, layout, dict(model.named_parameters()), shards, order, sgd, ce))
+    finite = torch.isfinite(trained).all(dim=1)
+    assert finite.tolist() == [True, False, True, True]

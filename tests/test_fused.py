@@ -55,7 +55,7 @@ def test_gradients_equal_autograd_of_the_summed_mean_cross_entropy(hidden):
 
 
 @pytest.mark.parametrize("name", ["fl_logreg", "fl_mlp", "fl_ffn"])
-def test_fused_engine_equals_sequential(name, one_thread):
+def test_fused_engine_equals_sequential(name, one_thread, gathering):
     """Momentum, weight decay, two epochs, uneven clients (partial last batches), and full batch."""
     shape = {"fl_logreg": (6,), "fl_mlp": (1, 4, 4), "fl_ffn": (3, 4, 4)}[name]
     torch.manual_seed(0)
@@ -88,7 +88,7 @@ def test_the_default_objective_is_marked_and_an_override_is_not():
     assert not getattr(FedProx(mu=0.1, **common).client_objective, "mean_cross_entropy", False)
 
 
-def test_a_non_finite_sample_stays_in_its_own_client(one_thread):
+def test_a_non_finite_sample_stays_in_its_own_client(one_thread, gathering):
     model = feedforward()
     from fl_lightning.core.engines import VectorisedEngine
     from fl_lightning.core.local import batch_order

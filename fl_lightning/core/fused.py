@@ -54,9 +54,12 @@ class FeedForwardGradients:
             raise ValueError(f"the trained parameters {sorted(position)} are not every Linear layer's weight "
                              f"and bias {sorted(expected)} (a frozen or missing parameter)")
         self.layers = [(position[f"{prefix}.weight"], position[f"{prefix}.bias"]) for prefix, _ in linears]
+        self._minus_one = torch.empty(0)  # -1s to subtract onehot(y), kept between steps
 
     def __call__(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                 mask: torch.Tensor) -> list[torch.Tensor]:
+                 mask: torch.Tensor, weights: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """``weights`` [a, B, 1]: ``mask`` over each client's count of valid samples, when the
+        caller has it already (``core.engines.lockstep_batches``)."""
         h = x.reshape(x.shape[0], x.shape[1], -1)  # [a, B, in]
         inputs: list[torch.Tensor] = []
         for w, b in self.layers:
@@ -65,8 +68,14 @@ class FeedForwardGradients:
             if len(inputs) < len(self.layers):
                 h = torch.relu(h)
         delta = torch.softmax(h, dim=-1)
-        delta.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(delta[..., :1], -1.0))
-        delta.mul_((mask / mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1))
+        a, batch = y.shape
+        minus_one = self._minus_one
+        if minus_one.shape[0] < a or minus_one.shape[1] < batch or minus_one.dtype != delta.dtype:
+            minus_one = self._minus_one = torch.full((a, batch, 1), -1.0, dtype=delta.dtype, device=delta.device)
+        delta.scatter_add_(-1, y.unsqueeze(-1), minus_one[:a, :batch])
+        if weights is None:
+            weights = (mask / mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+        delta.mul_(weights)
         grads: list[torch.Tensor] = [torch.empty(0)] * len(params)
         for depth in reversed(range(len(self.layers))):
             w, b = self.layers[depth]

@@ -211,3 +211,20 @@ def test_a_database_store_that_fails_is_retried_then_named(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="could not set up"):  # a file store is opened once
         mlflow_store.open_mlflow_experiment(f"file:{tmp_path / 'mlruns'}", "other", attempts=3)
     assert len(calls) == 1
+
+
+def test_a_partition_figure_that_fails_is_a_warning_not_the_runs_end(store, monkeypatch):
+    """The partition figure is drawn beside the first rounds (a background thread); if drawing
+    fails, the fit finishes, says so in a warning, and keeps everything else."""
+    from fl_lightning.callbacks import mlflow_run
+
+    def broken(data):
+        raise RuntimeError("no fonts")
+
+    monkeypatch.setattr(mlflow_run, "partition_figure", broken)
+    with pytest.warns(UserWarning, match="a partition figure was not logged to MLflow: RuntimeError: no fonts"):
+        main(short_run(store))
+    run = mlflow.search_runs(experiment_names=["fl-lightning"]).iloc[0]
+    assert run["status"] == "FINISHED"
+    paths = {a.path for a in MlflowClient(store).list_artifacts(run["run_id"], "partition")}
+    assert paths == {"partition/partition_table.txt"}

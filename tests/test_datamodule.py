@@ -9,7 +9,7 @@ import torch
 
 import fl_lightning.data.datamodule as datamodule_module
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.data.reports import partition_figure, partition_table
+from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
 from fl_lightning.data.sources import load_source
 
 _LOADED = {}
@@ -343,11 +343,22 @@ def test_partition_table_with_many_classes_lists_the_top_ones(tmp_path):
 
 @pytest.mark.parametrize("num_clients", [3, 100])
 def test_partition_figure_has_one_stacked_bar_per_client(num_clients):
+    """Up to BAR_CLIENTS_MAX clients, a bar series per class; beyond, one filled step outline
+    per class, its steps standing on the classes below. Either way the drawn heights are the
+    clients' class counts."""
     data = build(source="mnist5k", partition="iid", num_clients=num_clients)
     figure = partition_figure(data)
     axes = figure.axes[0]
-    assert len(axes.containers) == 10  # one colour (bar series) per class
-    heights = np.array([[bar.get_height() for bar in series] for series in axes.containers]).T
+    if num_clients <= BAR_CLIENTS_MAX:
+        assert len(axes.containers) == 10  # one colour (bar series) per class
+        heights = np.array([[bar.get_height() for bar in series] for series in axes.containers]).T
+    else:
+        steps = [patch.get_data() for patch in axes.patches]
+        assert len(steps) == 10  # one colour (step outline) per class
+        heights = np.array([values - baseline for values, _, baseline in steps]).T
+        np.testing.assert_array_equal(steps[0].baseline, 0)
+        for below, above in zip(steps, steps[1:]):
+            np.testing.assert_array_equal(above.baseline, below.values)  # stacked
     np.testing.assert_array_equal(heights, data.class_counts)  # (clients, classes)
     assert axes.get_legend() is not None
     figure.canvas.draw()  # renders with Agg

@@ -26,12 +26,9 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
@@ -51,7 +48,7 @@ from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkp
 from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.data.reports import partition_figure, partition_table
+from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
 
@@ -184,7 +181,10 @@ def client_accuracy_figure(accuracies: list[float], title: str) -> Figure:
     values = np.sort(np.asarray(accuracies, dtype=float))
     figure = Figure(figsize=(8, 3.2), layout="constrained")  # no pyplot: no global state
     axes = figure.subplots()
-    axes.bar(np.arange(len(values)), values, width=1.0, color="tab:blue", edgecolor="white", linewidth=0.5)
+    if len(values) > BAR_CLIENTS_MAX:  # one step outline: many bars draw slowly and would touch anyway
+        axes.stairs(values, np.arange(len(values) + 1) - 0.5, fill=True, color="tab:blue")
+    else:
+        axes.bar(np.arange(len(values)), values, width=1.0, color="tab:blue", edgecolor="white", linewidth=0.5)
     axes.axhline(values.mean(), color="black", linestyle="--", label=f"mean {values.mean():.3f}")
     tenth = max(1, int(np.ceil(0.1 * len(values))))
     axes.axhline(values[:tenth].mean(), color="tab:red", linestyle=":", label=f"worst 10% {values[:tenth].mean():.3f}")
@@ -351,28 +351,6 @@ def buffer_metrics(logger: MLFlowLogger, every_s: float) -> None:
     logger.metrics_buffer = buffered  # type: ignore[attr-defined]  # flush_loggers finds it
 
 
-def in_background(work: Callable[..., Any], *args: Any) -> Future[Any]:
-    """``work(*args)`` in its own thread (the fit's first rounds go on meanwhile)."""
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(work(*args))
-        except BaseException as error:  # noqa: BLE001 - handed to whoever waits
-            future.set_exception(error)
-
-    threading.Thread(target=run, name=f"fl-lightning {getattr(work, '__name__', 'work')}", daemon=True).start()
-    return future
-
-
-def log_partition_figure(client: Any, run_id: str, data: FederatedDataModule) -> None:
-    """Draw the clients' class counts (``data.reports.partition_figure``: about a second for 100
-    clients, matplotlib's import included) and log it, through the store's own client (the
-    metrics buffer is the fit thread's)."""
-    store = client.client if isinstance(client, BufferedClient) else client
-    store.log_figure(run_id, partition_figure(data), "partition/partition.png")
-
-
 class MLflowRunInfo(Callback):
     """Sets the run's tags and logs the partition and per-client artifacts; records the run in
     every checkpoint so that a resumed fit continues it. Metrics are written to the store in
@@ -383,7 +361,6 @@ class MLflowRunInfo(Callback):
         super().__init__()
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
         self.flush_every_s = flush_every_s
-        self._drawing: list[Future[Any]] = []  # figures drawn and logged beside the first rounds
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for logger in mlflow_loggers(trainer):
@@ -448,16 +425,11 @@ class MLflowRunInfo(Callback):
                 client.log_inputs(run_id, datasets=[dataset])
             if isinstance(data, FederatedDataModule):
                 client.log_text(run_id, partition_table(data), "partition/partition_table.txt")
-                self._drawing.append(in_background(log_partition_figure, client, run_id, data))
-
-    def _finish_drawing(self) -> None:
-        """Wait for the figures drawn in the background; one that failed is a warning, not the fit's end."""
-        drawing, self._drawing = self._drawing, []
-        for future in drawing:
-            try:
-                future.result()
-            except Exception as error:  # noqa: BLE001 - a figure is not worth the run
-                warnings.warn(f"a partition figure was not logged to MLflow: {type(error).__name__}: {error}", stacklevel=1)
+                try:
+                    client.log_figure(run_id, partition_figure(data), "partition/partition.png")
+                except Exception as error:  # noqa: BLE001 - a figure is not worth the run
+                    warnings.warn(f"a partition figure was not logged to MLflow: {type(error).__name__}: {error}",
+                                  stacklevel=1)
 
     def _log_client_metrics(self, trainer: pl.Trainer, pl_module: Any, status: str) -> None:
         if not trainer.is_global_zero:
@@ -475,10 +447,8 @@ class MLflowRunInfo(Callback):
                 logger.experiment.log_figure(logger.run_id, figure, "clients/client_accuracy.png")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._finish_drawing()
         self._log_client_metrics(trainer, pl_module, "finished")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._finish_drawing()
         how = "killed" if isinstance(exception, INTERRUPTS) else "failed"
         self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")

@@ -26,7 +26,6 @@ LightningCLI hooks forward to (``before_instantiate_classes``, ``instantiate_tra
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import inspect
 import io
@@ -54,7 +53,7 @@ from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.parse_errors import diagnose, union_reasons
+from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
     check_accelerator,
@@ -235,8 +234,7 @@ class FederatedCLI(LightningCLI):
             raise SystemExit(2)
         name = unknown_algorithm(command_args)
         if name is not None:
-            close = difflib.get_close_matches(name, list(ALGORITHMS), n=2)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(name, list(ALGORITHMS))
             refuse(
                 f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))} "
                 f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm){hint}"

@@ -10,10 +10,7 @@ a value its type refuses (``core.settings.check_setting``, from pydantic's struc
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib
-import inspect
-import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ import yaml
 
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.configs import DEFAULT_CONFIG
-from fl_lightning.core.settings import check_setting
+from fl_lightning.core.settings import check_setting, signature_types
 
 TOP_LEVEL_SETTINGS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "config", "threads")
 DATA_CLASS = "fl_lightning.data.datamodule.FederatedDataModule"
@@ -42,29 +39,17 @@ def resolve_class(name_or_path: str) -> type | None:
     return found if isinstance(found, type) else None
 
 
-@functools.cache
 def accepted_settings(cls: type) -> dict[str, Any]:
-    """Every keyword ``cls`` takes, through its ``**kwargs`` chain, with its annotated type (the
-    subclass's own annotation winning)."""
-    settings: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass is object:
-            continue
-        init = vars(klass)["__init__"]
-        try:
-            parameters = inspect.signature(init).parameters.values()
-            hints = typing.get_type_hints(init, include_extras=True)
-        except (TypeError, ValueError, NameError):
-            break
-        for p in parameters:
-            if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-                settings.setdefault(p.name, hints.get(p.name, Any))
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return settings
+    """Every keyword ``cls`` takes, through its ``**kwargs`` chain, with its type (``{}`` when its
+    annotations cannot be read: the class's own error is then the one shown)."""
+    try:
+        return signature_types(cls)
+    except TypeError:
+        return {}
 
 
 def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
+    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``."""
     close = [f"{prefix}{c}" for c in difflib.get_close_matches(name, known, n=2)]
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 

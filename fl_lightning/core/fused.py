@@ -70,7 +70,8 @@ class FeedForwardGradients:
         delta = torch.softmax(h, dim=-1)
         a, batch = y.shape
         minus_one = self._minus_one
-        if minus_one.shape[0] < a or minus_one.shape[1] < batch or minus_one.dtype != delta.dtype:
+        if (minus_one.shape[0] < a or minus_one.shape[1] < batch or minus_one.dtype != delta.dtype
+                or minus_one.device != delta.device):
             minus_one = self._minus_one = torch.full((a, batch, 1), -1.0, dtype=delta.dtype, device=delta.device)
         delta.scatter_add_(-1, y.unsqueeze(-1), minus_one[:a, :batch])
         if weights is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import numbers
 import typing
@@ -129,7 +130,7 @@ def describe(name: str, value: Any, annotation: Any, error: ValidationError) -> 
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if "finite_number" in kinds or (is_number and not math.isfinite(value)):
         rule = rule if rule is not None and "finite" in rule else "a finite number"
-    elif rule is None or all(kind in _TYPE_ERRORS for kind in kinds) and not is_number:
+    elif rule is None or (all(kind in _TYPE_ERRORS for kind in kinds) and not is_number):
         rule = next((_TYPE_ERRORS[k] for k in kinds if k in _TYPE_ERRORS), None) or rule or error.errors()[0]["msg"]
     return f"{name} must be {rule}, got {value!r}"
 
@@ -193,11 +194,11 @@ def is_constrained(annotation: Any) -> bool:
 
 
 @functools.cache
-def constrained_settings(cls: type, base: type = object) -> tuple[tuple[str, Any], ...]:
-    """``(name, type)`` of every constrained keyword of ``cls.__init__`` and of the ``__init__``s
-    it passes ``**kwargs`` to, down to ``base`` (left out: its settings are checked by its own
-    groups). A name a subclass re-declares takes the subclass's type (FedFa's ``momentum``
-    may be None, meaning its γ)."""
+def signature_types(cls: type, base: type = object) -> dict[str, Any]:
+    """Every keyword ``cls.__init__`` takes, and those of the ``__init__``s it passes ``**kwargs``
+    to, down to ``base`` (left out), each with its annotated type (``Any`` when it has none). A
+    name a subclass re-declares takes the subclass's type (FedFa's ``momentum`` may be None,
+    meaning its γ). ``TypeError`` when an annotation cannot be resolved at run time."""
     found: dict[str, Any] = {}
     for klass in cls.__mro__:
         if issubclass(base, klass):
@@ -206,14 +207,22 @@ def constrained_settings(cls: type, base: type = object) -> tuple[tuple[str, Any
         if init is None:
             continue
         try:
+            parameters = inspect.signature(init).parameters.values()
             hints = typing.get_type_hints(init, include_extras=True)
-        except (NameError, TypeError) as error:
+        except (NameError, TypeError, ValueError) as error:
             raise TypeError(f"{klass.__qualname__}.__init__'s annotations must be importable at run time "
                             f"(not only under TYPE_CHECKING): {error}") from None
-        for name, hint in hints.items():
-            if name != "return":
-                found.setdefault(name, hint)
-    return tuple((name, hint) for name, hint in found.items() if is_constrained(hint))
+        for p in parameters:
+            if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+                found.setdefault(p.name, hints.get(p.name, Any))
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return found
+
+
+def constrained_settings(cls: type, base: type = object) -> tuple[tuple[str, Any], ...]:
+    """``(name, type)`` of every keyword of :func:`signature_types` whose type constrains it."""
+    return tuple((name, hint) for name, hint in signature_types(cls, base).items() if is_constrained(hint))
 
 
 def check_settings(cls: type, values: typing.Mapping[str, Any], base: type = object) -> None:

@@ -51,8 +51,10 @@ class ClientStateMixin(nn.Module):
         from lightning.pytorch.utilities.parsing import AttributeDict
 
         from fl_lightning.core.flat import ParameterLayout
+        from fl_lightning.core.settings import HistorySettings
 
         layout: ParameterLayout
+        history_settings: HistorySettings
         history: torch.Tensor
         last_seen: torch.Tensor
 
@@ -130,8 +132,9 @@ class ClientStateMixin(nn.Module):
         in the module's ``history_dtype`` and, with ``history_device="cpu"``, in host memory.
         Read and write them with ``history_rows`` and ``store_history``."""
         d = num_parameters or self.layout.num_parameters
-        dtype = HISTORY_DTYPES.get(self.hparams.history_dtype or "")  # None: the parameters' dtype
-        self.register_client_state("history", (d,), dtype=dtype, offload=self.hparams.history_device == "cpu")
+        where = self.history_settings
+        dtype = HISTORY_DTYPES.get(where.dtype or "")  # None: the parameters' dtype
+        self.register_client_state("history", (d,), dtype=dtype, offload=where.device == "cpu")
         self.register_client_state("last_seen", dtype=torch.long, fill=-1)
 
     def history_rows(self, clients: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,11 @@ def test_gradients_equal_autograd_of_the_summed_mean_cross_entropy(hidden):
         assert a.shape == b.shape, name
         assert torch.allclose(a, b, atol=1e-6), (name, (a - b).abs().max())
     assert got[names.index("fc.weight")][2].abs().sum() > 0
+    # one client on its own (no client dimension: 2-D products) gives that client's gradient
+    alone = FeedForwardGradients(model, names)([p[1] for p in params], x[1], y[1], mask[1])
+    for name, a, b in zip(names, alone, expected):
+        assert a.shape == b.shape[1:], name
+        assert torch.allclose(a, b[1], atol=1e-6), (name, (a - b[1]).abs().max())
 
 
 @pytest.mark.parametrize("name", ["fl_logreg", "fl_mlp", "fl_ffn"])

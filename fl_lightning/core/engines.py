@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -125,17 +126,21 @@ EPOCH_GATHER_BYTES = 64 * 2**20
 
 
 def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, valid: torch.Tensor,
-                     active: list[int], padded: list[bool], width: int) -> Any:
+                     active: list[int], padded: list[bool], width: int, lone_unstacked: bool = False,
+                     targets: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> Any:
     """Every lockstep step's minibatch of its active prefix of clients, in order:
-    ``(xb [a, B, ...], yb [a, B], mask [a, B], weights)``, where ``weights`` [a, B, 1] is each
-    client's mask over its number of valid samples in the batch (the mean's weights), or None.
+    ``(xb [a, B, ...], yb [a, B], mask [a, B], None)``. With ``targets`` (for hand-derived
+    gradients), ``(xb, targets(yb, weights), None, weights)``: ``weights`` [a, B, 1] is each
+    client's mask over its number of valid samples in the batch (the mean's weights), and the
+    targets carry the mask. With ``lone_unstacked``, a step of one client has no client
+    dimension (``xb`` [B, ...]).
 
     ``samples`` (m, n): each client's shuffled sample ids, ``valid`` (m, n): 1 on the first n_i
     positions. A position past a client's n_i points at another client's sample: its inputs
     are blanked, so that a non-finite sample can only ever affect its own client. When the
     epoch fits in ``EPOCH_GATHER_BYTES``, its batches are gathered in one ``index_select``, in
-    step order, and each step reads a contiguous slice (per-step dispatch is what small models
-    pay for); otherwise each step gathers its own."""
+    step order, and the steps are views of it, made a run of equal-sized steps at a time
+    (per-step dispatch is what small models pay for); otherwise each step gathers its own."""
     m, steps = samples.shape[0], len(active)
     sample_bytes = x[0].numel() * x.element_size() if x.shape[0] else 0
     if sum(active) * width * sample_bytes > EPOCH_GATHER_BYTES:
@@ -146,7 +151,15 @@ def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, va
             yb, mask = y.index_select(0, rows).view(ids.shape), valid[:a, s * width:(s + 1) * width]
             if padded[s]:
                 xb = torch.where(mask.view(*mask.shape, *[1] * (xb.dim() - 2)) > 0, xb, 0.0)
-            yield xb, yb, mask, None
+            if targets is None:
+                yield xb, yb, mask, None
+                continue
+            step_weights = (mask / mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+            step_targets = targets(yb, step_weights)
+            if a == 1 and lone_unstacked:
+                yield xb[0], step_targets[0], None, step_weights[0]
+            else:
+                yield xb, step_targets, None, step_weights
         return
     span = steps * width  # every step's columns, the last batch padded to a full width
     extra = span - samples.shape[1]
@@ -162,13 +175,28 @@ def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, va
     xs, ys = x.index_select(0, rows), y.index_select(0, rows)
     if any(padded):  # blank the few padded positions (a partial last batch per client)
         xs.index_fill_(0, (step_mask.reshape(-1) == 0).nonzero().squeeze(1), 0.0)
-    weights = (step_mask / step_mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
     first = 0
-    for a in active:
-        last = first + a
-        yield (xs[first * width:last * width].view(a, width, *x.shape[1:]), ys[first * width:last * width].view(a, width),
-               step_mask[first:last], weights[first:last])
+    if targets is None:  # the objective masks its own mean: no weights
+        for a, run in itertools.groupby(active):  # active descends: runs of steps with equal a
+            count = len(list(run))
+            last, shape = first + count * a, (count, a, width)
+            yield from zip(xs[first * width:last * width].view(*shape, *x.shape[1:]).unbind(0),
+                           ys[first * width:last * width].view(shape).unbind(0),
+                           step_mask[first:last].view(shape).unbind(0), itertools.repeat(None))
+            first = last
+        return
+    weights = (step_mask / step_mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+    step_targets = targets(ys.view(step_mask.shape), weights)
+    for a, run in itertools.groupby(active):  # the targets carry the mask: none is yielded
+        count = len(list(run))
+        last = first + count * a
+        shape = (count, width) if a == 1 and lone_unstacked else (count, a, width)
+        yield from zip(xs[first * width:last * width].view(*shape, *x.shape[1:]).unbind(0),
+                       step_targets[first:last].view(*shape, *step_targets.shape[2:]).unbind(0),
+                       itertools.repeat(None), weights[first:last].view(*shape, 1).unbind(0))
         first = last
+
+
 StepForward = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 
 
@@ -186,6 +214,23 @@ def sgd_step(
         torch._foreach_add_(momentum, grads)
         grads = momentum
     torch._foreach_add_(params, grads, alpha=-sgd.lr)
+
+
+@torch.no_grad()
+def fused_epoch(gradients: FeedForwardGradients, params: dict[str, torch.Tensor], momentum: list[torch.Tensor] | None,
+                active: list[int], batches: Any, sgd: LocalSGD) -> None:
+    """One epoch of lockstep steps with hand-derived gradients (``core.fused``), in place. The
+    views of each prefix of clients are made once; a client left alone at the end of the epoch
+    (the long tail of a skewed partition) steps with 2-D products on its own parameters."""
+    prefixes: dict[int, tuple[list[torch.Tensor], list[torch.Tensor] | None, list]] = {}
+    for a, (xb, negative_targets, _, weights) in zip(active, batches):
+        if a not in prefixes:
+            pick = (lambda t: t[0]) if a == 1 else (lambda t: t[:a])
+            prefix = [pick(p) for p in params.values()]
+            prefixes[a] = (prefix, None if momentum is None else [pick(b) for b in momentum],
+                           gradients.layer_views(prefix))
+        prefix, momentum_prefix, views = prefixes[a]
+        sgd_step(prefix, gradients.step(prefix, xb, negative_targets, weights, views), momentum_prefix, sgd)
 
 
 class VectorisedEngine:
@@ -376,20 +421,21 @@ class VectorisedEngine:
 
         for epoch in range(sgd.epochs):
             samples = index.gather(1, order[epoch].to(device))  # (m, max_n) sample ids, shuffled
+            if gradients is not None:
+                batches = lockstep_batches(x.flatten(1), y, samples, valid, active, padded, width,
+                                           lone_unstacked=True, targets=gradients.negative_targets)
+                fused_epoch(gradients, params, momentum, active, batches, sgd)
+                continue
             batches = lockstep_batches(x, y, samples, valid, active, padded, width)
             prefixes: dict[int, tuple[list[torch.Tensor], list[torch.Tensor] | None]] = {}
-            for a, (xb, yb, mask, weights) in zip(active, batches):
+            for a, (xb, yb, mask, _) in zip(active, batches):
                 if a not in prefixes:  # views: the update lands in params (a few sizes per epoch)
                     prefixes[a] = ([params[n][:a] for n in names], None if momentum is None else [b[:a] for b in momentum])
                 prefix, momentum_prefix = prefixes[a]
-                if gradients is not None:
-                    with torch.no_grad():
-                        grads = gradients(prefix, xb, yb, mask, weights)
-                else:
-                    live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
-                    with autocast_context(device, autocast):
-                        total = objective(forward(live, xb), yb, mask, live, anchor).sum()
-                    grads = list(torch.autograd.grad(total, list(live.values())))
+                live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
+                with autocast_context(device, autocast):
+                    total = objective(forward(live, xb), yb, mask, live, anchor).sum()
+                grads = list(torch.autograd.grad(total, list(live.values())))
                 with torch.no_grad():
                     sgd_step(prefix, grads, momentum_prefix, sgd)
         return params

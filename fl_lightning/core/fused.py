@@ -41,8 +41,11 @@ class FeedForwardGradients:
     """Every client's gradient of its mean cross-entropy on one minibatch, for a stacked
     :class:`~fl_lightning.models.mlp.FeedForwardNet`.
 
-    Call with the stacked parameters in ``names`` order ([a, ...] each), inputs ``x``
-    [a, B, *input_shape], targets and mask [a, B]; returns the gradients in ``names`` order.
+    Call with the parameters in ``names`` order: stacked [a, ...] each, with inputs ``x``
+    [a, B, *input_shape], targets and mask [a, B] (a lockstep step of a clients); or one
+    client's own [...] each, with ``x`` [B, *input_shape], targets and mask [B] (the steps a
+    client takes alone at the end of an epoch: 2-D products, no client dimension). Returns the
+    gradients in ``names`` order, shaped as the parameters.
     """
 
     def __init__(self, model: FeedForwardNet, names: list[str]) -> None:
@@ -54,36 +57,48 @@ class FeedForwardGradients:
             raise ValueError(f"the trained parameters {sorted(position)} are not every Linear layer's weight "
                              f"and bias {sorted(expected)} (a frozen or missing parameter)")
         self.layers = [(position[f"{prefix}.weight"], position[f"{prefix}.bias"]) for prefix, _ in linears]
-        self._minus_one = torch.empty(0)  # -1s to subtract onehot(y), kept between steps
+        self.num_classes = model.fc.out_features
 
-    def __call__(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                 mask: torch.Tensor, weights: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """``weights`` [a, B, 1]: ``mask`` over each client's count of valid samples, when the
-        caller has it already (``core.engines.lockstep_batches``)."""
-        h = x.reshape(x.shape[0], x.shape[1], -1)  # [a, B, in]
-        inputs: list[torch.Tensor] = []
-        for w, b in self.layers:
-            inputs.append(h)
-            h = torch.baddbmm(params[b].unsqueeze(1), h, params[w].transpose(1, 2))
-            if len(inputs) < len(self.layers):
-                h = torch.relu(h)
-        delta = torch.softmax(h, dim=-1)
-        a, batch = y.shape
-        minus_one = self._minus_one
-        if (minus_one.shape[0] < a or minus_one.shape[1] < batch or minus_one.dtype != delta.dtype
-                or minus_one.device != delta.device):
-            minus_one = self._minus_one = torch.full((a, batch, 1), -1.0, dtype=delta.dtype, device=delta.device)
-        delta.scatter_add_(-1, y.unsqueeze(-1), minus_one[:a, :batch])
+    def layer_views(self, params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per Linear layer: W, Wᵀ and the bias shaped for the product. They are views, current
+        while ``params`` are updated in place, so a caller may make them once for many steps."""
+        stacked = params[self.layers[0][0]].dim() == 3
+        return [(params[w], params[w].transpose(-1, -2), params[b].unsqueeze(1) if stacked else params[b])
+                for w, b in self.layers]
+
+    def negative_targets(self, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """-onehot(y) · weights, [..., B, classes]: what a step adds to its weighted softmax."""
+        onehot = torch.zeros(*y.shape, self.num_classes, dtype=weights.dtype, device=weights.device)
+        return onehot.scatter_(-1, y.unsqueeze(-1), weights.neg())
+
+    def __call__(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+                 weights: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """``weights`` [a, B, 1] (or [B, 1]): ``mask`` over each client's count of valid samples,
+        when the caller has it already."""
         if weights is None:
-            weights = (mask / mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
-        delta.mul_(weights)
-        grads: list[torch.Tensor] = [torch.empty(0)] * len(params)
+            weights = (mask / mask.sum(dim=-1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+        return self.step(params, x, self.negative_targets(y, weights), weights, self.layer_views(params))
+
+    def step(self, params: list[torch.Tensor], x: torch.Tensor, negative_targets: torch.Tensor,
+             weights: torch.Tensor, views: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """The gradients from ``negative_targets(y, weights)`` and ``layer_views(params)``, which a
+        caller may make once for many steps (``core.engines.fused_epoch``)."""
+        affine, product = (torch.baddbmm, torch.bmm) if weights.dim() == 3 else (torch.addmm, torch.mm)
+        h = x if x.dim() == weights.dim() else x.reshape(*weights.shape[:-1], -1)  # [a, B, in] or [B, in]
+        inputs: list[torch.Tensor] = []
+        for _, transposed, bias in views:
+            inputs.append(h)
+            h = affine(bias, h, transposed)
+            if len(inputs) < len(views):
+                h = torch.relu(h)
+        delta = torch.addcmul(negative_targets, torch.softmax(h, dim=-1), weights)  # (p - onehot(y)) · weights
+        grads: list[torch.Tensor] = list(params)  # each entry replaced below
         for depth in reversed(range(len(self.layers))):
             w, b = self.layers[depth]
-            grads[w] = torch.bmm(delta.transpose(1, 2), inputs[depth])  # [a, out, in], W's layout
-            grads[b] = delta.sum(dim=1)
+            grads[w] = product(delta.transpose(-1, -2), inputs[depth])  # [(a,) out, in], W's layout
+            grads[b] = delta.sum(dim=-2)
             if depth:
-                delta = torch.bmm(delta, params[w]).mul_(inputs[depth] > 0)  # relu'(z) = [h > 0]
+                delta = product(delta, views[depth][0]).mul_(inputs[depth] > 0)  # relu'(z) = [h > 0]
         return grads
 
 

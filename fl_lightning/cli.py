@@ -119,23 +119,18 @@ def fit_help_file() -> Path:
     return cache_dir() / "help" / f"fit-{digest.hexdigest()[:16]}.txt"
 
 
-def print_fit_help(args: list[str] | None) -> None:
-    """``fl-lightning fit --help``: LightningCLI's text, kept in the cache the first time (it takes
-    seconds: torch and Lightning are imported to write it) and printed from there afterwards."""
+def _help_file() -> Path | None:
+    try:
+        return fit_help_file()
+    except (OSError, RuntimeError, ValueError):  # no home folder to hold a cache
+        return None
+
+
+def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:
+    """LightningCLI's ``fit --help`` text and its exit code (``args``: as given to ``main``)."""
     import contextlib
     import io
 
-    path: Path | None
-    try:
-        path = fit_help_file()
-    except (OSError, RuntimeError, ValueError):  # no home folder to hold a cache: write the help as usual
-        path = None
-    if path is not None and path.is_file():
-        try:
-            print(path.read_text(), end="")
-            return
-        except OSError:
-            pass
     from fl_lightning.lightning_cli import run
 
     buffer, code = io.StringIO(), None
@@ -144,18 +139,50 @@ def print_fit_help(args: list[str] | None) -> None:
             run(args)
     except SystemExit as exit_:
         code = exit_.code
-    text = buffer.getvalue()
+    return buffer.getvalue(), code
+
+
+def _keep(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        partial.replace(path)  # whole or not at all, whatever else writes it
+    except OSError:
+        pass
+
+
+def print_fit_help(args: list[str] | None) -> None:
+    """``fl-lightning fit --help``: LightningCLI's text, kept in the cache the first time (it takes
+    seconds: torch and Lightning are imported to write it) and printed from there afterwards."""
+    path = _help_file()
+    if path is not None and path.is_file():
+        try:
+            print(path.read_text(), end="")
+            return
+        except OSError:
+            pass
+    text, code = _written_fit_help(args)
     print(text, end="")
     if code not in (0, None):
         raise SystemExit(code)
     if path is not None and text:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(text)
-            partial.replace(path)  # whole or not at all, whatever else writes it
-        except OSError:
-            pass
+        _keep(path, text)
+
+
+def keep_fit_help_after_fit() -> None:
+    """After a fit of the console script, with torch and Lightning imported already: write the
+    ``fit --help`` text if it is not kept yet (0.1-0.2 s), so that the first ``fit --help`` after
+    an install or an edit is as quick as the later ones. Never fails the fit."""
+    path = _help_file()
+    if path is None or path.is_file():
+        return
+    try:
+        text, code = _written_fit_help(["fit", "--help"])
+    except Exception:  # a help text not kept must not turn a finished fit into a failure
+        return
+    if code in (0, None) and text:
+        _keep(path, text)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -187,6 +214,8 @@ def main(args: list[str] | None = None) -> None:
     finally:
         if exits_after:  # skip the interpreter's final collections of everything (2-3 s at exit)
             gc.freeze()
+    if exits_after and command_args[0] == "fit":
+        keep_fit_help_after_fit()
 
 
 if __name__ == "__main__":

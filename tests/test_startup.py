@@ -116,3 +116,28 @@ def test_fit_help_is_written_once_then_printed_without_torch(tmp_path):
     wider = subprocess.run([sys.executable, "-c", "from fl_lightning.cli import fit_help_file; print(fit_help_file())"],
                            capture_output=True, text=True, env={**env, "COLUMNS": "160"})
     assert wider.stdout.strip() != str(kept[0])  # another terminal width: another text
+
+
+FIT_THEN_EXIT = """
+import sys
+sys.argv = ["fl-lightning", "fit", "--model.num_rounds=1", "--model.backbone=fl_logreg", "--data.source=digits",
+            "--data.num_clients=4", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+            "--trainer.enable_progress_bar=false"]
+from fl_lightning.cli import main
+main()
+"""
+
+
+def test_a_fit_of_the_console_script_keeps_the_fit_help(tmp_path):
+    """The first ``fit --help`` after an install needs torch and Lightning (seconds); a fit has
+    them imported already, so it writes the text at its end and that first call is quick too."""
+    env = {**__import__("os").environ, "FL_LIGHTNING_CACHE": str(tmp_path), "COLUMNS": "100"}
+    fit = subprocess.run([sys.executable, "-c", FIT_THEN_EXIT], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    kept = list((tmp_path / "help").glob("fit-*.txt"))
+    assert len(kept) == 1 and "--model" in kept[0].read_text()
+    probe = FIT_HELP_PROBE.replace('main(["fit", "--help"])', 'sys.argv = ["fl-lightning", "fit", "--help"]; main()')
+    help_ = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert "TORCH_IMPORTED False" in help_.stdout, help_.stderr
+    assert help_.stdout.rsplit("TORCH_IMPORTED", 1)[0] == kept[0].read_text()

@@ -11,7 +11,9 @@ not Python's start-up). Two cases:
 and two thread settings, run in the same session: ``--threads N`` with N = every core this
 process may use (what PyTorch takes by default: the behaviour before the thread share) and
 ``--threads auto`` (the share). The figure of merit is pair / alone, per trial; the target is
-at most 1.5 in every trial. Results are appended to ``results/side_by_side_cpu.json``.
+at most 1.5 in every trial. With ``auto``, each trial also times the fit alone on half the cores
+(its share beside another): a fit that gains from every core alone cannot do better beside
+another than that ratio, the floor, which is printed beside. Results are appended to ``results/side_by_side_cpu.json``.
 
     python -m benchmarks.perf.side_by_side --trials 3
 """
@@ -66,12 +68,18 @@ def seconds_of(process: subprocess.Popen) -> float:
     return float(lines[-1].split()[1])
 
 
-def trial(case: str, threads: str) -> dict:
+def trial(case: str, threads: str, half: int | None = None) -> dict:
+    """``half``: also time the fit alone on half the cores (its share beside another fit): the
+    ratio no thread setting can beat when the fit alone gains from every core."""
     with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         alone = seconds_of(start_fit(case, threads, one))
         pair = [start_fit(case, threads, a), start_fit(case, threads, b)]
         together = [seconds_of(p) for p in pair]
-    return {"alone_s": alone, "pair_s": together, "worst_ratio": max(together) / alone}
+        row = {"alone_s": alone, "pair_s": together, "worst_ratio": max(together) / alone}
+        if half is not None:
+            row["alone_half_cores_s"] = seconds_of(start_fit(case, str(half), one))
+            row["floor_ratio"] = row["alone_half_cores_s"] / alone
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,13 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases:
         for name, threads in settings.items():
-            trials = [trial(case, threads) for _ in range(args.trials)]
+            half = max(1, cores // 2) if threads == "auto" else None
+            trials = [trial(case, threads, half) for _ in range(args.trials)]
             ratios = [t["worst_ratio"] for t in trials]
             rows.append({"case": case, "threads": name, "trials": trials,
                          "median_alone_s": statistics.median(t["alone_s"] for t in trials),
                          "median_ratio": statistics.median(ratios), "worst_ratio": max(ratios)})
+            floors = "" if half is None else ("   floor (alone on half the cores / alone): "
+                                              + "  ".join(f"{t['floor_ratio']:.2f}" for t in trials))
             print(f"{case:6} {name:20} alone {rows[-1]['median_alone_s']:6.2f} s   pair/alone: "
-                  + "  ".join(f"{r:.2f}" for r in ratios) + f"   (worst {max(ratios):.2f})", flush=True)
+                  + "  ".join(f"{r:.2f}" for r in ratios) + f"   (worst {max(ratios):.2f}){floors}", flush=True)
     entry = {"machine": {"cpu": cpu_model(), "cores_available": cores}, "load_average_1min": os.getloadavg()[0],
              "rows": rows}
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {"measurements": []}

@@ -190,10 +190,10 @@ def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, va
     for a, run in itertools.groupby(active):  # the targets carry the mask: none is yielded
         count = len(list(run))
         last = first + count * a
-        shape = (count, width) if a == 1 and lone_unstacked else (count, a, width)
-        yield from zip(xs[first * width:last * width].view(*shape, *x.shape[1:]).unbind(0),
-                       step_targets[first:last].view(*shape, *step_targets.shape[2:]).unbind(0),
-                       itertools.repeat(None), weights[first:last].view(*shape, 1).unbind(0))
+        steps_shape: tuple[int, ...] = (count, width) if a == 1 and lone_unstacked else (count, a, width)
+        yield from zip(xs[first * width:last * width].view(*steps_shape, *x.shape[1:]).unbind(0),
+                       step_targets[first:last].view(*steps_shape, *step_targets.shape[2:]).unbind(0),
+                       itertools.repeat(None), weights[first:last].view(*steps_shape, 1).unbind(0))
         first = last
 
 
@@ -225,9 +225,9 @@ def fused_epoch(gradients: FeedForwardGradients, params: dict[str, torch.Tensor]
     prefixes: dict[int, tuple[list[torch.Tensor], list[torch.Tensor] | None, list]] = {}
     for a, (xb, negative_targets, _, weights) in zip(active, batches):
         if a not in prefixes:
-            pick = (lambda t: t[0]) if a == 1 else (lambda t: t[:a])
-            prefix = [pick(p) for p in params.values()]
-            prefixes[a] = (prefix, None if momentum is None else [pick(b) for b in momentum],
+            cut = 0 if a == 1 else slice(0, a)  # one client: its own parameters, no client dimension
+            prefix = [p[cut] for p in params.values()]
+            prefixes[a] = (prefix, None if momentum is None else [b[cut] for b in momentum],
                            gradients.layer_views(prefix))
         prefix, momentum_prefix, views = prefixes[a]
         sgd_step(prefix, gradients.step(prefix, xb, negative_targets, weights, views), momentum_prefix, sgd)

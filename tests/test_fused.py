@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from fl_lightning.algorithms import FedAvg, FedProx
+from fl_lightning.core.engines import VectorisedEngine
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.fused import (
     FeedForwardGradients,
     feedforward_gradients,
     mean_cross_entropy_objective,
 )
-from fl_lightning.core.local import LocalSGD, masked_cross_entropy
+from fl_lightning.core.local import LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.models import create_fl_model
 from fl_lightning.models.stacked import stacked_forward
 from tests.test_stacked import train_both
@@ -109,3 +110,24 @@ def test_a_non_finite_sample_stays_in_its_own_client(one_thread, gathering):
                                                                      order, sgd, marked))
     assert engine.forward_kind == "fused"
     assert not torch.isfinite(trained[0]).all() and torch.isfinite(trained[1:]).all()
+
+
+@pytest.mark.parametrize("bad_sample, finite", [(5 + 2, [True, False, True, True]),  # a client that never steps alone
+                                                (5 + 6 + 3 + 9, [True, True, True, False])])  # the client that ends alone
+def test_fused_a_non_finite_sample_stays_in_its_own_client(gathering, bad_sample, finite):
+    """Hand-derived gradients, both gatherings: a NaN sample makes its own client's model
+    non-finite and no other's, also in the client whose last steps it takes alone (2-D
+    products); the padding sample is NaN too and is never trained on."""
+    from tests.test_engines import make_shards
+
+    model = create_fl_model("fl_logreg", 3, (5,))
+    layout = ParameterLayout.of(model)
+    shards = make_shards([5, 6, 3, 11], nan_padding=True)  # 4 steps of 4: client 3 is alone at the last
+    shards.x[bad_sample] = float("nan")
+    sgd = LocalSGD(lr=0.1, momentum=0.5, epochs=2, batch_size=4)
+    order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs, torch.Generator().manual_seed(1))
+    engine = VectorisedEngine(None)
+    trained = layout.flatten_stacked(engine.train(model, layout, dict(model.named_parameters()), shards, order,
+                                                  sgd, marked))
+    assert engine.forward_kind == "fused"
+    assert torch.isfinite(trained).all(dim=1).tolist() == finite

@@ -16,6 +16,7 @@ at most 1.5 in every trial. With ``auto``, each trial also times the fit alone o
 another than that ratio, the floor, which is printed beside. Results are appended to ``results/side_by_side_cpu.json``.
 
     python -m benchmarks.perf.side_by_side --trials 3
+    python -m benchmarks.perf.side_by_side --trials 5 --settings auto   # the share only
 """
 
 from __future__ import annotations
@@ -86,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--settings", nargs="+", default=["every-core", "auto"], choices=["every-core", "auto"],
+                        help="thread settings to time (every-core pairs can take minutes: they collapse)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     from fl_lightning.machine import cpu_model
     from fl_lightning.threads import available_cores
 
     cores = available_cores()
-    settings = {"every core (before)": str(cores), "auto (the share)": "auto"}
+    settings = {name: threads for key, name, threads in
+                [("every-core", "every core (before)", str(cores)), ("auto", "auto (the share)", "auto")]
+                if key in args.settings}
     rows = []
     for case in args.cases:
         for name, threads in settings.items():

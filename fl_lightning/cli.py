@@ -177,10 +177,14 @@ def keep_fit_help_after_fit() -> None:
     path = _help_file()
     if path is None or path.is_file():
         return
+    command = sys.argv
+    sys.argv = [command[0], "fit", "--help"]  # as the console script is called for the help
     try:
-        text, code = _written_fit_help(["fit", "--help"])
+        text, code = _written_fit_help(None)
     except Exception:  # a help text not kept must not turn a finished fit into a failure
         return
+    finally:
+        sys.argv = command
     if code in (0, None) and text:
         _keep(path, text)
 

@@ -208,6 +208,10 @@ def main(args: list[str] | None = None) -> None:
     if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
         print_fit_help(args)
         raise SystemExit(0)  # as argparse's help does
+    if command_args[0] == "fit":  # before the imports (seconds): running fits make room from now
+        from fl_lightning.running_fits import announce_fit
+
+        announce_fit()
     from fl_lightning.lightning_cli import run
 
     exits_after = args is None  # the console script: this process ends with the fit

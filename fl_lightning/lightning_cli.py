@@ -65,6 +65,7 @@ from fl_lightning.preflight import (
     check_tracking_store,
 )
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+from fl_lightning.running_fits import announce_fit
 from fl_lightning.threads import AUTO, CPUThreads
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
@@ -364,6 +365,7 @@ def run(args: list[str] | None = None) -> None:
     it, 128 + the signal's number (130, 143), after one line that names the signal."""
     quiet_library_output()
     StopOnSignal.stopped_by = None
+    announced = announce_fit()  # the fits running already share the cores with this one from now
     try:
         FederatedCLI(
             FederatedModule,
@@ -384,3 +386,6 @@ def run(args: list[str] | None = None) -> None:
         name = signal.Signals(signum).name
         print(f"{'terminated' if signum == signal.SIGTERM else 'interrupted'} ({name})", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
+    finally:
+        if announced is not None:
+            announced.leave()

@@ -8,7 +8,9 @@ collapse, and for the small models of federated simulations it costs little alon
 ``--threads auto`` (the default) shares the cores this process may use (``os.sched_getaffinity``)
 among the fits running on the machine, and keeps the share right as fits start and end: each fit
 registers in a folder of running fits (one file per process, under the fl-lightning cache) and
-looks again at the start of every round. ``--threads N`` (or the environment variable
+looks again at the start of every round. A fit joins that folder as it starts, before its imports
+(:func:`fl_lightning.running_fits.announce_fit`), so fits already running give it its share of
+the cores while it is still starting. ``--threads N`` (or the environment variable
 ``FL_LIGHTNING_THREADS=N``, which the benchmark runner sets for its jobs) fixes the count.
 """
 
@@ -20,6 +22,10 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback
+
+from fl_lightning.running_fits import RunningFits, default_folder
+
+__all__ = ["AUTO", "THREADS_ENV", "CPUThreads", "RunningFits", "available_cores", "fixed_threads", "parse_threads"]
 
 THREADS_ENV = "FL_LIGHTNING_THREADS"
 AUTO = "auto"
@@ -52,53 +58,6 @@ def fixed_threads(setting: Any) -> int | None:
     return number
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-class RunningFits:
-    """A folder with one file per running fit (named by its process id)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.entry = folder / str(os.getpid())
-
-    def join(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.entry.touch()
-
-    def leave(self) -> None:
-        self.entry.unlink(missing_ok=True)
-
-    def count(self) -> int:
-        """Fits running now, this one included; entries of processes that died are removed."""
-        running = 0
-        try:
-            entries = list(self.folder.iterdir())
-        except OSError:
-            return 1
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            if _alive(int(entry.name)):
-                running += 1
-            else:
-                entry.unlink(missing_ok=True)
-        return max(running, 1)
-
-
-def default_folder() -> Path:
-    from fl_lightning.cache import cache_dir
-
-    return Path(cache_dir()) / "running-fits"
-
-
 class CPUThreads(Callback):
     """Sets the fit's intra-op threads (``torch.set_num_threads``): a fixed count, or the share
     ``max(1, cores // running fits)`` checked at the start of every round (listing a folder of a
@@ -121,7 +80,9 @@ class CPUThreads(Callback):
         if self.previous is not None:
             return
         self.previous = torch.get_num_threads()
-        if self.fixed is None:
+        if self.fixed is not None:  # a fixed count takes no share: not counted by the others
+            RunningFits(self.folder or default_folder()).leave()
+        else:
             self.fits = RunningFits(self.folder or default_folder())
             try:
                 self.fits.join()

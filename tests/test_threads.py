@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from fl_lightning.running_fits import announce_fit
 from fl_lightning.threads import (
     CPUThreads,
     RunningFits,
@@ -75,9 +76,10 @@ def test_auto_shares_the_cores_among_running_fits_and_restores_the_count(tmp_pat
 
 def test_a_fixed_count_is_used_as_given(tmp_path):
     before = torch.get_num_threads()
+    announce_fit(tmp_path)  # as the CLI does before it knows the setting
     callback = CPUThreads("1", folder=tmp_path)
     callback.setup(None, None, "fit")
-    assert torch.get_num_threads() == 1 and not any(tmp_path.iterdir())  # no registration
+    assert torch.get_num_threads() == 1 and not any(tmp_path.iterdir())  # a fixed count takes no share
     callback.teardown(None, None, "fit")
     assert torch.get_num_threads() == before
 
@@ -86,3 +88,22 @@ def test_available_cores_follow_the_affinity():
     if hasattr(os, "sched_getaffinity"):
         assert available_cores() == len(os.sched_getaffinity(0))
     assert available_cores() >= 1
+
+
+def test_a_fit_counts_among_the_running_fits_from_its_start_and_leaves_at_its_end(tmp_path, monkeypatch):
+    """A second fit that is still parsing (seconds of imports and parsing before its first round)
+    already counts for a fit that is running; it leaves when ``run`` returns, refused or not."""
+    from fl_lightning import lightning_cli
+
+    monkeypatch.setenv("FL_LIGHTNING_CACHE", str(tmp_path))
+    seen = []
+
+    def parsing(*args, **kwargs):
+        seen.append(sorted(path.name for path in (tmp_path / "running-fits").iterdir()))
+        raise SystemExit(2)  # refused while parsing
+
+    monkeypatch.setattr(lightning_cli, "FederatedCLI", parsing)
+    with pytest.raises(SystemExit):
+        lightning_cli.run(["fit", "--model.lr", "-1"])
+    assert seen == [[str(os.getpid())]]
+    assert not any((tmp_path / "running-fits").iterdir())

@@ -139,10 +139,11 @@ def test_a_fit_of_the_console_script_keeps_the_fit_help(tmp_path):
     kept = list((tmp_path / "help").glob("fit-*.txt"))
     assert len(kept) == 1 and "--model" in kept[0].read_text()
     probe = FIT_HELP_PROBE.replace('main(["fit", "--help"])', 'sys.argv = ["fl-lightning", "fit", "--help"]; main()')
-    help_ = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    help_ = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120,
+                           cwd=tmp_path)  # as the fit: the installed package, not a checkout in the working directory
     assert "TORCH_IMPORTED False" in help_.stdout, help_.stderr
     assert help_.stdout.rsplit("TORCH_IMPORTED", 1)[0] == kept[0].read_text()
-    fresh = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+    fresh = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                            env={**env, "FL_LIGHTNING_CACHE": str(tmp_path / "fresh")})
     assert "TORCH_IMPORTED True" in fresh.stdout, fresh.stderr  # written from scratch: the same text
     assert fresh.stdout.rsplit("TORCH_IMPORTED", 1)[0] == kept[0].read_text()

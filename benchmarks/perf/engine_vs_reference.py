@@ -18,6 +18,11 @@ shared machine better than absolute seconds do.
     python -m benchmarks.perf.engine_vs_reference                     # every task
     python -m benchmarks.perf.engine_vs_reference --tasks synthetic_logreg_all mnist5k_mlp
     python -m benchmarks.perf.engine_vs_reference --repeats 7 --out results/engines_cpu.json
+    cd /tmp/before && python -m benchmarks.perf.engine_vs_reference --label before --out <this results file>
+
+For a before/after pair, run the "before" from a worktree of the older commit (``-m`` puts the
+working directory first on ``sys.path``, ahead of ``PYTHONPATH``): each entry records the
+``library`` folder it timed.
 
 Tasks (``TASKS``): Synthetic(0.5, 0.5) with its natural partition of 100 clients, logistic
 regression, E=1, B=10, lr 0.01, all clients and 10 of them (seeded sample); mnist5k (IID,
@@ -42,6 +47,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import fl_lightning
 from benchmarks.perf.data import RandomImageData
 from benchmarks.perf.machine import describe_machine
 from fl_lightning.core.engines import SequentialEngine, VectorisedEngine
@@ -194,11 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    library = str(Path(fl_lightning.__file__).resolve().parent)  # a before/after pair must name two copies
+    print(f"timing fl_lightning from {library}", flush=True)
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     results = [time_task(TASKS[name], args.repeats, args.warmup) for name in args.tasks]
     measurement = {
-        "label": args.label, "machine": describe_machine(torch.device("cpu")),
+        "label": args.label, "library": library, "machine": describe_machine(torch.device("cpu")),
         "torch_threads": torch.get_num_threads(), "repeats": args.repeats, "warmup": args.warmup,
         "load_average_1min_before": load_before, "load_average_1min_after": os.getloadavg()[0],
         "wall_seconds": time.perf_counter() - started, "results": results,

@@ -205,6 +205,7 @@ class ReadableArgumentParser(LightningArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["formatter_class"] = NarrowHelpFormatter
+        kwargs["allow_abbrev"] = False  # a misspelt name that is the start of a real one is refused too
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:

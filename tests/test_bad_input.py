@@ -343,6 +343,9 @@ CASES = [
          SystemExit, r"error: clients_per_chunk must be an integer >= 1, 'auto' or null", "stderr"),
     case("cli-mistyped-setting", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.alpah", "0.2", "--trainer.logger", "false"]),
          SystemExit, r"error: FedFV has no setting 'alpah'; did you mean 'alpha'\?", "stderr"),
+    case("cli-abbreviated-setting",  # argparse took the start of a name as the name: a typo passed in silence
+         lambda tmp: cli_main(["fit", "--data.num_client", "5", "--trainer.logger", "false"]),
+         SystemExit, r"error: unknown setting 'data\.num_client'; did you mean 'data\.num_clients'\?", "stderr"),
     case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
     case("cli-bad-threads", lambda tmp: cli_main(["fit", "--threads", "two", "--trainer.logger", "false"]),

@@ -52,6 +52,7 @@ from fl_lightning.callbacks.fit_runs import (
 from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
+from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
 from fl_lightning.preflight import (
@@ -207,6 +208,24 @@ class ReadableArgumentParser(LightningArgumentParser):
         kwargs["formatter_class"] = NarrowHelpFormatter
         kwargs["allow_abbrev"] = False  # a misspelt name that is the start of a real one is refused too
         super().__init__(*args, **kwargs)
+
+    def add_class_arguments(self, class_type: Any, nested_key: str | None = None, *args: Any,
+                            **kwargs: Any) -> list[str]:
+        """jsonargparse's arguments of ``class_type``, each help ending with the rule its type
+        states ("Must be in (0, 1]."): jsonargparse reads the signature without ``Annotated``'s
+        metadata, so the help would say only ``float``. Serves ``--help`` and ``--model.help X``."""
+        added = super().add_class_arguments(class_type, nested_key, *args, **kwargs)
+        try:
+            types = signature_types(class_type)
+        except TypeError:  # annotations that do not resolve at run time: the help as jsonargparse writes it
+            return added
+        prefix = f"{nested_key}." if nested_key else ""
+        for action in self._actions:
+            rule = setting_rule(types.get(action.dest[len(prefix):])) if action.dest.startswith(prefix) else None
+            if rule and "Must be " not in (action.help or ""):
+                said = f"Must be {rule.replace('%', '%%')}."  # argparse %-formats a help
+                action.help = f"{action.help.rstrip()} {said}" if action.help else said
+        return added
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         if not self.exit_on_error:  # jsonargparse trying an alternative: it catches the error

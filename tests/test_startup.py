@@ -147,3 +147,15 @@ def test_a_fit_of_the_console_script_keeps_the_fit_help(tmp_path):
                            env={**env, "FL_LIGHTNING_CACHE": str(tmp_path / "fresh")})
     assert "TORCH_IMPORTED True" in fresh.stdout, fresh.stderr  # written from scratch: the same text
     assert fresh.stdout.rsplit("TORCH_IMPORTED", 1)[0] == kept[0].read_text()
+
+
+def test_the_help_states_each_settings_rule(capsys):
+    """jsonargparse reads signatures without ``Annotated``'s metadata (its help says ``float``):
+    each constrained setting's help ends with the rule its type states, in the errors' words."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["fit", "--model.help", "FedLF"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # the help is wrapped: one line of words
+    assert "the paper's 0.999 per round. Must be in (0, 1] (the paper: 0.999). (type: float" in text
+    assert "Must be in (0, 1] (1.0 = full participation)" in text  # fraction, from FederatedModule's signature
+    assert "--model.qp_solver {batched,cvxopt}" in text and "Must be batched" not in text  # choices: listed already

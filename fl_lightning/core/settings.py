@@ -123,6 +123,15 @@ def check_setting(name: str, value: Any, annotation: Any, strict: bool = False) 
         raise ValueError(describe(name, value, annotation, error)) from None
 
 
+def setting_rule(annotation: Any) -> str | None:
+    """What a value of ``annotation`` must be, in the words of its errors ("in (0, 1]", "> 0");
+    None for a closed choice (a help lists those) or a type without a rule."""
+    if annotation is None or _has_choices(annotation):
+        return None
+    rule = _field_info(annotation, "description")
+    return rule if isinstance(rule, str) else None
+
+
 def describe(name: str, value: Any, annotation: Any, error: ValidationError) -> str:
     """One line from pydantic's structured error (its ``type``), never from its text."""
     kinds = [e["type"] for e in error.errors()]

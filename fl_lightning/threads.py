@@ -25,8 +25,6 @@ from lightning.pytorch import Callback
 
 from fl_lightning.running_fits import RunningFits, default_folder
 
-__all__ = ["AUTO", "THREADS_ENV", "CPUThreads", "RunningFits", "available_cores", "fixed_threads", "parse_threads"]
-
 THREADS_ENV = "FL_LIGHTNING_THREADS"
 AUTO = "auto"
 
@@ -80,10 +78,11 @@ class CPUThreads(Callback):
         if self.previous is not None:
             return
         self.previous = torch.get_num_threads()
+        fits = RunningFits(self.folder or default_folder())
         if self.fixed is not None:  # a fixed count takes no share: not counted by the others
-            RunningFits(self.folder or default_folder()).leave()
+            fits.leave()
         else:
-            self.fits = RunningFits(self.folder or default_folder())
+            self.fits = fits
             try:
                 self.fits.join()
             except OSError:  # an unwritable cache: every core, as torch would

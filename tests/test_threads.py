@@ -9,10 +9,9 @@ import sys
 import pytest
 import torch
 
-from fl_lightning.running_fits import announce_fit
+from fl_lightning.running_fits import RunningFits, announce_fit
 from fl_lightning.threads import (
     CPUThreads,
-    RunningFits,
     available_cores,
     fixed_threads,
     parse_threads,

@@ -38,7 +38,7 @@ from torch.func import functional_call, vmap
 
 from fl_lightning.core.distributed import across_ranks, world_size
 from fl_lightning.core.flat import ParameterLayout
-from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients
+from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients, mean_weights
 from fl_lightning.core.local import ClientObjective, ClientShards, LocalSGD, steps_per_epoch
 from fl_lightning.core.settings import (
     ChunkSize,
@@ -154,7 +154,7 @@ def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, va
             if targets is None:
                 yield xb, yb, mask, None
                 continue
-            step_weights = (mask / mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+            step_weights = mean_weights(mask)
             step_targets = targets(yb, step_weights)
             if a == 1 and lone_unstacked:
                 yield xb[0], step_targets[0], None, step_weights[0]
@@ -175,25 +175,19 @@ def lockstep_batches(x: torch.Tensor, y: torch.Tensor, samples: torch.Tensor, va
     xs, ys = x.index_select(0, rows), y.index_select(0, rows)
     if any(padded):  # blank the few padded positions (a partial last batch per client)
         xs.index_fill_(0, (step_mask.reshape(-1) == 0).nonzero().squeeze(1), 0.0)
-    first = 0
     if targets is None:  # the objective masks its own mean: no weights
-        for a, run in itertools.groupby(active):  # active descends: runs of steps with equal a
-            count = len(list(run))
-            last, shape = first + count * a, (count, a, width)
-            yield from zip(xs[first * width:last * width].view(*shape, *x.shape[1:]).unbind(0),
-                           ys[first * width:last * width].view(shape).unbind(0),
-                           step_mask[first:last].view(shape).unbind(0), itertools.repeat(None))
-            first = last
-        return
-    weights = (step_mask / step_mask.sum(dim=1, keepdim=True).clamp(min=1)).unsqueeze(-1)
-    step_targets = targets(ys.view(step_mask.shape), weights)
-    for a, run in itertools.groupby(active):  # the targets carry the mask: none is yielded
+        columns: tuple[torch.Tensor | None, ...] = (ys.view(step_mask.shape), step_mask, None)
+    else:  # the targets carry the mask: none is yielded
+        weights = mean_weights(step_mask)
+        columns = (targets(ys.view(step_mask.shape), weights), None, weights)
+    first = 0
+    for a, run in itertools.groupby(active):  # active descends: runs of steps with equal a
         count = len(list(run))
         last = first + count * a
         steps_shape: tuple[int, ...] = (count, width) if a == 1 and lone_unstacked else (count, a, width)
         yield from zip(xs[first * width:last * width].view(*steps_shape, *x.shape[1:]).unbind(0),
-                       step_targets[first:last].view(*steps_shape, *step_targets.shape[2:]).unbind(0),
-                       itertools.repeat(None), weights[first:last].view(*steps_shape, 1).unbind(0))
+                       *(itertools.repeat(None) if column is None
+                         else column[first:last].view(*steps_shape, *column.shape[2:]).unbind(0) for column in columns))
         first = last
 
 

@@ -37,6 +37,12 @@ def is_mean_cross_entropy(objective: Callable[..., torch.Tensor]) -> bool:
     return bool(getattr(objective, MEAN_CROSS_ENTROPY, False))
 
 
+def mean_weights(mask: torch.Tensor) -> torch.Tensor:
+    """[..., B, 1]: each client's mask over its number of valid samples in the batch, the
+    weights of its mean cross-entropy (0 where a client has none)."""
+    return (mask / mask.sum(dim=-1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+
+
 class FeedForwardGradients:
     """Every client's gradient of its mean cross-entropy on one minibatch, for a stacked
     :class:`~fl_lightning.models.mlp.FeedForwardNet`.
@@ -76,7 +82,7 @@ class FeedForwardGradients:
         """``weights`` [a, B, 1] (or [B, 1]): ``mask`` over each client's count of valid samples,
         when the caller has it already."""
         if weights is None:
-            weights = (mask / mask.sum(dim=-1, keepdim=True).clamp(min=1)).unsqueeze(-1)
+            weights = mean_weights(mask)
         return self.step(params, x, self.negative_targets(y, weights), weights, self.layer_views(params))
 
     def step(self, params: list[torch.Tensor], x: torch.Tensor, negative_targets: torch.Tensor,

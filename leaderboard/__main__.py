@@ -1,4 +1,4 @@
-"""``python -m leaderboard build [--tracking-uri URI] [--out DIR | --publish] [--experiments NAME ...]``;
+"""``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish] [--experiments NAME ...]``;
 ``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
 [--format csv parquet] [--all-metrics]`` (the run set as tidy tables: ``leaderboard/export.py``).
 
@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
                        help="write the repository's published site, leaderboard/site/ (replacing it)")
     build.add_argument("--experiments", nargs="+", metavar="NAME",
                        help="experiment (suite) names to read (default: every experiment in the store)")
+    build.add_argument("--from-export", type=Path, nargs="+", metavar="DIR",
+                       help="read the runs from folders written by `export` (or a published site: runs + rounds "
+                            "tables) instead of the store; client accuracy distributions need the store's "
+                            "artifacts and are left out (default: read the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
                        help="folder holding <paper>/paper_numbers.yaml (default: the repository's benchmarks/)")
     exporting = commands.add_parser(
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_export(args)
     out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
     try:
-        site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers)
+        site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers, from_export=args.from_export)
     except LeaderboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

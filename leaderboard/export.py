@@ -35,7 +35,10 @@ show. Two tables, each written as CSV and/or Parquet (``--format``):
   ``leaderboard.runs.converged``): ``converged_test_acc_mean`` (the headline, as the claims'
   ``mean``), ``converged_global_test_acc``, ``converged_test_acc_std``, ``converged_test_acc_worst5``,
   ``converged_test_acc_worst10``, ``converged_test_acc_best5``, ``converged_test_acc_min``,
-  ``converged_test_acc_angle``; and ``still_improving`` (the claims' "unconverged" mark).
+  ``converged_test_acc_angle`` (a sensitivity point of the ledger, whose primary point is the final
+  evaluation: the per-run columns above); ``convergence`` (converged, unconverged: the accuracy moved
+  by more than 1 pp between the last two windows of 3 evaluations, rising or falling; or too short to
+  judge: both windows do not fit in the run's second half) and ``still_improving`` (= unconverged).
 
 ``rounds.csv`` / ``rounds.parquet``: one row per (run, round, metric): ``run_id``, ``round`` (the
 MLflow step: rounds completed), ``metric``, ``value`` (NaN where the run logged NaN). The metrics
@@ -53,6 +56,7 @@ build of those experiments shows them; a tag filter only selects the rows writte
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -71,8 +75,11 @@ from leaderboard import claims as ledger
 from leaderboard.runs import (
     LeaderboardError,
     Progress,
+    CONVERGENCE_WINDOW,
     RunRecord,
+    StoreContents,
     check_store_exists,
+    convergence_status,
     converged,
     display_uri,
     first_line,
@@ -252,9 +259,10 @@ def run_row(run: RunRecord, place: tuple[str, bool, str] | None) -> dict[str, ob
     for column in COLUMNS:
         row[column.key] = run_value(run, column.key)
     for metric in CONVERGED_METRICS:
-        row[f"converged_{metric}"] = (ledger.QUANTITIES["mean"].value(run) if metric == HEADLINE
+        row[f"converged_{metric}"] = (ledger.QUANTITIES["mean"].value(run, CONVERGENCE_WINDOW) if metric == HEADLINE
                                       else converged(run, metric))
     row["still_improving"] = still_improving(run)
+    row["convergence"] = convergence_status(run)
     return row
 
 
@@ -450,3 +458,83 @@ def write_site_files(runs: Sequence[RunRecord], tables: Iterable[BenchmarkTable]
         written.append(SITE_FILES[1])
     return written
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading an export back: the runs as the leaderboard reads them, without the store
+# ---------------------------------------------------------------------------------------------
+
+# runs-table column -> the MLflow tag it was read from
+EXPORT_TAGS = {
+    "run_name": Tag.RUN_NAME, "suite": Tag.SUITE, "scale": Tag.SCALE, "paper": Tag.PAPER, "error": Tag.ERROR,
+    "benchmark": Tag.BENCHMARK, "cell": Tag.CELL, "control": Tag.CONTROL, "client_test": Tag.CLIENT_TEST,
+    "client_test_size": Tag.CLIENT_TEST_SIZE, "task_key": Tag.TASK_KEY, "algorithm": Tag.ALGORITHM,
+    "algorithm_config": Tag.ALGORITHM_CONFIG, "seed": Tag.SEED, "data_seed": Tag.DATA_SEED,
+    "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE,
+}
+# per-run numbers that are not the last value of a history: kept as the run's final metrics
+EXPORT_FINAL_METRICS = ("global_test_acc", "test_acc_std", "test_acc_worst10", "test_acc_worst5", "test_acc_var",
+                        "test_acc_jain", "test_acc_best5", "cgsv_rho", "cgsv_rho_r")
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _table(folder: Path, name: str) -> pd.DataFrame:
+    parquet, text = folder / f"{name}.parquet", folder / f"{name}.csv"
+    if parquet.exists():
+        return pd.read_parquet(parquet)
+    if text.exists():
+        return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False, na_values=[""])
+    raise LeaderboardError(f"{folder} holds no {name}.parquet or {name}.csv: pass a folder written by "
+                           "`python -m leaderboard export` (or a published site)")
+
+
+def read_export(folders: Sequence[Path], experiments: Sequence[str] | None = None,
+                progress: Progress = print) -> StoreContents:
+    """The runs of one or more exports (``runs`` + ``rounds`` tables, as ``export`` writes them) as
+    ``RunRecord``s: tags, params, histories and final values; the client-level artifact
+    (``clients/final_client_metrics.json``) is not in an export, so figures of client accuracy
+    distributions cannot be drawn from one. A run id met twice keeps its first folder's copy."""
+    records: dict[str, RunRecord] = {}
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise LeaderboardError(f"--from-export {folder}: no such folder")
+        runs, rounds = _table(folder, RUNS), _table(folder, ROUNDS)
+        histories: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        for run_id, step, metric, value in rounds[list(ROUND_COLUMNS)].itertuples(index=False):
+            histories.setdefault(str(run_id), {}).setdefault(str(metric), []).append((int(step), float(value)))
+        for row in runs.to_dict("records"):
+            run_id = str(row["run_id"])
+            if run_id in records or (experiments and str(row["experiment"]) not in experiments):
+                continue
+            tags = {tag: text for column, tag in EXPORT_TAGS.items() if (text := _cell(row.get(column)))}
+            tags[Tag.TASK] = _cell(row.get("task"))
+            tags[Tag.PER_CLIENT_MODELS] = _cell(bool(row.get("per_client_models")))
+            if _cell(row.get("rounds_planned")) and "num_rounds" in json.loads(row["params"] or "{}") and \
+                    str(json.loads(row["params"])["num_rounds"]) != _cell(row.get("rounds_planned")):
+                tags[Tag.EXTENDED_TO_ROUNDS] = _cell(row.get("rounds_planned"))
+            series = {name: sorted(values) for name, values in histories.get(run_id, {}).items()}
+            metrics = {name: values[-1][1] for name, values in series.items() if values}
+            for name in EXPORT_FINAL_METRICS:
+                if name not in series and _cell(row.get(name)):
+                    metrics[name] = float(row[name])
+            start, end = row.get("start_time"), row.get("end_time")
+            records[run_id] = RunRecord(
+                run_id=run_id, experiment=str(row["experiment"]), status=str(row["status"]),
+                start_time=None if not _cell(start) else pd.Timestamp(start).to_pydatetime(),
+                end_time=None if not _cell(end) else pd.Timestamp(end).to_pydatetime(),
+                tags=tags, params={k: str(v) for k, v in json.loads(row["params"] or "{}").items()},
+                metrics=metrics, histories=series, client_metrics=None,
+                known_code_version=_cell(row.get("code_version")),
+            )
+        progress(f"Read {len(runs)} runs from the export {folder}")
+    runs_read = sorted(records.values(), key=lambda r: (r.start_time is None, r.start_time or 0))
+    names = sorted({r.experiment for r in runs_read})
+    return StoreContents(f"export:{','.join(str(Path(f)) for f in folders)}", names, names, runs_read)

@@ -55,6 +55,7 @@ HISTORY_METRICS = (
     "test_acc_worst10",
     "test_acc_best5",
     "test_acc_min",
+    "conflicts_layer",  # FedLF Table 4: layer-level conflicts per round
 )
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2) and AFL's mixture: whole histories too.
 AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lambda")
@@ -69,8 +70,10 @@ CLIENT_TESTS_WITH_OWN_TEST = ("local", "matched")
 PER_CLIENT_MODEL_ALGORITHMS = ("Ditto", "CGSV", "DW", "RR", "EU", "Standalone")
 
 
-CONVERGENCE_WINDOW = 3  # evaluations averaged for a run's value at its convergence point
-STILL_IMPROVING_PP = 1.0  # the last window's mean accuracy above the window before by more: unconverged
+CONVERGENCE_WINDOW = 3  # evaluations per window of the convergence check (the ledger's plan may set another)
+STILL_IMPROVING_PP = 1.0  # the last window's mean accuracy this far from the window before: unconverged
+# A run's convergence status (``convergence_status``)
+CONVERGED, UNCONVERGED, TOO_SHORT = "converged", "unconverged", "too short to judge"
 
 
 class LeaderboardError(Exception):
@@ -94,6 +97,7 @@ class RunRecord:
     metrics: dict[str, float]  # MLflow's latest value of each metric = the value at the largest step
     histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # (step, value), by step
     client_metrics: dict | None = None  # clients/final_client_metrics.json
+    known_code_version: str = ""  # set where the version was read with the run (an export), not from git
 
     @property
     def finished(self) -> bool:
@@ -140,7 +144,7 @@ class RunRecord:
         """What decides the run's results: the library's source tree at its commit
         (``fl_lightning/``, read from this checkout's git), so commits that changed only docs,
         tests or the leaderboard are one version; the commit itself when git cannot tell."""
-        return library_tree(self.git_sha) or self.git_sha
+        return self.known_code_version or library_tree(self.git_sha) or self.git_sha
 
     @property
     def task(self) -> Task:
@@ -216,29 +220,60 @@ class RunRecord:
         return [float(v) for v in values if v is not None and v == v]
 
 
-def converged(run: RunRecord, metric: str) -> float | None:
-    """The run's value at its convergence point: the mean of its last CONVERGENCE_WINDOW logged
-    values of ``metric`` (its final value when it has no history)."""
+def value_at(run: RunRecord, metric: str, window: int = 1) -> float | None:
+    """The run's value of ``metric`` at a point: the mean of its last ``window`` logged values (1: the
+    final evaluation); its final value when it has no history; NaN values skipped."""
     history = [value for _, value in run.histories.get(metric, []) if value == value]
     if not history:
         return run.final(metric)
-    tail = history[-CONVERGENCE_WINDOW:]
+    tail = history[-window:]
     return sum(tail) / len(tail)
 
 
-def still_improving(run: RunRecord) -> bool:
-    """Whether the run's mean accuracy over its last CONVERGENCE_WINDOW evaluations is still more than
-    STILL_IMPROVING_PP above the evaluations before them: its curve is not flat at its end."""
-    history: list[float] = []
+def converged(run: RunRecord, metric: str) -> float | None:
+    """The mean of the run's last CONVERGENCE_WINDOW logged values of ``metric`` (a sensitivity point
+    of the claims ledger; its final value when it has no history)."""
+    return value_at(run, metric, CONVERGENCE_WINDOW)
+
+
+def accuracy_history(run: RunRecord) -> list[tuple[int, float]]:
+    """(round, mean client accuracy) of each evaluation (the global accuracy where no mean was logged)."""
     for metric in ("test_acc_mean", "global_test_acc"):
-        history = [value for _, value in run.histories.get(metric, []) if value == value]
+        history = [(step, value) for step, value in run.histories.get(metric, []) if value == value]
         if history:
-            break
-    if len(history) < 2 * CONVERGENCE_WINDOW:
-        return False
-    last = sum(history[-CONVERGENCE_WINDOW:]) / CONVERGENCE_WINDOW
-    before = sum(history[-2 * CONVERGENCE_WINDOW:-CONVERGENCE_WINDOW]) / CONVERGENCE_WINDOW
-    return 100 * (last - before) > STILL_IMPROVING_PP
+            return history
+    return []
+
+
+def convergence_change(run: RunRecord, window: int = CONVERGENCE_WINDOW) -> float | None:
+    """The change in points of the mean accuracy from the ``window`` evaluations before the last
+    ``window`` to the last ``window``; None when both windows do not fit in the second half of the
+    run (the earlier one starting at or after half the last evaluated round): too short to judge."""
+    history = accuracy_history(run)
+    if len(history) < 2 * window:
+        return None
+    earlier, last = history[-2 * window:-window], history[-window:]
+    if earlier[0][0] < last[-1][0] / 2:
+        return None
+    return 100 * (sum(v for _, v in last) - sum(v for _, v in earlier)) / window
+
+
+def convergence_status(run: RunRecord, window: int = CONVERGENCE_WINDOW,
+                       change_pp: float = STILL_IMPROVING_PP) -> str:
+    """CONVERGED, UNCONVERGED or TOO_SHORT. Unconverged: the mean accuracy of the last ``window``
+    evaluations differs from the ``window`` before by more than ``change_pp`` points, rising or
+    falling. Both windows must lie in the second half of the run: else the run is too short to
+    judge, never called converged (a window reaching back into the first rounds would flag a curve
+    that is flat at its end)."""
+    change = convergence_change(run, window)
+    if change is None:
+        return TOO_SHORT
+    return UNCONVERGED if abs(change) > change_pp else CONVERGED
+
+
+def still_improving(run: RunRecord) -> bool:
+    """Whether the run is unconverged at its end (``convergence_status``: rising or falling)."""
+    return convergence_status(run) == UNCONVERGED
 
 
 @dataclass

@@ -20,9 +20,8 @@ from leaderboard import claims as ledger
 from leaderboard import export
 from leaderboard.figures import write_figures
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
+from leaderboard.registration import load_amendments, load_plan, point_label
 from leaderboard.runs import (
-    CONVERGENCE_WINDOW,
-    STILL_IMPROVING_PP,
     LeaderboardError,
     Progress,
     StoreContents,
@@ -159,6 +158,10 @@ def publish(staging: Path, out: Path) -> None:
     staging.rename(out)
 
 
+EXPLORATORY = ("The plan was registered on {registered}, after the runs shown here had been seen: these verdicts "
+               "are exploratory until the suites run again under the plan from a clean store.")
+
+
 def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: list, paper_root: Path,
                    progress: Progress) -> dict | None:
     """The claims table's context (and its CSV / JSON exports); None when no suite of the store
@@ -167,14 +170,54 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
     named = {c.offline.suite for c in claims if c.offline} | {a.location.suite for c in claims for a in c.ablations}
     if not claims or not suites_read & named:
         return None
-    results = ledger.evaluate(claims, store.runs)
+    plan = load_plan(paper_root)
+    amendments = load_amendments(paper_root)
+    coverage = ledger.load_coverage(paper_root)
+    results = ledger.evaluate(claims, store.runs, plan, amendments)
     suites = ledger.suite_files(paper_root)
-    counts = Counter(result.verdict for result in results)
-    progress(f"Claims: {len(results)} from {paper_root}/*/{ledger.FILE_NAME}: "
-             + ", ".join(f"{count} {name}" for name, count in counts.most_common()))
-    return dict(rows=ledger.claim_rows(results, tables, suites), counts=counts.most_common(),
-                problems=ledger.claim_problems(claims, suites), window=CONVERGENCE_WINDOW,
-                improving=STILL_IMPROVING_PP, csv=ledger.export_csv(results), json=ledger.export_json(results))
+    active = [r for r in results if r.claim.retired is None]
+    counts = Counter(result.verdict for result in active)
+    progress(f"Claims: {len(active)} from {paper_root}/*/{ledger.FILE_NAME} under plan v{plan.version}: "
+             + ", ".join(f"{count} {name}" for name, count in counts.most_common())
+             + f"; {sum(r.fragile for r in active)} fragile, {sum(r.amended for r in active)} amended, "
+             f"{len(results) - len(active)} retired; {len(amendments)} amendments")
+    first_run = min((r.start_time for r in store.runs if r.start_time), default=None)
+    exploratory = (EXPLORATORY.format(registered=plan.registered)
+                   if plan.registered and first_run and first_run.date().isoformat() < plan.registered else "")
+    rows = ledger.claim_rows(active + [r for r in results if r.claim.retired is not None], tables, suites, plan)
+    papers = {c.paper: c.name for c in claims}
+    return dict(rows=rows, counts=counts.most_common(), active=len(active), retired_count=len(results) - len(active),
+                fragile=sum(r.fragile for r in active), amended=sum(r.amended for r in active),
+                problems=ledger.claim_problems(claims, suites),
+                coverage_problems=ledger.coverage_problems(claims, coverage) if coverage else [],
+                coverage=[(papers.get(p, p), [e for e in coverage if e.paper == p])
+                          for p in dict.fromkeys(e.paper for e in coverage)],
+                plan=plan, amendments=amendments, primary_label=point_label(plan.primary_point),
+                sensitivity_labels=", ".join(point_label(p) for p in plan.sensitivity_points) or "none",
+                exploratory=exploratory,
+                csv=ledger.export_csv(results), json=ledger.export_json(results, plan, amendments),
+                summary_csv=_csv(ledger.summary_rows(results)))
+
+
+def _csv(rows: list[dict]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def no_ledger_reason(claims: list[ledger.Claim], store: StoreContents) -> str:
+    """Why a build shows no claims ledger: none of the suites read is one a claim names."""
+    named = sorted({c.offline.suite for c in claims if c.offline})
+    read = sorted({run.suite for run in store.runs})
+    return (f"No claims ledger: the claims test the suites {', '.join(named[:6])}{' ...' if len(named) > 6 else ''}, "
+            f"and this store holds {', '.join(read) or 'no runs'}. Run one of them "
+            "(e.g. fl-benchmarks run fedfv/offline --jobs 2) into this store to see its claims tested.")
 
 
 def build_site(
@@ -183,11 +226,15 @@ def build_site(
     experiments: list[str] | None = None,
     paper_root: Path = DEFAULT_ROOT,
     progress: Progress = print,
+    from_export: list[Path] | None = None,
 ) -> Path:
-    """Read the store, write the site into ``out``; returns the path of ``index.html``."""
+    """Read the store (or the exports ``from_export``: runs without their client-level artifacts),
+    write the site into ``out``; returns the path of ``index.html``."""
     check_output(Path(out))
     claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before the store is read
-    store = load_runs(tracking_uri, experiments, progress)
+    load_plan(paper_root), load_amendments(paper_root), ledger.load_coverage(paper_root)  # and the plan
+    store = (export.read_export(from_export, experiments, progress) if from_export
+             else load_runs(tracking_uri, experiments, progress))
     paper_numbers, warnings = load_paper_numbers(paper_root)
     for warning in warnings:
         progress(f"warning: {warning}")
@@ -219,6 +266,7 @@ def build_site(
         if claims_context is not None:
             (staging / "claims.csv").write_text(claims_context.pop("csv"))
             (staging / "claims.json").write_text(claims_context.pop("json"))
+            (staging / "claims_summary.csv").write_text(claims_context.pop("summary_csv"))
         downloads = export.write_site_files(store.runs, tables, staging, progress)  # the export, to download
         context = dict(
             info=info, tables=tables, store=store, index=index_view(tables),
@@ -234,6 +282,8 @@ def build_site(
             ],
             num_runs=len(store.runs),
             claims=claims_context,
+            no_ledger=no_ledger_reason(claims, store) if claims_context is None and claims else "",
+            from_export=[str(p) for p in from_export or []],
             downloads=downloads,
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))

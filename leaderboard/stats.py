@@ -223,3 +223,15 @@ def decide(differences: Sequence[Sequence[float]], direction: str, margin: float
             verdict = INCONCLUSIVE
         results.append(PairedResult(n, mean, sd, low, high, level, raw[i], adjusted[i], verdict, mde))
     return results
+
+
+def equivalence_detectable(n: int, sd: float, alpha: float, power: float = 0.8) -> float:
+    """Smallest margin m at which two one-sided tests (each at ``alpha``) with n pairs and this sd
+    show |difference| < m with probability ``power`` when the true difference is 0 (Schuirmann 1987):
+    m = (t_{1-alpha} + t_{(1+power)/2}) sd / sqrt(n), both quantiles with n - 1 degrees of freedom."""
+    if n < 2:
+        raise ValueError(f"the detectable equivalence margin needs n >= 2, got {n}")
+    if not 0.0 < alpha < 0.5 or not 0.0 < power < 1.0:
+        raise ValueError(f"need 0 < alpha < 0.5 and 0 < power < 1, got alpha={alpha}, power={power}")
+    df = n - 1
+    return (float(sps.t.ppf(1.0 - alpha, df)) + float(sps.t.ppf((1.0 + power) / 2.0, df))) * sd / math.sqrt(n)

@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import conflict_counts
 
 
@@ -28,28 +29,67 @@ def _log(pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 
 
-class ConflictCounts(Callback):
-    """How many clients' updates conflict with the applied step (g_i · d < 0), for the whole
-    model and per layer (Li et al., FedLF, AAAI 2024, Table 4).
+def paper_layer_slices(model: torch.nn.Module, layout: ParameterLayout) -> list[slice]:
+    """The layers of FedLF's Table 4: one per module, its weight and bias together (the paper's
+    CIFAR-10 CNN, two convolutional and three fully connected layers, has LC_1 .. LC_5), i.e.
+    ``core.flat.layer_slices(model, layout, "module")``, whatever ``layer_grouping`` the
+    algorithm aggregates with."""
+    return layer_slices(model, layout, "module")
 
-    Logged every round: ``conflicts_model``, ``conflicts_layer_mean``, ``conflicts_layer_max``;
-    at every evaluation: ``conflicts_layer/<layer>``, the per-layer mean since the last one."""
+
+class ConflictCounts(Callback):
+    """How many online clients' updates conflict with the applied step, for the whole model
+    and per layer (Pan et al., "FedLF: Layer-wise Fair Federated Learning", AAAI 2024,
+    Appendix B.2.1, Table 4; Table 2 of the main paper on CIFAR-10 Pat-1).
+
+    The server moves w by −s (s = the applied server step, the paper's d = −s) and client i's
+    own descent move is −g_i, so a layer l of client i conflicts when g_{i,l} · s_l < 0, i.e.
+    d_l · g_{i,l} > 0, the opposite of FedLF's guarantee d_l · g_{i,l} < 0 (App. A.1, eq. (5));
+    a zero inner product (d_l = 0 at a Pareto-stationary layer) is no conflict. Only the
+    round's online clients count (those whose updates were aggregated), as in Table 4.
+
+    Logged every round, with step = rounds completed (``FederatedModule.log_round``):
+
+    * ``conflicts_model``: Table 4's MC, the clients with g_i · s < 0;
+    * ``conflicts_layer``: Table 4's LC_1 + ... + LC_L of the round, LC_l = #{i : g_{i,l} · s_l < 0},
+      i.e. the number of (client, layer) pairs in conflict, with Table 4's layers (one per
+      module, :func:`paper_layer_slices`, for every algorithm and ``layer_grouping``); its mean
+      over rounds is the sum of a Table 4 row's LC columns (FedLF: 0, no layer of any online
+      client conflicts, which the per-layer QP guarantees unless layers were combined);
+    * ``conflicts_layer_mean``, ``conflicts_layer_max``: the mean and max over the algorithm's own
+      layers (``layer_slices``: one per tensor under ``layer_grouping="tensor"``) of the per-layer counts;
+
+    at every evaluation: ``conflicts_layer/<layer>``, the per-layer mean since the last one (the
+    algorithm's own layers)."""
 
     def __init__(self) -> None:
         self.layer_sums: list[float] = []
         self.rounds = 0
+        self._paper_layers: tuple[ParameterLayout, list[slice]] | None = None
+
+    def _paper_slices(self, pl_module: Any) -> list[slice]:
+        """:func:`paper_layer_slices` of the module's model, built once per layout."""
+        if self._paper_layers is None or self._paper_layers[0] is not pl_module.layout:
+            self._paper_layers = (pl_module.layout, paper_layer_slices(pl_module.model, pl_module.layout))
+        return self._paper_layers[1]
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = (outputs or {}).get("server_step")
         if step is None:
             return
-        model_level, per_layer = conflict_counts(outputs["payload"].updates, step, pl_module.layer_slices)
+        own, paper = list(pl_module.layer_slices), self._paper_slices(pl_module)
+        same = own == paper  # layer_grouping="module"
+        # one conflict_counts call (one device sync) for both sets of layers
+        model_level, counts = conflict_counts(outputs["payload"].updates, step, own if same else own + paper)
+        per_layer = counts[:len(own)]
+        per_paper_layer = per_layer if same else counts[len(own):]
         if len(self.layer_sums) != len(per_layer):
             self.layer_sums = [0.0] * len(per_layer)
         self.layer_sums = [total + count for total, count in zip(self.layer_sums, per_layer)]
         self.rounds += 1
         _log(pl_module, {
             "conflicts_model": float(model_level),
+            "conflicts_layer": float(sum(per_paper_layer)),
             "conflicts_layer_mean": sum(per_layer) / max(1, len(per_layer)),
             "conflicts_layer_max": float(max(per_layer, default=0)),
         })

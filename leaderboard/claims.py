@@ -1246,7 +1246,7 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
         badges, notes = [], []
         if claim.retired is not None:
             badges.append("retired")
-            notes.append(f"Retired {claim.retired.date}: {claim.retired.reason} Its verdict on today's runs is "
+            notes.append(f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
                          f"still shown, and not counted in the tally.")
         if result.fragile:
             badges.append("fragile")

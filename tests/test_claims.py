@@ -417,10 +417,11 @@ def typed_run_numbers(reason: str) -> list[str]:
     literal = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", "{}", reason, flags=re.S)
     found = []
     for match in TYPED_NUMBER.finditer(literal):
-        before, after = literal[max(0, match.start() - 60):match.start()].lower(), literal[match.end():match.end() + 40].lower()
+        before, after = literal[max(0, match.start() - 60):match.start()].lower(), literal[match.end():match.end() + 80].lower()
+        clause = re.split(r"[()]|\.\s", after, maxsplit=1)[0]  # the rest of its sentence or parenthesis
         label = (re.match(r"\s*((and|or|,)\s*\d+(\.\d+)?\s?%\s*)?(noise|sampled|of the|of clients|online|participation)", after)
                  or re.search(r"(worst|best)\s*$", before))
-        if not ("paper" in before or re.match(r"\s*\(?paper", after) or "table" in before or label):
+        if not ("paper" in before or "paper" in clause or "table" in before or label):
             found.append(match.group())
     return found
 
@@ -526,3 +527,9 @@ def test_an_amended_claim_carries_its_amendments():
     result = ledger.evaluate(ledger.parse_claims(claim_spec([{"treatment": "A", "baseline": "B"}]), "x"),
                              paired_runs([0.02] * 10), amendments=[amendment])[0]
     assert result.amended and "amended" in ledger.claim_rows([result], [], {})[0].badges
+
+
+def test_the_tables_star_rule_is_the_plans():
+    from leaderboard.registration import load_plan
+    from leaderboard.tables import STAR_MIN_SEEDS
+    assert STAR_MIN_SEEDS == load_plan().star_min_seeds

@@ -153,7 +153,18 @@ def site(tmp_path_factory):
         "paper: fixture\nclaims:\n"
         "  - {id: fixture-mean, where: Table 1, claim: FedAvg is more accurate than FedFV, quantity: mean,\n"
         f"     direction: greater, offline: {{suite: {SUITE}, benchmark: {BENCHMARKS[0]}}},\n"
-        "     comparisons: [{treatment: FedAvg, baseline: 'FedFV(alpha=0.1,tau=1)', paper: [80.0, 72.0]}]}\n")
+        "     quote: 'FedAvg beats FedFV (Table 1).', bar: 'direction only',\n"
+        "     comparisons: [{treatment: FedAvg, baseline: 'FedFV(alpha=0.1,tau=1)', paper: [80.0, 72.0]}],\n"
+        "     reason: 'A deliberately long reason that must wrap inside its cell at 800 px. '}\n"
+        "  - {id: fixture-old, where: Table 1, claim: FedFV is more accurate than FedAvg, quantity: mean,\n"
+        f"     direction: greater, offline: {{suite: {SUITE}, benchmark: {BENCHMARKS[0]}}},\n"
+        "     quote: 'x', bar: 'direction only', retired: {date: 2026-11-20, reason: 'our own reading'},\n"
+        "     comparisons: [{treatment: 'FedFV(alpha=0.1,tau=1)', baseline: FedAvg}]}\n"
+        "coverage:\n  - {item: Table 1, claims: [fixture-mean, fixture-old]}\n  - {item: Fig. 1, not_claimed: a drawing}\n")
+    (tmp / "papers" / "ledger_amendments.yaml").write_text(
+        "amendments:\n  - {id: A1, date: 2026-11-20, target: fixture-old, before: in the ledger, after: retired,\n"
+        "     reason: our own reading, results_seen: true}\n"
+        "  - {id: A2, date: 2026-11-21, target: 'plan: seeds', before: 3, after: 10, reason: too few, results_seen: true}\n")
     out = tmp / "site"
     assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out),
                              "--paper-numbers", str(tmp / "papers")]) == 0
@@ -246,10 +257,10 @@ def test_index_matrix_shows_ranks_and_a_tie_as_a_tie(site, browser_context, caps
     assert set(cells) == set(CONFIGS[BENCHMARKS[0]])
     clear, tied = benchmark_slug(page, BENCHMARKS[0]), benchmark_slug(page, BENCHMARKS[1])
 
-    # a clear lead with 3 seeds: ★ on FedAvg only, and every cell shows its rank and n
+    # a clear lead with 3 seeds: no ★ below the ledger plan's 10 seeds; every cell shows its rank and n
     fedavg = cells["FedAvg"][clear]
-    assert "best" in fedavg["classes"] and "★" in fedavg["text"] and "#1/3" in fedavg["text"]
-    assert "n=3" in fedavg["text"] and "Welch" in fedavg["title"]
+    assert "best" not in fedavg["classes"] and "★" not in fedavg["text"] and "#1/3" in fedavg["text"]
+    assert "n=3" in fedavg["text"] and "p < " in fedavg["title"]
     for config, expected_rank in (("FedFV(alpha=0.1,tau=1)", "#2/3"), ("qFedAvg(q=1)", "#3/3")):
         cell = cells[config][clear]
         assert expected_rank in cell["text"] and "★" not in cell["text"] and "≈" not in cell["text"].split("\n")[0]
@@ -337,22 +348,28 @@ def test_missing_values_sort_last_and_failed_run_is_shown(site, browser_context)
               + next(p.name for p in (site / "benchmarks").glob("mnist5k*.html")))
     problems = page.inner_text("table[id^='problems-']")
     assert "FAILED" in problems and "NaN at round 2" in problems
-    assert page.locator("td.best .marker").count() >= 1
+    assert page.locator("td.best .marker").count() == 0  # 3 seeds: no ★ (the plan's star_min_seeds is 10)
     assert not errors, f"script errors: {errors}"
 
 
 def test_claims_table_renders_with_a_verdict_and_links_to_its_evidence(site, browser_context):
     page, errors = open_page(browser_context, (site / "index.html").as_uri())
-    row = page.locator("#claims-table tr#claim-fixture-mean")
-    assert row.count() == 1
+    group = page.locator("#claims-table tbody#claim-fixture-mean")
+    assert group.count() == 1
+    row = group.locator("tr.claim")
     assert row.locator(".verdict").inner_text().startswith("reproduced")
-    text = row.inner_text()
-    # FedAvg − FedFV at the runs' convergence point (the mean of their last 3 evaluations), paired over 3 seeds
-    assert "FedAvg − FedFV(alpha=0.1,tau=1): +7.42 pp [" in text and "3 seeds" in text and "paper +8.00" in text
+    details = group.locator("details")
+    assert not details.locator("dl").is_visible()  # compact: the details are folded
+    details.locator("summary").click()
+    assert details.locator("dl").is_visible()
+    text = group.inner_text()
+    # FedAvg − FedFV at the plan's primary point (the final evaluation), paired over 3 seeds, at its real level
+    assert "FedAvg − FedFV(alpha=0.1,tau=1): +" in text and "(95 % CI)" in text and "3 seeds" in text
+    assert "paper +8.00" in text and "FedAvg beats FedFV (Table 1)." in text
     # the index lists the claims before the rules
     assert page.evaluate("document.getElementById('claims').compareDocumentPosition(document.getElementById('rules'))"
                          " & Node.DOCUMENT_POSITION_FOLLOWING")
-    link = row.locator("a.evidence").first
+    link = group.locator("a.evidence").first
     assert link.inner_text() == BENCHMARKS[0]
     link.click()
     page.wait_for_load_state("load")
@@ -361,4 +378,37 @@ def test_claims_table_renders_with_a_verdict_and_links_to_its_evidence(site, bro
     assert BENCHMARKS[0] in page.locator("h1").inner_text()
     assert not errors, errors
     exported = (site / "claims.csv").read_text().splitlines()
-    assert len(exported) == 1 + 2 * len(SEEDS)
+    assert len(exported) == 1 + 4 * len(SEEDS)  # both claims (one retired, still computed), both sides
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_the_claims_table_fits_the_window_and_lists_amendments_and_retired_claims(site, browser_context, width):
+    page, errors = open_page(browser_context, (site / "index.html").as_uri())
+    page.set_viewport_size({"width": width, "height": 900})
+    for summary in page.locator("#claims-table details summary").all():
+        summary.click()  # every claim's details open: the widest the table gets
+    wrap = page.eval_on_selector("#claims-table", "t => [t.scrollWidth, t.parentElement.clientWidth]")
+    assert wrap[0] <= wrap[1] + 1, f"the claims table scrolls sideways at {width} px: {wrap}"
+    # a command never breaks inside a word: each word of a command sits on one line
+    broken = page.eval_on_selector_all("#claims-table code.command", """codes => codes.filter(c => {
+        const range = document.createRange(); const text = c.firstChild; if (!text) return false;
+        let previous = null;
+        for (let i = 0; i < text.length; i++) {
+            range.setStart(text, i); range.setEnd(text, i + 1);
+            const top = range.getBoundingClientRect().top;
+            if (previous !== null && top > previous + 2 && text.data[i - 1] !== ' ' && text.data[i] !== ' ') return true;
+            previous = top;
+        }
+        return false;
+    }).length""")
+    assert broken == 0
+    amendments = page.inner_text("#amendments-table")
+    assert "A1" in amendments and "fixture-old" in amendments and "A2" in amendments
+    retired = page.locator("#claims-table tbody#claim-fixture-old")
+    assert "retired" in retired.inner_text() and "our own reading" in retired.inner_text()
+    assert "amended" in retired.locator("tr.claim").inner_text()
+    assert "1 retired not counted" in page.inner_text("#claims")
+    shots = os.environ.get("BROWSER_SCREENSHOT_DIR")
+    if shots:
+        page.locator("#claims").screenshot(path=str(Path(shots) / f"claims-{width}.png"))
+    assert not errors, errors

@@ -56,6 +56,10 @@ HISTORY_METRICS = (
     "test_acc_best5",
     "test_acc_min",
     "conflicts_layer",  # FedLF Table 4: layer-level conflicts per round
+    # CGSV Fig. 1 (CGSV shapley_check_every): the approximation against the exact and sampled values
+    "cgsv_shapley_l1_gap",
+    "cgsv_shapley_l2_gap",
+    "cgsv_shapley_time_ratio",
 )
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2) and AFL's mixture: whole histories too.
 AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lambda")

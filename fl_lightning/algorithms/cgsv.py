@@ -23,8 +23,9 @@ collaboration), :class:`DW` (q_i ∝ data size), :class:`RR` (round-robin downlo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+import time
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -40,9 +41,19 @@ from fl_lightning.core import settings
 from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.simulation import round_generator
 from fl_lightning.metrics import pearson
+from fl_lightning.metrics.shapley import (
+    FIG1_PERMUTATIONS,
+    MAX_EXACT_AGENTS,
+    approximate_cgsv,
+    exact_cgsv,
+    fig1_errors,
+    sampled_cgsv,
+)
 
 Sparsify = Literal["per_tensor", "model"]
+Result = TypeVar("Result")
 
 
 @register_algorithm
@@ -76,6 +87,13 @@ class CGSV(AgentModels):
         track_standalone: also train every agent's standalone model in the same run (another
             (N, d) buffer, local training only, on the same minibatches) and log the fairness
             ρ = 100 · pearson(standalone accuracies, final accuracies) (Sec. 4.1).
+        shapley_check_every: every k-th round (k = this; 0, the default, never) measure how well
+            the round's ψ (eq. 3) approximates the exact CGSV φ (eq. 2), against the sampling
+            baseline, as the paper's Fig. 1 (Sec. 3.3) does on random vectors: see
+            :meth:`shapley_check` for the metrics. Opt-in: it adds its own time to the round's
+            ``server_time_s``.
+        shapley_permutations: random orders of the check's sampled Shapley values φ̄ (the paper's
+            (ε, δ) = (0.1, 0.1)-approximation after Maleki et al. 2013: 150).
 
     Logged every round: ``cgsv_r/<i>`` and ``cgsv_density/<i>`` (q_i / D, the share of u_N
     agent i downloads) for N ≤ 20, and their min / mean / max. Logged at every evaluation
@@ -96,6 +114,10 @@ class CGSV(AgentModels):
         beta: Annotated[float, Field(gt=0, description="> 0 (paper: 1 to 2; inf = vanilla FL)")] = 1.0,
         sparsify: Sparsify = "per_tensor",
         track_standalone: bool = False,
+        shapley_check_every: Annotated[settings.CountOrZero, Field(
+            description="an integer >= 0 (every k-th round; 0 = never)")] = 0,
+        shapley_permutations: Annotated[settings.Count, Field(
+            description=">= 1 (random orders; the paper's (0.1, 0.1)-approximation: 150)")] = FIG1_PERMUTATIONS,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -121,8 +143,12 @@ class CGSV(AgentModels):
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
+        metrics = self.agent_metrics("cgsv_psi", psi, payload.clients.tolist())
+        every = self.hparams.shapley_check_every
+        if every and (payload.round + 1) % every == 0:
+            metrics |= self.shapley_check(c.unsqueeze(1) * payload.updates, a, payload)
         return ServerStep(combine(a * c, payload.updates), new_state={"r": r / r.sum()},  # −u_N = Σ_i a_i c_i g_i
-                          metrics=self.agent_metrics("cgsv_psi", psi, payload.clients.tolist()))
+                          metrics=metrics)
 
     def aggregation_weights(self, payload: RoundPayload) -> torch.Tensor:
         """r_{i,t-1}; in the first round (r = 0) the data-size shares n_i / Σ n_j."""
@@ -137,6 +163,72 @@ class CGSV(AgentModels):
         norm_u = G_u.diagonal().sqrt()
         norm_N = (a @ G_u @ a).sqrt()
         return (G_u @ a) / (norm_u * norm_N).clamp(min=1e-10)
+
+    # ------------------------------------------------------------ the Fig. 1 check (opt-in)
+    def shapley_check(self, uploads: torch.Tensor, weights: torch.Tensor,
+                      payload: RoundPayload) -> dict[str, float | torch.Tensor]:
+        """How well this round's ψ approximates the exact CGSV, measured as in the paper's Fig. 1
+        (Xu et al., NeurIPS 2021, Sec. 3.3), on the agents' real uploads instead of random vectors.
+
+        ``uploads`` (m, D) holds the round's normalised uploads (up to their common sign, which no
+        cosine sees), ``weights`` the r_{i,t-1} they are aggregated with (eq. 1); a coalition S is
+        worth ν(S) = cos(u_S, u_N), u_S = Σ_{i∈S} r_i u_i (Definition 1). Each value is computed
+        from the uploads and timed alone: ψ_i = cos(u_i, u_N) (eq. 3), the Monte-Carlo φ̄ over
+        ``shapley_permutations`` random orders (the paper's sampling baseline, Maleki et al. 2013;
+        orders drawn from the run's seed and the round), and, for m ≤ 10 agents, the exact φ of
+        eq. (2) over the 2^m coalitions. Logged at the round's step:
+
+        - ``cgsv_shapley_l1`` / ``_l2``: ℓ1 / ℓ2 error of ψ from φ, each normalised to sum 1
+          (Fig. 1's solid lines), ``cgsv_shapley_sampled_l1`` / ``_l2`` those of φ̄ (dashed), and
+          ``cgsv_shapley_l1_gap`` / ``_l2_gap``: φ̄'s error minus ψ's (> 0: ψ is closer to φ);
+        - ``cgsv_shapley_pearson``: Pearson correlation of ψ and φ, and
+          ``cgsv_shapley_sampled_pearson`` of φ̄ and φ (the correlations the authors' Fig. 1
+          script also reports);
+        - ``cgsv_shapley/<i>`` and ``cgsv_shapley_sampled/<i>`` (N ≤ 20 agents; and their min /
+          mean / max): every agent's φ_i and φ̄_i, beside ``cgsv_psi/<i>``;
+        - ``cgsv_time_s``, ``cgsv_shapley_time_s`` and ``cgsv_shapley_exact_time_s``: the seconds
+          ψ, φ̄ and φ took (Fig. 1's "incurred time"), and ``cgsv_shapley_time_ratio`` = φ̄'s / ψ's;
+          CPU seconds of the process on a CPU (the clock of the authors' Fig. 1 script, which
+          other processes sharing the cores do not inflate), wall seconds with the device
+          synchronised on an accelerator. ψ costs O(m D) (u_N and m inner products); φ̄ and φ
+          share one O(m² D) Gram matrix, then O(m²) per coalition: far cheaper than valuing every
+          coalition on D-vectors, as the authors' script does, so the ratio is smaller than theirs;
+        - ``cgsv_shapley_psi_sampled_pearson``: Pearson correlation of ψ and φ̄ (also for m > 10,
+          where φ is not computed and the metrics against it are not logged).
+        """
+        agents = payload.clients.tolist()
+        generator = round_generator(self.hparams.seed, payload.round, "shapley_orders")
+        psi, psi_time = self._timed(lambda: approximate_cgsv(uploads, weights))
+        sampled, sampled_time = self._timed(
+            lambda: sampled_cgsv(uploads, self.hparams.shapley_permutations, generator, weights))
+        psi, sampled = psi.double().cpu(), sampled.double().cpu()
+        metrics: dict[str, float | torch.Tensor] = {
+            "cgsv_time_s": psi_time, "cgsv_shapley_time_s": sampled_time,
+            "cgsv_shapley_time_ratio": sampled_time / max(psi_time, 1e-9),
+            "cgsv_shapley_psi_sampled_pearson": float(pearson(psi, sampled)),
+        }
+        metrics |= self.agent_metrics("cgsv_shapley_sampled", sampled, agents)
+        if len(agents) > MAX_EXACT_AGENTS:
+            return metrics
+        exact, exact_time = self._timed(lambda: exact_cgsv(uploads, weights))
+        exact = exact.double().cpu()
+        for name, estimate in (("cgsv_shapley", psi), ("cgsv_shapley_sampled", sampled)):
+            l1, l2 = fig1_errors(estimate, exact)
+            metrics |= {f"{name}_l1": l1, f"{name}_l2": l2, f"{name}_pearson": float(pearson(estimate, exact))}
+        gaps = {f"cgsv_shapley_{e}_gap": metrics[f"cgsv_shapley_sampled_{e}"] - metrics[f"cgsv_shapley_{e}"]
+                for e in ("l1", "l2")}
+        return (metrics | gaps | self.agent_metrics("cgsv_shapley", exact, agents)
+                | {"cgsv_shapley_exact_time_s": exact_time})
+
+    def _timed(self, compute: Callable[[], Result]) -> tuple[Result, float]:
+        """``compute()`` and the seconds it took: the process's CPU seconds on a CPU, else the wall
+        seconds with the device synchronised around it."""
+        clock = time.process_time if self.device.type == "cpu" else time.perf_counter
+        self._sync()
+        started = clock()
+        result = compute()
+        self._sync()
+        return result, clock() - started
 
     # ---------------------------------------------------------------- gradient download step
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:

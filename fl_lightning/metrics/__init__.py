@@ -12,9 +12,17 @@ from .fairness import (
     variance,
     worst_fraction,
 )
-from .shapley import MAX_EXACT_AGENTS, approximate_cgsv, exact_cgsv, sampled_cgsv
+from .shapley import (
+    FIG1_PERMUTATIONS,
+    MAX_EXACT_AGENTS,
+    approximate_cgsv,
+    exact_cgsv,
+    fig1_errors,
+    sampled_cgsv,
+)
 
 __all__ = [
+    "FIG1_PERMUTATIONS",
     "MAX_EXACT_AGENTS",
     "SUMMARY_KEYS",
     "approximate_cgsv",
@@ -22,6 +30,7 @@ __all__ = [
     "exact_cgsv",
     "fairness_summary",
     "fedlf_angle",
+    "fig1_errors",
     "jain_index",
     "mean",
     "pearson",

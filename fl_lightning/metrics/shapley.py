@@ -9,12 +9,14 @@ authors' code gets from ``F.cosine_similarity`` with its small epsilon.
 * :func:`exact_cgsv`: φ_i of eq. (2), the average marginal gain over all N! orders;
 * :func:`sampled_cgsv`: the Monte-Carlo estimate of φ from random orders (the sampling
   baseline of the paper's Fig. 1, Maleki et al. 2013);
-* :func:`approximate_cgsv`: ψ_i = cos(u_i, u_N), eq. (3), what the reward mechanism uses.
+* :func:`approximate_cgsv`: ψ_i = cos(u_i, u_N), eq. (3), what the reward mechanism uses;
+* :func:`fig1_errors`: the ℓ1 and ℓ2 errors of Fig. 1 between an estimate and the exact φ,
+  each normalised to sum 1 (the factor L_i of Theorem 1 "normalised away").
 
-Each value ν(S) needs only inner products, so everything works on the Gram matrix
-G = U Uᵀ (N x N, float64): one O(N² d) product, then O(N²) per coalition. Pure tensor
-functions, no Lightning; results come back in the dtype of ``updates`` (the default
-float dtype for integer updates).
+Each value ν(S) needs only inner products, so φ and its estimate work on the Gram matrix
+G = U Uᵀ (N x N, float64): one O(N² d) product, then O(N²) per coalition; ψ needs only
+u_N and N inner products with it, O(N d). Pure tensor functions, no Lightning; results
+come back in the dtype of ``updates`` (the default float dtype for integer updates).
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["MAX_EXACT_AGENTS", "approximate_cgsv", "exact_cgsv", "exact_shapley", "sampled_cgsv", "sampled_shapley"]
+__all__ = ["FIG1_PERMUTATIONS", "MAX_EXACT_AGENTS", "approximate_cgsv", "exact_cgsv", "exact_shapley", "fig1_errors",
+           "sampled_cgsv", "sampled_shapley"]
 
 # eq. (2) visits 2^N coalitions (each standing for the orders in which it precedes an agent).
 MAX_EXACT_AGENTS = 10
+# The paper's sampling baseline in Fig. 1 is an (ε, δ) = (0.1, 0.1)-approximation (Maleki et al.
+# 2013): by Hoeffding, ⌈ln(2/δ) w² / (2ε²)⌉ random orders for marginal gains of range w; with the
+# range w = 1 that the authors' script takes, 150 orders.
+FIG1_PERMUTATIONS = math.ceil(math.log(2 / 0.1) / (2 * 0.1**2))
 # Norms below this count as the zero vector (as the epsilon of F.cosine_similarity).
 _ZERO_NORM = 1e-12
 
@@ -38,6 +45,12 @@ def _result_dtype(updates: torch.Tensor) -> torch.dtype:
 
 
 def _gram_and_weights(updates: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    u, r = _vectors_and_weights(updates, weights)
+    return u @ u.T, r
+
+
+def _vectors_and_weights(updates: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``updates`` in float64 and the weights r (all ones for None), both checked."""
     if not isinstance(updates, torch.Tensor):
         raise TypeError(f"updates must be a torch.Tensor (N, d), got {type(updates).__name__}")
     if updates.dim() != 2 or updates.shape[0] == 0:
@@ -56,7 +69,7 @@ def _gram_and_weights(updates: torch.Tensor, weights: torch.Tensor | None) -> tu
         raise ValueError(f"weights must have one entry per agent ({u.shape[0]}), got shape {tuple(r.shape)}")
     if not bool(torch.isfinite(r).all()):
         raise ValueError("weights hold NaN or inf: pass finite weights r_i (None for all ones)")
-    return u @ u.T, r
+    return u, r
 
 
 def coalition_values(gram: torch.Tensor, weights: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
@@ -126,11 +139,30 @@ def approximate_cgsv(updates: torch.Tensor, weights: torch.Tensor | None = None)
         updates: (N, d), row i = u_i.
         weights: (N,) r_j; None = all ones.
     """
-    gram, r = _gram_and_weights(updates, weights)
-    norm_i = gram.diagonal().clamp(min=0).sqrt()
-    norm_n = (r @ gram @ r).clamp(min=0).sqrt()
-    psi = (gram @ r) / (norm_i * norm_n).clamp(min=_ZERO_NORM**2)  # <u_i, u_N> / (||u_i|| ||u_N||)
+    u, r = _vectors_and_weights(updates, weights)  # O(N d): no Gram matrix (the 2^N saving of Sec. 3.3)
+    grand = r @ u  # u_N
+    norm_i, norm_n = u.norm(dim=1), grand.norm()
+    psi = (u @ grand) / (norm_i * norm_n).clamp(min=_ZERO_NORM**2)  # <u_i, u_N> / (||u_i|| ||u_N||)
     return torch.where((norm_i <= _ZERO_NORM) | (norm_n <= _ZERO_NORM), 0.0, psi).to(_result_dtype(updates))
+
+
+def fig1_errors(estimate: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
+    """(ℓ1, ℓ2) error of ``estimate`` from the exact CGSVs ``exact``, the two errors of CGSV's
+    Fig. 1 (Xu et al., NeurIPS 2021, Sec. 3.3).
+
+    ψ (eq. 3) matches φ only up to the multiplicative factor L_i of Theorem 1, "normalised
+    away": both vectors are divided by their sums first (as the authors' Fig. 1 script does; φ
+    and the sampled φ̄ already sum to ν(N) = 1). (nan, nan) when either sum is not positive,
+    where that normalisation has no meaning.
+    """
+    est, ref = estimate.detach().double().flatten(), exact.detach().double().flatten()
+    if est.shape != ref.shape:
+        raise ValueError(f"estimate and exact must have one value per agent each, got {est.numel()} and {ref.numel()}")
+    total_est, total_ref = float(est.sum()), float(ref.sum())
+    if not (total_est > _ZERO_NORM and total_ref > _ZERO_NORM):
+        return math.nan, math.nan
+    diff = est / total_est - ref / total_ref
+    return float(diff.abs().sum()), float(diff.norm())
 
 
 # ------------------------------------------------------------- any value function

@@ -35,7 +35,7 @@ import jinja2
 import yaml
 
 from leaderboard.papers import DEFAULT_ROOT
-from leaderboard.registration import Amendment, Degeneracy, LedgerPlan, point_label, window_of
+from leaderboard.registration import Amendment, LedgerPlan, point_label, window_of
 from leaderboard.runs import (
     UNCONVERGED,
     LeaderboardError,
@@ -677,7 +677,6 @@ def combine(verdicts: list[str]) -> str:
     return INCONCLUSIVE
 
 
-_ONLY_CONSTANT = Degeneracy(constant_predictor=True, worst5_at_zero=False)
 RunIndex = dict[tuple[str, str, str], dict[str, RunRecord]]  # (suite, benchmark, config) -> seed -> run
 
 
@@ -708,12 +707,6 @@ def degenerate(index: RunIndex, suite: str, benchmark: str, plan: LedgerPlan) ->
             return (f"the worst 5 % of clients are at 0 % in all {len(worst)} runs of its {configs} "
                     f"configurations{span}: a degenerate benchmark")
     return ""
-
-
-def constant_predictor(index: RunIndex, suite: str, benchmark: str) -> str:
-    """Why a benchmark cannot rank anything: every configuration at the same accuracy with no spread
-    over seeds (e.g. every model predicts the most frequent class); "" otherwise."""
-    return degenerate(index, suite, benchmark, LedgerPlan(degeneracy=_ONLY_CONSTANT))
 
 
 def planned(seeds: Iterable[str], count: int) -> set[str]:

@@ -73,14 +73,14 @@ from fl_lightning import run_schema as schema
 from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
 from leaderboard.runs import (
+    CONVERGENCE_WINDOW,
     LeaderboardError,
     Progress,
-    CONVERGENCE_WINDOW,
     RunRecord,
     StoreContents,
     check_store_exists,
-    convergence_status,
     converged,
+    convergence_status,
     display_uri,
     first_line,
     load_runs,

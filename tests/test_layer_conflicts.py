@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.loggers import Logger
 from torch import nn
 
 from fl_lightning.algorithms import FedAvg, FedLF
@@ -91,27 +90,7 @@ def test_no_applied_step_logs_nothing():
 
 
 # ------------------------------------------------------------------ federated fits
-class CallLogger(Logger):
-    """Records every ``log_metrics`` call: (step, metrics)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    @property
-    def name(self):
-        return "calls"
-
-    @property
-    def version(self):
-        return 0
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
-
-    def log_metrics(self, metrics, step=None):
-        self.calls.append((step, dict(metrics)))
-
+from tests.test_round_log import CallLogger  # noqa: E402  (records every log_metrics call)
 
 ROUNDS = 4
 CLIENTS = 10

@@ -186,21 +186,22 @@ def marks(rows: list[ConfigRow]) -> dict[str, str]:
 
 
 def test_top_row_needs_to_be_separated_from_every_row_not_only_the_runner_up():
-    top = [0.90, 0.91, 0.92, 0.90, 0.91]
-    runner_up = [0.80, 0.81, 0.80, 0.82, 0.81]
-    noisy = [0.10, 0.99, 0.30, 0.98, 1.00]  # lower mean (0.67), huge spread
+    top = [0.90, 0.91, 0.92, 0.90, 0.91] * 2  # 10 seeds: the star needs the plan's STAR_MIN_SEEDS
+    runner_up = [0.80, 0.81, 0.80, 0.82, 0.81] * 2
+    noisy = [0.10, 0.99, 0.30, 0.98, 1.00] * 2  # lower mean (0.67), huge spread
     assert statistics.fmean(noisy) < statistics.fmean(runner_up) < statistics.fmean(top)
     for seeds in (True, False):  # paired and Welch alike
         rows = [row("top", top, seeds), row("runner-up", runner_up, seeds), row("noisy", noisy, seeds)]
         assert marks(rows) == {"top": "tie", "runner-up": "", "noisy": "tie"}, seeds
         assert rows[0].verdicts[HEADLINE].p == rows[1].verdicts[HEADLINE].p < 0.05  # top: p vs runner-up
     assert marks([row("top", top), row("runner-up", runner_up)]) == {"top": "best", "runner-up": ""}
+    assert marks([row("top", top[:5]), row("runner-up", runner_up[:5])]) == {"top": "", "runner-up": ""}  # 5 < 10
 
 
 def test_pairing_by_seed_separates_what_welch_cannot():
-    seed_effect = np.array([0.60, 0.80, 0.70, 0.90, 0.65])
-    better = list(seed_effect + 0.02 + np.array([0.001, -0.002, 0.0015, 0.0, -0.001]))
-    worse = list(seed_effect + np.array([0.0005, 0.001, -0.001, 0.0, 0.0015]))
+    seed_effect = np.array([0.60, 0.80, 0.70, 0.90, 0.65, 0.75, 0.85, 0.62, 0.78, 0.68])  # 10 seeds
+    better = list(seed_effect + 0.02 + np.array([0.001, -0.002, 0.0015, 0.0, -0.001] * 2))
+    worse = list(seed_effect + np.array([0.0005, 0.001, -0.001, 0.0, 0.0015] * 2))
     assert marks([row("better", better), row("worse", worse)]) == {"better": "best", "worse": ""}
     paired = [row("better", better), row("worse", worse)]
     assert welch_between(*paired) == pytest.approx(sps.ttest_rel(better, worse).pvalue, rel=1e-9)
@@ -236,11 +237,11 @@ def test_tables_from_runs_pair_by_their_seed_tags():
                          {"benchmark": "b", "algorithm_config": config, "seed": str(seed)}, {},
                          {HEADLINE: value})
 
-    seed_effect = [0.60, 0.80, 0.70, 0.90, 0.65]
+    seed_effect = [0.60, 0.80, 0.70, 0.90, 0.65, 0.75, 0.85, 0.62, 0.78, 0.68]  # the star needs 10 seeds
     runs = ([run("better", s, v + 0.02 + 0.001 * (-1) ** s) for s, v in enumerate(seed_effect)]
             + [run("worse", s, v) for s, v in reversed(list(enumerate(seed_effect)))])  # other order
     (table,) = build_tables(runs)
     by_config = {r.config: r for r in table.rows}
-    assert by_config["better"].stats[HEADLINE].seeds == ("0", "1", "2", "3", "4")
+    assert by_config["better"].stats[HEADLINE].seeds == tuple(str(s) for s in range(10))
     assert by_config["better"].verdicts[HEADLINE].mark == "best"
     assert by_config["worse"].verdicts[HEADLINE].mark == ""

@@ -24,6 +24,7 @@ class Gain:
     paper: float | None
     source: str  # the paper's table
     setting: str  # the paper's setting
+    paper_config: str = ""  # the paper's configuration, where ours is another of the same algorithm
 
 
 @dataclass
@@ -152,6 +153,22 @@ def paper_baseline(number: PaperNumber, numbers: list[PaperNumber]) -> PaperNumb
                 None)
 
 
+def algorithm_of(config: str) -> str:
+    """``CGSV(beta=1.5)`` -> ``CGSV``."""
+    return config.split("(", 1)[0]
+
+
+def configs_that_ran(table: BenchmarkTable, config: str) -> list[tuple[ConfigRow, bool]]:
+    """The ranked rows of ``table`` that stand for the paper's ``config``: its own row where it ran,
+    else every ranked configuration of the same algorithm (``True``: a stand-in, another setting of
+    the paper's method), else none; a configuration without runs is never shown as ours."""
+    own = table.row(config)
+    if own is not None and own.ranked:
+        return [(own, False)]
+    return [(row, True) for row in table.rows
+            if row.ranked and algorithm_of(row.config) == algorithm_of(config) and row.config != BASELINE]
+
+
 def paper_gains(numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> list[Gain]:
     """For every paper entry with an ``offline_counterpart`` among these tables and a FedAvg entry of
     the same paper table and counterpart (``paper_baseline``): the paper's relative gain beside ours
@@ -165,14 +182,15 @@ def paper_gains(numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> lis
         paper_base = paper_baseline(number, numbers)
         if paper_base is None:
             continue
-        ours_row, ours_base = table.row(number.our_config), baseline_row(table)
-        ours = ours_p = None
-        if ours_row is not None and ours_row.ranked and ours_base is not None:
-            ours = relative(ours_row.stats[HEADLINE].mean, ours_base.stats[HEADLINE].mean)
-            ours_p = welch_between(ours_row, ours_base)
-        gains.append(Gain(table, number.our_config, ours, ours_p,
-                          relative(number.metrics[HEADLINE], paper_base.metrics[HEADLINE]),
-                          number.source, number.setting))
+        paper_gain = relative(number.metrics[HEADLINE], paper_base.metrics[HEADLINE])
+        ours_base = baseline_row(table)
+        for row, stand_in in configs_that_ran(table, number.our_config):
+            ours = ours_p = None
+            if ours_base is not None:
+                ours = relative(row.stats[HEADLINE].mean, ours_base.stats[HEADLINE].mean)
+                ours_p = welch_between(row, ours_base)
+            gains.append(Gain(table, row.config, ours, ours_p, paper_gain, number.source, number.setting,
+                              number.our_config if stand_in else ""))
     return gains
 
 

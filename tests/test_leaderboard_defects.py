@@ -136,6 +136,20 @@ def test_shipped_fedfv_table_2_and_fedmgda_table_8_gains_appear():
             ("FedMGDA+ Table 8", "FedMGDAPlus(epsilon=0.1)")} <= found
 
 
+def test_gains_show_the_configurations_that_ran_never_one_without_runs():
+    """The paper's CGSV(beta=1.5) has no offline runs: the CGSV configurations that ran (beta=1, beta=2)
+    stand in, each labelled with the paper's configuration; nothing is shown for a method that did not run."""
+    tables = shards_tables({"FedAvg": 0.80, "CGSV(beta=1)": 0.82, "CGSV(beta=2)": 0.76, "CGSVX": 0.9})
+    numbers = [number("FedAvg", 0.50), number("CGSV(beta=1.5)", 0.55), number("QFedAvg(q=5.0)", 0.45)]
+    gains = paper_gains(numbers, tables)
+    assert [(g.config, g.paper_config) for g in gains] == [("CGSV(beta=1)", "CGSV(beta=1.5)"),
+                                                           ("CGSV(beta=2)", "CGSV(beta=1.5)")]
+    assert gains[0].ours == pytest.approx(0.02 / 0.801, rel=1e-3) and gains[1].ours < 0
+    assert gains[0].paper == gains[1].paper == pytest.approx(0.1)
+    tables = shards_tables({"FedAvg": 0.80, "CGSV(beta=1.5)": 0.82, "CGSV(beta=1)": 0.81})
+    assert [(g.config, g.paper_config) for g in paper_gains(numbers, tables)] == [("CGSV(beta=1.5)", "")]
+
+
 # --- 3. FedLF: the offline MLP benchmarks mirror the paper's FMNIST MLP table -----------------
 
 FEDLF_OFFLINE = ("mnist5k/pat-1/p0.1/fl_mlp", "mnist5k/pat-2/p0.1/fl_mlp", "mnist5k/dir-0.1/p0.1/fl_mlp",

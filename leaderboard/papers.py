@@ -47,6 +47,7 @@ class PaperNumber:
     file: str
     offline_counterpart: str | None = None  # our benchmark that mirrors this setting at another scale
     counterpart_config: str | None = None  # our configuration label for it, where it differs
+    caveat: str = ""  # why the paper's number does not compare with ours (shown beside it)
 
     @property
     def our_config(self) -> str:
@@ -95,6 +96,7 @@ def _entry(raw: object, paper: str, file: Path, index: int) -> tuple[PaperNumber
         file=str(file),
         offline_counterpart=str(raw["offline_counterpart"]) if raw.get("offline_counterpart") else None,
         counterpart_config=str(raw["counterpart_config"]) if raw.get("counterpart_config") else None,
+        caveat=" ".join(str(raw.get("caveat") or "").split()),
     ), None
 
 

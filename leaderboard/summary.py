@@ -25,6 +25,7 @@ class Gain:
     source: str  # the paper's table
     setting: str  # the paper's setting
     paper_config: str = ""  # the paper's configuration, where ours is another of the same algorithm
+    caveat: str = ""  # why the paper's gain does not compare with ours (its own or its FedAvg entry's)
 
 
 @dataclass
@@ -190,7 +191,8 @@ def paper_gains(numbers: list[PaperNumber], tables: list[BenchmarkTable]) -> lis
                 ours = relative(row.stats[HEADLINE].mean, ours_base.stats[HEADLINE].mean)
                 ours_p = welch_between(row, ours_base)
             gains.append(Gain(table, row.config, ours, ours_p, paper_gain, number.source, number.setting,
-                              number.our_config if stand_in else ""))
+                              number.our_config if stand_in else "",
+                              " ".join(dict.fromkeys(c for c in (paper_base.caveat, number.caveat) if c))))
     return gains
 
 

@@ -510,7 +510,8 @@ def gains_view(summary: SuiteSummary, view_id: str) -> TableView:
         view.rows.append([
             Cell(gain.table.benchmark, gain.table.benchmark, link=f"benchmarks/{gain.table.slug}"),
             Cell(gain.config, gain.config, sub=f"the paper's: {gain.paper_config}" if gain.paper_config else ""),
-            ours, Cell(percent_change(gain.paper), _num(gain.paper)),
+            ours, Cell(percent_change(gain.paper), _num(gain.paper),
+                       sub=f"not comparable: {gain.caveat}" if gain.caveat else ""),
             Cell(gain.source, gain.source), Cell(gain.setting, gain.setting),
         ])
     return view

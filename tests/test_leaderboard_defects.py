@@ -8,6 +8,7 @@ the narrow-viewport test opens that site in Debian's chromium (skipped without i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -26,11 +27,12 @@ if str(ROOT) not in sys.path:
 
 from leaderboard.papers import PaperNumber, load_paper_numbers  # noqa: E402
 from leaderboard.runs import RunRecord  # noqa: E402
-from leaderboard.summary import paper_gains, summarize  # noqa: E402
+from leaderboard.summary import SuiteSummary, paper_gains, summarize  # noqa: E402
 from leaderboard.tables import COLUMNS_BY_KEY, build_tables  # noqa: E402
 from leaderboard.views import (  # noqa: E402
     comparison_view,
     control_view,
+    gains_view,
     leaderboard_view,
     markdown_table,
     matrix_view,
@@ -148,6 +150,19 @@ def test_gains_show_the_configurations_that_ran_never_one_without_runs():
     assert gains[0].paper == gains[1].paper == pytest.approx(0.1)
     tables = shards_tables({"FedAvg": 0.80, "CGSV(beta=1.5)": 0.82, "CGSV(beta=1)": 0.81})
     assert [(g.config, g.paper_config) for g in paper_gains(numbers, tables)] == [("CGSV(beta=1.5)", "")]
+    # a caveat on the paper's FedAvg entry reaches every gain taken against it, and the page says so
+    numbers[0] = dataclasses.replace(numbers[0], caveat="its FedAvg scores each agent on a model of its own")
+    (gain,) = paper_gains(numbers, tables)
+    assert gain.caveat == "its FedAvg scores each agent on a model of its own"
+    summary = SuiteSummary("s", "", [], [], tables, [], gains=[gain])
+    (row,) = gains_view(summary, "g").rows
+    assert row[3].sub == "not comparable: its FedAvg scores each agent on a model of its own"
+
+
+def test_shipped_cgsv_table_1_fedavg_says_it_is_not_ours():
+    numbers, _ = load_paper_numbers()
+    (fedavg,) = [n for n in numbers if n.source == "CGSV Table 1" and n.algorithm_config == "FedAvg"]
+    assert "model of its own" in fedavg.caveat
 
 
 # --- 3. FedLF: the offline MLP benchmarks mirror the paper's FMNIST MLP table -----------------

@@ -281,7 +281,7 @@ def _cell_config_file(cell: Cell, tracking_uri: str) -> str:
 
 
 def _thread_env(threads: int) -> dict[str, str]:
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "FL_LIGHTNING_THREADS": str(threads)}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def _torch_settings() -> tuple[Any, ...]:
@@ -643,9 +643,11 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite
     log_dir.mkdir(parents=True, exist_ok=True)
-    from fl_lightning.threads import available_cores
+    from fl_lightning.machine import available_cores
 
-    threads = max(1, available_cores() // jobs)  # the cores this process may use, shared by the jobs
+    # the cores this process may use, shared by the jobs: the workers' OpenMP/MKL defaults (a run's
+    # own intra-op count is its setting, model.threads, whatever --jobs is)
+    threads = max(1, available_cores() // jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
     launcher: Any

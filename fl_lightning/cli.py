@@ -17,7 +17,9 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
@@ -126,13 +128,22 @@ def _help_file() -> Path | None:
         return None
 
 
+def quietly_imported_run() -> Any:
+    """``lightning_cli.run``, imported with the warnings of the third parties it imports silenced
+    (pynvml's deprecation under ``torch.cuda``, common on GPU machines): not the user's business,
+    and a refusal stays one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fl_lightning.lightning_cli import run
+    return run
+
+
 def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:
     """LightningCLI's ``fit --help`` text and its exit code (``args``: as given to ``main``)."""
     import contextlib
     import io
 
-    from fl_lightning.lightning_cli import run
-
+    run = quietly_imported_run()
     buffer, code = io.StringIO(), None
     try:
         with contextlib.redirect_stdout(buffer):
@@ -208,12 +219,11 @@ def main(args: list[str] | None = None) -> None:
     if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
         print_fit_help(args)
         raise SystemExit(0)  # as argparse's help does
-    if command_args[0] == "fit":  # before the imports (seconds): running fits make room from now
-        from fl_lightning.running_fits import announce_fit
-
-        announce_fit()
-    from fl_lightning.lightning_cli import run
-
+    if command_args[0] == "fit" and any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
+        print("error: --threads is now the run's own setting --model.threads N (default 1): the thread count "
+              "changes a run's numbers, so it is fixed, logged and kept on resume", file=sys.stderr)
+        raise SystemExit(2)
+    run = quietly_imported_run()
     exits_after = args is None  # the console script: this process ends with the fit
     if exits_after:
         gc.freeze()  # the ~600k objects the imports made live to the end: no collection walks them again

@@ -30,6 +30,7 @@ import importlib
 import inspect
 import io
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -66,8 +67,7 @@ from fl_lightning.preflight import (
     check_tracking_store,
 )
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
-from fl_lightning.running_fits import announce_fit
-from fl_lightning.threads import AUTO, CPUThreads
+from fl_lightning.seeding import SEED_ENV
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
@@ -277,10 +277,6 @@ class FederatedCLI(LightningCLI):
             restore_own_defaults(config.get("model"), init_given)
         try:  # before anything is created: no MLflow store touched, no checkpoint folder
             check_seed(config.get("seed_everything"))
-            try:
-                self.cpu_threads = CPUThreads(config.get("threads"))
-            except ValueError as error:
-                raise PreflightError(f"--{error}") from None
             trainer_given = given.get("trainer")
             check_fit_length(trainer_given.as_dict() if isinstance(trainer_given, Namespace) else {})
             check_accelerator(config.trainer.get("accelerator"), config.trainer.get("devices"))
@@ -294,12 +290,8 @@ class FederatedCLI(LightningCLI):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
         except PreflightError as error:
             refuse(str(error))
-        self.cpu_threads.start()  # before the data is built: its work spins on every core otherwise
 
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument("--threads", type=str, default=AUTO,
-                            help="intra-op CPU threads: 'auto' shares this process's cores among the fits running "
-                                 "on the machine (checked every round), or a fixed count (also $FL_LIGHTNING_THREADS)")
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
 
@@ -330,6 +322,7 @@ class FederatedCLI(LightningCLI):
         The data is built first, before the trainer and the fit's MLflow run exist: missing
         files and partitions the source cannot fill are refused first (``setup`` runs once;
         the fit reuses it)."""
+        self.model.fit_threads.start()  # the run's own count, before the data is built
         try:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
@@ -341,7 +334,7 @@ class FederatedCLI(LightningCLI):
         if config.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar then
             defaults = [callback for callback in defaults if not isinstance(callback, RoundProgressBar)]
         self.trainer_defaults["callbacks"] = [  # RoundCheckpoint, unless the user configured a ModelCheckpoint
-            *defaults, self.cpu_threads,
+            *defaults,
             *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"))]
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})
 
@@ -379,13 +372,18 @@ def quiet_library_output() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
+SEED_ENVIRONMENT = (SEED_ENV, "PL_SEED_WORKERS")  # what seed_everything sets in os.environ
+
+
 def run(args: list[str] | None = None) -> None:
     """``fl-lightning`` through LightningCLI (``args`` lets tests call it in-process). A fit
     stopped by a signal (Ctrl-C, SIGTERM: a SLURM pre-emption) exits with the shell's status for
-    it, 128 + the signal's number (130, 143), after one line that names the signal."""
+    it, 128 + the signal's number (130, 143), after one line that names the signal. The seed
+    ``seed_everything`` leaves in the environment is put back afterwards: a later fit in the
+    same process (a notebook, a test session) never inherits this fit's seed."""
     quiet_library_output()
     StopOnSignal.stopped_by = None
-    announced = announce_fit()  # the fits running already share the cores with this one from now
+    seed_environment = {name: os.environ.get(name) for name in SEED_ENVIRONMENT}
     try:
         FederatedCLI(
             FederatedModule,
@@ -407,5 +405,8 @@ def run(args: list[str] | None = None) -> None:
         print(f"{'terminated' if signum == signal.SIGTERM else 'interrupted'} ({name})", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
     finally:
-        if announced is not None:
-            announced.leave()
+        for name, value in seed_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

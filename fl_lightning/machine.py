@@ -25,3 +25,11 @@ def cpu_model() -> str:
 def cpu_description() -> str:
     """The CPU and its core count, e.g. 'AMD EPYC (2 cores)'."""
     return f"{cpu_model()} ({os.cpu_count()} cores)"
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all of them where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1

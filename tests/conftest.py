@@ -1,12 +1,6 @@
 """Shared fixtures (imports nothing heavy at module level: the browser env has no torch)."""
 
-import os
-
 import pytest
-
-# Every fit a test starts (in this process or a child) uses one intra-op thread: the same count
-# in a run and in its resume, whatever else runs beside (the automatic share has its own tests).
-os.environ.setdefault("FL_LIGHTNING_THREADS", "1")
 
 
 @pytest.fixture()

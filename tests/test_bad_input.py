@@ -348,8 +348,10 @@ CASES = [
          SystemExit, r"error: unknown setting 'data\.num_client'; did you mean 'data\.num_clients'\?", "stderr"),
     case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
-    case("cli-bad-threads", lambda tmp: cli_main(["fit", "--threads", "two", "--trainer.logger", "false"]),
-         SystemExit, r"error: --threads must be 'auto' or an integer >= 1, got 'two'", "stderr"),
+    case("cli-old-threads-flag", lambda tmp: cli_main(["fit", "--threads", "two", "--trainer.logger", "false"]),
+         SystemExit, r"error: --threads is now the run's own setting --model.threads N \(default 1\)", "stderr"),
+    case("cli-bad-threads", lambda tmp: cli_main(["fit", "--model.threads", "0", "--trainer.logger", "false"]),
+         SystemExit, r"error: .*threads.*>= 1", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),
          SystemExit, r"error: --config .*nope\.yaml: no such file", "stderr"),
     # ---- leaderboard builder

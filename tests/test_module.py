@@ -215,3 +215,18 @@ def test_finite_rows_flags_exactly_the_rows_with_nan_or_inf():
     updates[3, 0] = float("-inf")
     updates[4] = 3e38  # finite entries whose sum overflows: still a finite row
     assert finite_rows(updates).tolist() == [True, False, True, False, True]
+
+
+def test_the_clients_sampled_follow_the_run_seed():
+    """Different seeds pick different clients (a sampler that ignored the seed, e.g. a hard-coded
+    0, would repeat one sequence for every seed), and one seed repeats itself."""
+    data = digits_data()
+    picks = {}
+    for seed in (0, 1, 2):
+        module = module_for(data, seed=seed, fraction=0.1)
+        picks[seed] = [tuple(module.sample_clients(t, 100).tolist()) for t in range(5)]
+        assert all(len(p) == 10 for p in picks[seed])
+        again = module_for(data, seed=seed, fraction=0.1)
+        assert [tuple(again.sample_clients(t, 100).tolist()) for t in range(5)] == picks[seed]
+    assert picks[0] != picks[1] != picks[2] != picks[0]
+    assert all(len({picks[s][t] for s in picks}) == 3 for t in range(5))  # every round, three different sets

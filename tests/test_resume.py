@@ -73,6 +73,10 @@ VARIANTS = {
     "CGSV-standalone": ("CGSV", {"track_standalone": True}),
     "FedLF-full_batch": ("FedLF", {"gradient": "full_batch", "qp_solver": "cvxopt"}),
     "FedMDFG-full_batch": ("FedMDFG", {"gradient": "full_batch", "larger_steps": True}),
+    # a model that draws from the global generator in training (dropout, stochastic depth): fails
+    # when a resume does not restore the global generators (issue 33)
+    "FedAvg-dropout": ("FedAvg", {"backbone": "fl_cct_7_3x1", "backbone_kwargs": {
+        "embed_dim": 8, "depth": 1, "num_heads": 2, "mlp_ratio": 1.0, "drop_rate": 0.3, "drop_path_rate": 0.3}}),
 }
 CASES = {name: (name, {}) for name in ALGORITHMS} | VARIANTS
 
@@ -81,12 +85,12 @@ def make_run(case: str):
     name, extra = CASES[case]
     data = FederatedDataModule(source="digits", num_clients=8, partition="dirichlet",
                                partition_params={"alpha": 0.5, "min_size": 10}, seed=3)
-    module = ALGORITHMS[name](
-        backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
-        num_rounds=NUM_ROUNDS, eval_every=EVAL_EVERY,
-        fraction=1.0 if name in FULL_PARTICIPATION else 0.5, dropout_prob=0.2,
-        batch_size=16, lr=0.05, momentum=0.5, seed=3, **extra,
-    )
+    module = ALGORITHMS[name](**{
+        "backbone": "fl_logreg", "num_classes": data.num_classes, "input_shape": data.input_shape,
+        "num_rounds": NUM_ROUNDS, "eval_every": EVAL_EVERY,
+        "fraction": 1.0 if name in FULL_PARTICIPATION else 0.5, "dropout_prob": 0.2,
+        "batch_size": 16, "lr": 0.05, "momentum": 0.5, "seed": 3, **extra,
+    })
     return module, data
 
 

@@ -55,3 +55,13 @@ def test_run_seed_without_seed_everything_is_zero(monkeypatch):
     assert run_seed(None) == 3 and run_seed(7) == 7
     with pytest.raises(ValueError, match="model.seed must be an integer"):
         run_seed(-1, "model.seed")
+
+
+def test_a_fit_leaves_no_seed_behind_for_the_next_fit_in_the_process(store):
+    """A CLI fit with seed 2 and then a Trainer-script module without a seed: the module's seed is
+    the documented default 0, not the earlier fit's 2 (seed_everything's environment put back)."""
+    from fl_lightning.algorithms import FedAvg
+
+    fit(store, "--seed_everything=2")
+    assert SEED_ENV not in __import__("os").environ
+    assert FedAvg(backbone="fl_logreg", input_shape=(64,)).run_seed == 0

@@ -1,108 +1,128 @@
-"""Issue 24: fits that share a machine share its cores (``fl_lightning.threads``)."""
+"""Issue 33: a run's numbers depend only on its logged settings, not on the machine's thread count.
+
+The intra-op thread count changes the bits of MKL's products, so it is a setting of the run
+(``threads``, default 1, ``core.threads.FitThreads``): fixed from the start, logged, kept by a
+resume. The bit-for-bit matrix: FedAvg, FedFV, FedLF and CGSV on both engines give the same
+metrics and the same final model whatever count the process had before the fit (1, 2 or 4).
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
+import lightning.pytorch as pl
 import pytest
 import torch
 
-from fl_lightning.running_fits import RunningFits, announce_fit
-from fl_lightning.threads import (
-    CPUThreads,
-    available_cores,
-    fixed_threads,
-    parse_threads,
-)
+from fl_lightning.algorithms import CGSV, FedAvg, FedFV, FedLF
+from fl_lightning.core.threads import FitThreads
+from fl_lightning.data.datamodule import FederatedDataModule
+from tests.test_round_log import CallLogger
+
+pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`",
+                                        "ignore:The number of training batches")
+
+ROUNDS = 4
+TIMES = ("client_time_s", "server_time_s")  # wall-clock times: the one thing a rerun may change
 
 
-def test_a_thread_setting_is_auto_or_a_positive_integer():
-    assert parse_threads("auto") is None and parse_threads(None) is None
-    assert parse_threads("3") == 3 and parse_threads(2) == 2
-    for bad in ("two", "0", "-1", "1.5", ""):
-        with pytest.raises(ValueError, match="threads must be 'auto' or an integer >= 1"):
-            parse_threads(bad)
+@pytest.fixture(scope="module")
+def data():
+    """The main job's data and model size (mnist5k, the 784-200-200-10 MLP): small MKL products
+    at 2 threads round differently than at 1 on these shapes."""
+    return FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", local_test_fraction=0.2,
+                               seed=0)
 
 
-def test_the_environment_fixes_the_count_unless_the_setting_does(monkeypatch):
-    monkeypatch.setenv("FL_LIGHTNING_THREADS", "3")
-    assert fixed_threads("auto") == 3 and fixed_threads("2") == 2
-    monkeypatch.delenv("FL_LIGHTNING_THREADS")
-    assert fixed_threads("auto") is None
+class ThreadsSeen(pl.Callback):
+    """torch's intra-op count at every round and evaluation of the fit."""
+
+    def __init__(self):
+        self.counts = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.counts.append(torch.get_num_threads())
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self.counts.append(torch.get_num_threads())
 
 
-def test_running_fits_count_live_processes_and_forget_dead_ones(tmp_path):
-    fits = RunningFits(tmp_path)
-    fits.join()
-    assert fits.count() == 1
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    try:
-        (tmp_path / str(sleeper.pid)).touch()
-        (tmp_path / dead.stdout.strip()).touch()  # a fit that died without leaving
-        assert fits.count() == 2
-        assert not (tmp_path / dead.stdout.strip()).exists()
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    assert fits.count() == 1
-    fits.leave()
-    assert not fits.entry.exists()
+class ChangesThreads(pl.Callback):
+    """Other code in the process that sets the count in the middle of a fit."""
+
+    def __init__(self, at_round, count):
+        self.at_round, self.count = at_round, count
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.current_epoch == self.at_round:
+            torch.set_num_threads(self.count)
 
 
-def test_auto_shares_the_cores_among_running_fits_and_restores_the_count(tmp_path, monkeypatch):
-    monkeypatch.delenv("FL_LIGHTNING_THREADS", raising=False)
-    monkeypatch.setattr("fl_lightning.threads.available_cores", lambda: 4)
-    before = torch.get_num_threads()
-    callback = CPUThreads("auto", folder=tmp_path)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        callback.setup(None, None, "fit")
-        assert torch.get_num_threads() == 4  # alone: every core
-        (tmp_path / str(sleeper.pid)).touch()  # a second fit starts
-        callback.on_train_epoch_start(None, None)
-        assert torch.get_num_threads() == 2  # the share, from the next round on
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    callback.on_train_epoch_start(None, None)
-    assert torch.get_num_threads() == 4  # it ended: the cores come back
-    callback.teardown(None, None, "fit")
-    assert torch.get_num_threads() == before and not any(tmp_path.iterdir())
+def fit(data, cls=FedAvg, ambient=1, callbacks=(), **kwargs):
+    """A Trainer-script fit started with ``ambient`` threads in the process: (metrics per logger
+    call without the times, final parameters, the count after the fit)."""
+    params = dict(backbone="fl_mlp", num_classes=data.num_classes, input_shape=data.input_shape,
+                  num_rounds=ROUNDS, fraction=0.5, batch_size=10, lr=0.05, seed=3, eval_every=2)
+    if cls is CGSV:
+        params["fraction"] = 1.0
+    torch.set_num_threads(ambient)
+    logger = CallLogger()
+    trainer = pl.Trainer(accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks))
+    module = cls(**(params | kwargs))
+    trainer.fit(module, datamodule=data)
+    calls = [(step, {k: v for k, v in metrics.items() if k not in TIMES}) for step, metrics in logger.calls]
+    return calls, [p.detach().clone() for p in module.model.parameters()], torch.get_num_threads()
 
 
-def test_a_fixed_count_is_used_as_given(tmp_path):
-    before = torch.get_num_threads()
-    announce_fit(tmp_path)  # as the CLI does before it knows the setting
-    callback = CPUThreads("1", folder=tmp_path)
-    callback.setup(None, None, "fit")
-    assert torch.get_num_threads() == 1 and not any(tmp_path.iterdir())  # a fixed count takes no share
-    callback.teardown(None, None, "fit")
-    assert torch.get_num_threads() == before
+@pytest.fixture(autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
-def test_available_cores_follow_the_affinity():
-    if hasattr(os, "sched_getaffinity"):
-        assert available_cores() == len(os.sched_getaffinity(0))
-    assert available_cores() >= 1
+def same_bits(first, second):
+    calls, params = first[:2]
+    other_calls, other_params = second[:2]
+    return calls == other_calls and all(torch.equal(a, b) for a, b in zip(params, other_params))
 
 
-def test_a_fit_counts_among_the_running_fits_from_its_start_and_leaves_at_its_end(tmp_path, monkeypatch):
-    """A second fit that is still parsing (seconds of imports and parsing before its first round)
-    already counts for a fit that is running; it leaves when ``run`` returns, refused or not."""
-    from fl_lightning import lightning_cli
+@pytest.mark.parametrize("engine", ["vectorised", "sequential"])
+@pytest.mark.parametrize("cls", [FedAvg, FedFV, FedLF, CGSV], ids=lambda c: c.__name__)
+def test_the_process_thread_count_changes_no_bit(data, cls, engine):
+    runs = {ambient: fit(data, cls, ambient, engine=engine) for ambient in (1, 2, 4)}
+    assert same_bits(runs[1], runs[2]) and same_bits(runs[1], runs[4])
+    assert {run[2] for run in runs.values()} == {1, 2, 4}  # each fit put the process's count back
 
-    monkeypatch.setenv("FL_LIGHTNING_CACHE", str(tmp_path))
-    seen = []
 
-    def parsing(*args, **kwargs):
-        seen.append(sorted(path.name for path in (tmp_path / "running-fits").iterdir()))
-        raise SystemExit(2)  # refused while parsing
+def test_the_setting_is_the_count_every_round_even_when_other_code_changes_it(data):
+    seen = ThreadsSeen()
+    plain = fit(data, ambient=2)
+    changed = fit(data, ambient=2, callbacks=[seen, ChangesThreads(at_round=1, count=2)])
+    # FitThreads sets the run's count again at the next round: the same bits as a fit left alone
+    assert set(seen.counts) == {1} and same_bits(plain, changed)
 
-    monkeypatch.setattr(lightning_cli, "FederatedCLI", parsing)
-    with pytest.raises(SystemExit):
-        lightning_cli.run(["fit", "--model.lr", "-1"])
-    assert seen == [[str(os.getpid())]]
-    assert not any((tmp_path / "running-fits").iterdir())
+
+def test_another_setting_is_another_run_and_logged(data):
+    seen = ThreadsSeen()
+    one = fit(data)
+    two = fit(data, callbacks=[seen], threads=2)
+    assert set(seen.counts) == {2}
+    if same_bits(one, two):
+        pytest.skip("this machine's BLAS rounds alike at 1 and 2 threads: nothing here tells them apart")
+    assert one[0] != two[0]  # why threads is a setting of the run, not of the machine
+
+
+def test_fit_threads_refuses_a_count_that_is_not_a_positive_integer():
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+            FitThreads(bad)
+
+
+def test_the_cli_names_the_new_setting_when_given_the_old_flag(capsys):
+    from fl_lightning.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--threads", "2"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model.threads N (default 1)" in err[0]

@@ -60,6 +60,7 @@ from fl_lightning.core.payload import (
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
+from fl_lightning.core.threads import FitThreads
 from fl_lightning.models import create_fl_model
 from fl_lightning.run_schema import (
     DEFAULT_BACKBONE,
@@ -117,6 +118,10 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         history_device: ``"model"`` (with the model) or ``"cpu"`` (pinned host memory).
         attack: one malicious client that takes part in every round (``core.simulation``).
         attack_client, attack_strength: its id, and the bias added or the factor applied.
+        threads: the fit's intra-op CPU threads (``core.threads``). Part of the run's numbers
+            (MKL's products round differently at another count), so a setting of the run: fixed
+            from its start, logged, kept by a resume; 1 by default, so fits side by side do not
+            fight over the cores.
 
     Declared requirements (class attributes an algorithm sets instead of overriding the engine):
         needs_every_client: the algorithm treats each client as a domain and needs all of them
@@ -153,6 +158,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         attack: settings.OptionalAttack = None,
         attack_client: settings.ClientId = 0,
         attack_strength: settings.FiniteNumber = 10.0,
+        threads: settings.Count = 1,
     ) -> None:
         super().__init__()
         self.run_seed = run_seed(seed, "model.seed")
@@ -165,6 +171,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
         self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
         self.history_settings = settings.HistorySettings(history_dtype, history_device)
+        self.fit_threads = FitThreads(threads)  # checks the count now, before anything is built
         attacker = simulation.MaliciousClient(attack, attack_client, attack_strength)
         self.attacker = None if attack is None else attacker
         torch.manual_seed(self.run_seed)
@@ -333,8 +340,10 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         return torch.optim.SGD(self.model.parameters(), lr=1.0)
 
     def configure_callbacks(self) -> list[Callback]:
-        """The diagnostics every run logs (``core.diagnostics``)."""
-        return [ConflictCounts(), QPFallbackTotal()] + ([ImprovementShare()] if self.hparams.track_improvement else [])
+        """The fit's CPU threads (``core.threads``: part of its numbers) and the diagnostics every
+        run logs (``core.diagnostics``), in a Trainer script as through the CLI."""
+        return ([self.fit_threads, ConflictCounts(), QPFallbackTotal()]
+                + ([ImprovementShare()] if self.hparams.track_improvement else []))
 
     def setup(self, stage: str) -> None:
         self.materialise_client_states(self.num_clients_total)

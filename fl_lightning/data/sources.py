@@ -472,11 +472,20 @@ def parsed_once(path: str, parse: Callable[[str], Table], parser: str) -> Table:
 # --------------------------------------------------------------------------- offline built-ins
 
 
+def _mean_and_std(values: np.ndarray) -> tuple[float, float]:
+    """The mean and sample standard deviation (ddof 1) of every entry, in float64 by NumPy's
+    single-threaded pairwise summation: the same bits at any thread count (``torch.mean`` of a
+    few million float32 entries splits its sum by thread)."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    return float(flat.mean()), float(flat.std(ddof=1))
+
+
 def _standardised_images(pixels: np.ndarray, side: int) -> torch.Tensor:
     """(N, side*side) pixels in [0, 1] -> (N, 1, side, side), standardised with the
     data's own mean and std (these sets have no separate training statistics)."""
+    mean, std = _mean_and_std(pixels)  # float64: the same at any thread count
     x = torch.as_tensor(pixels, dtype=torch.float32).view(-1, 1, side, side)
-    return (x - x.mean()) / x.std()
+    return (x - mean) / std
 
 
 _MNIST5K_INFO = SourceInfo(

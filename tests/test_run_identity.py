@@ -48,7 +48,11 @@ def tiny(cls=FedAvg, **kwargs):
 
 
 def test_algorithm_config_shows_the_algorithms_own_settings_that_differ_from_its_defaults():
-    assert identity.algorithm_config(tiny(FedAvg, lr=0.3)) == "FedAvg"  # lr is shared, not FedAvg's own
+    # shared settings that change how a run computes are part of its configuration (issue 33)
+    assert identity.algorithm_config(tiny(FedAvg, lr=0.3)) == "FedAvg(lr=0.3)"
+    assert identity.algorithm_config(tiny(FedAvg, lr=0.3, threads=2)) == "FedAvg(lr=0.3,threads=2)"
+    # ... not those that only say when or how fast it measures
+    assert identity.algorithm_config(tiny(FedAvg, eval_every=3, clients_per_chunk=4, track_improvement=True)) == "FedAvg"
     assert identity.algorithm_config(tiny(FedFV, tau=1)) == "FedFV(tau=1)"
     assert identity.algorithm_config(tiny(FedFV, alpha=0.2, tau=1)) == "FedFV(alpha=0.2,tau=1)"
     runner = {"algorithm_config": "FedFV(alpha=0.1,tau=10)"}  # the benchmark runner's tag wins
@@ -371,3 +375,27 @@ def test_a_finished_run_reports_no_error_though_it_keeps_the_runners_error_tag()
     record = lambda status: RunRecord("r", "suite", status, None, None, dict(tags), {}, {})  # noqa: E731
     assert record("FINISHED").error == ""
     assert record("FAILED").error == record("RUNNING").error == "exit code 1; log x.log"
+
+
+@pytest.mark.integration
+def test_a_sweep_of_plain_fits_is_never_merged_into_one_configuration(tmp_path, monkeypatch):
+    """FedAvg at lr 0.01 and 0.2 and FedProx at mu 0.01 and 5.0, all seed 0, through the CLI: four
+    configurations on the leaderboard, none superseded by another (issue 33)."""
+    from leaderboard.runs import load_runs
+    from leaderboard.tables import build_tables
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    common = [f"--trainer.logger.init_args.tracking_uri={uri}", "--trainer.enable_checkpointing=false",
+              "--model.num_rounds=2", "--model.eval_every=2", "--data.num_clients=10", "--model.fraction=0.5",
+              "--seed_everything=0"]
+    for extra in (["--model.lr=0.01"], ["--model.lr=0.2"], ["--model=FedProx", "--model.mu=0.01"],
+                  ["--model=FedProx", "--model.mu=5.0"]):
+        main(["fit", *common, *extra])
+    runs = load_runs(uri, progress=lambda *a, **k: None).runs
+    labels = sorted(run.tags["algorithm_config"] for run in runs)
+    assert labels == ["FedAvg(lr=0.01)", "FedAvg(lr=0.2)", "FedProx(lr=0.05,mu=0.01)", "FedProx(lr=0.05,mu=5)"]
+    names = {run.tags["mlflow.runName"].split(" | ")[0] for run in runs}
+    assert len(names) == 4  # the MLflow UI tells them apart too
+    (table,) = build_tables(runs)
+    assert sorted(row.config for row in table.rows) == labels and not any(row.superseded for row in table.rows)

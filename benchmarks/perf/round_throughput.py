@@ -98,7 +98,7 @@ def run_cell(spec: dict) -> dict:
         backbone=spec["model"], num_classes=data.num_classes, input_shape=data.input_shape,
         num_rounds=spec["warmup"] + spec["rounds"], fraction=1.0, local_epochs=spec["local_epochs"],
         batch_size=spec["batch_size"], lr=spec["lr"], engine=spec["engine"], eval_every=10**9,
-        seed=spec["seed"], **spec["options"],
+        seed=spec["seed"], threads=spec["threads"] or torch.get_num_threads(), **spec["options"],
     )
     timer = RoundTimer(spec["warmup"], spec["max_timed_seconds"])
     trainer = pl.Trainer(

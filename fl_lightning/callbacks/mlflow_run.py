@@ -45,7 +45,13 @@ from fl_lightning import private_api
 from fl_lightning import run_schema as schema
 from fl_lightning.cache import cache_dir
 from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
-from fl_lightning.callbacks.run_identity import dataset_input, partition_params, task_tags
+from fl_lightning.callbacks.run_identity import (
+    algorithm_config,
+    dataset_input,
+    effective_fraction,
+    partition_params,
+    task_tags,
+)
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
@@ -212,7 +218,8 @@ def run_tags(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, st
     model_hp = pl_module.hparams
     data = getattr(trainer, "datamodule", None)  # set by fit; not in Trainer's type
     data_hp = data.hparams if data is not None else {}
-    fraction = float(model_hp.get(schema.FRACTION, schema.FULL_PARTICIPATION))  # a module that samples no clients
+    fraction = effective_fraction(pl_module)  # the participation that ran (rounded to whole clients)
+    fraction = float(schema.FULL_PARTICIPATION if fraction is None else fraction)  # a module that samples no clients
     return {
         Tag.ALGORITHM: type(pl_module).__name__,
         Tag.DATASET: str(data_hp.get(schema.SOURCE, "")),
@@ -420,7 +427,10 @@ class MLflowRunInfo(Callback):
         dataset = dataset_input(data) if data is not None else None
         for logger in loggers:
             client, run_id = logger.experiment, logger.run_id
-            client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
+            # the configuration's label (every setting that changes how it computes), unless the
+            # benchmark runner gave the suite's own through the logger's tags
+            label = {} if Tag.ALGORITHM_CONFIG in (logger.tags or {}) else {Tag.ALGORITHM_CONFIG: algorithm_config(pl_module)}
+            client.log_batch(run_id, tags=[RunTag(key, value) for key, value in (tags | label).items()])
             if dataset is not None:
                 client.log_inputs(run_id, datasets=[dataset])
             if isinstance(data, FederatedDataModule):

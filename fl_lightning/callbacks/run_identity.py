@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
 from fl_lightning import run_schema as schema
+from fl_lightning.core.simulation import clients_per_round
 from fl_lightning.data.sources import reads_files
 from fl_lightning.run_schema import Tag, canonical, task_json, task_key
 from fl_lightning.seeding import SEED_ENV, run_seed
@@ -118,19 +119,48 @@ def algorithm_defaults(module_class: type) -> dict[str, Any]:
     return defaults
 
 
+# Settings every algorithm shares that change how a run computes without changing its task (the
+# task holds the rounds, participation, batch size, local epochs, model and attack): two runs that
+# differ in one of them are two configurations, never one (issue 33: FedAvg at lr 0.01 and 0.2).
+# Left out: the seed (its own tag), when metrics are computed (eval_every), measurement switches
+# (track_*) and memory knobs that give the same bits (engine_memory_budget_gb, clients_per_chunk,
+# history_device).
+CONFIGURATION_SETTINGS = ("backbone_kwargs", "lr", "momentum", "weight_decay", "lr_decay", "engine",
+                          "layer_grouping", "local_autocast", "history_dtype", "threads")
+
+
+def shared_defaults(module_class: type) -> dict[str, Any]:
+    """The defaults of ``CONFIGURATION_SETTINGS`` for ``module_class``: the nearest class's that
+    declares one, else ``FederatedModule``'s. A class that turns a shared default into None derives
+    the value from its own settings (FedFa's momentum = its gamma), which its label already shows:
+    such a setting is left out."""
+    from fl_lightning.core.module import FederatedModule
+
+    base = inspect.signature(FederatedModule.__init__).parameters
+    defaults: dict[str, Any] = {}
+    for cls in module_class.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            if name in CONFIGURATION_SETTINGS and name not in defaults and param.default is not inspect.Parameter.empty:
+                defaults[name] = param.default
+    return {name: default for name, default in defaults.items() if default is not None or base[name].default is None}
+
+
 def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, Any] | None = None) -> str:
-    """``FedFV(alpha=0.2,tau=1)``: the class and its own hyper-parameters that differ from the
-    class defaults (``track_*`` switches only add measurements); the benchmark runner's
-    ``algorithm_config`` tag when it set one."""
+    """``FedFV(alpha=0.2,lr=0.05,tau=1)``: the class with every setting that differs from its
+    default and changes how the run computes: its own hyper-parameters (``track_*`` switches only
+    add measurements) and the shared ``CONFIGURATION_SETTINGS`` (lr, momentum, ...); the
+    benchmark runner's ``algorithm_config`` tag when it set one (a suite's label, whose shared
+    settings are the suite's own)."""
     given = (logger_tags or {}).get(Tag.ALGORITHM_CONFIG)
     if given:
         return str(given)
     hparams = pl_module.hparams
-    changed = {
-        name: hparams[name]
-        for name, default in algorithm_defaults(type(pl_module)).items()
-        if not name.startswith("track_") and name in hparams and hparams[name] != default
-    }
+    defaults = {name: default for name, default in algorithm_defaults(type(pl_module)).items()
+                if not name.startswith("track_")} | shared_defaults(type(pl_module))
+    changed = {name: hparams[name] for name, default in sorted(defaults.items())
+               if name in hparams and hparams[name] != default and not (default is None and not hparams[name])}
     return call_text(type(pl_module).__name__, changed)
 
 
@@ -239,6 +269,21 @@ def applied_test_fraction(data_hparams: Mapping[str, Any]) -> dict[str, Any]:
     return {schema.GLOBAL_TEST_FRACTION: data_hparams.get(schema.GLOBAL_TEST_FRACTION)}
 
 
+def effective_fraction(pl_module: pl.LightningModule) -> Any:
+    """The participation that runs: m / K, with m = max(1, round(fraction * K)) clients a round
+    (``core.simulation.clients_per_round``); the fraction asked where the two agree, or where K is
+    not known yet. ``fraction: 0.1`` of 3 clients runs 1 client a round, i.e. 1/3: that is logged."""
+    fraction = pl_module.hparams.get(schema.FRACTION)
+    try:
+        num_clients = int(pl_module.num_clients_total)
+    except Exception:  # no data attached (a module outside a fit)
+        return fraction
+    if fraction is None or num_clients < 1:
+        return fraction
+    ran = clients_per_round(num_clients, float(fraction)) / num_clients
+    return fraction if abs(ran - float(fraction)) < 1e-9 else round(ran, 6)
+
+
 def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
     """The settings that define the problem a run solves (not how: no algorithm, no seed)."""
     model, data = pl_module.hparams, datamodule.hparams
@@ -248,7 +293,7 @@ def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:
         schema.PARTITION: data.get(schema.PARTITION),
         schema.PARTITION_PARAMS: partition_params(datamodule),
         schema.NUM_CLIENTS: data.get(schema.NUM_CLIENTS),
-        schema.FRACTION: model.get(schema.FRACTION),
+        schema.FRACTION: effective_fraction(pl_module),  # what ran, not what was asked
         schema.MODEL: model.get(schema.BACKBONE),
         schema.NUM_ROUNDS: model.get(schema.NUM_ROUNDS),
         schema.LOCAL_EPOCHS: model.get(schema.LOCAL_EPOCHS),

@@ -87,6 +87,23 @@ def _adding_round_context(hook: Callable[..., Any]) -> Callable[..., Any]:
     return with_context
 
 
+# Lightning's max_epochs when a Trainer is given neither max_epochs nor max_steps
+LIGHTNING_DEFAULT_MAX_EPOCHS = 1000
+
+
+def check_trainer_length(trainer: Any, num_rounds: int) -> None:
+    """A fit runs ``num_rounds`` rounds, one epoch (and one step) each: a Trainer's own
+    ``max_epochs``/``max_steps`` that says otherwise is refused, not overridden in silence (an
+    unlimited -1 and Lightning's default 1000, when neither is given, are left to ``num_rounds``)."""
+    max_epochs, max_steps = trainer.fit_loop.max_epochs, trainer.max_steps
+    if max_epochs not in (None, -1, LIGHTNING_DEFAULT_MAX_EPOCHS, num_rounds):
+        raise ValueError(f"Trainer(max_epochs={max_epochs}) but the module runs num_rounds={num_rounds} rounds (one "
+                         "epoch each): set num_rounds on the module and leave max_epochs out")
+    if max_steps not in (None, -1, num_rounds):
+        raise ValueError(f"Trainer(max_steps={max_steps}) but the module runs num_rounds={num_rounds} rounds (one "
+                         "step each): set num_rounds on the module and leave max_steps out")
+
+
 class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
     """Base class of every federated algorithm; subclasses implement ``aggregate``.
 
@@ -349,8 +366,14 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.materialise_client_states(self.num_clients_total)
 
     def on_fit_start(self) -> None:
+        check_trainer_length(self.trainer, int(self.hparams.num_rounds))
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
         self.check_data()
+        asked = float(self.hparams.fraction)
+        ran = simulation.clients_per_round(self.num_clients_total, asked)
+        if abs(ran / self.num_clients_total - asked) > 1e-9:
+            self.print(f"fraction {asked:g} of {self.num_clients_total} clients is {ran} client{'s' * (ran != 1)} a round: "
+                       f"participation {ran / self.num_clients_total:.3g} runs and is what the run logs")
         if self.world_size > 1:
             # every rank logs the same all-gathered values: nothing to reduce across ranks
             warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(", category=UserWarning)

@@ -219,6 +219,10 @@ def main(args: list[str] | None = None) -> None:
     if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
         print_fit_help(args)
         raise SystemExit(0)  # as argparse's help does
+    if command_args[0] == "replay":  # a stored run fitted again from its logged settings, and checked
+        from fl_lightning.replay import main as replay
+
+        raise SystemExit(replay(command_args[1:]))
     if command_args[0] == "fit" and any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
         print("error: --threads is now the run's own setting --model.threads N (default 1): the thread count "
               "changes a run's numbers, so it is fixed, logged and kept on resume", file=sys.stderr)

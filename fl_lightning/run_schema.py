@@ -107,6 +107,9 @@ class Tag:
     SUITE_DESCRIPTION = "suite_description"
     CONTROL = "control"
     ERROR = "error"  # why a cell failed (``benchmarks.runner.record_failure``)
+    # ``fl-lightning replay``: "identical" or "diverged: round R: metric stored x, replayed y"; its date
+    REPLAY_RESULT = "replay_result"
+    REPLAY_DATE = "replay_date"
     # MLflow's own; and a tag only runs older than the ``client_test`` tag carry
     RUN_NAME = "mlflow.runName"
     TEST_MODE = TEST_MODE

@@ -248,6 +248,7 @@ def run_row(run: RunRecord, place: tuple[str, bool, str] | None) -> dict[str, ob
         "git_sha": run.git_sha,
         "code_version": run.code_version,
         "machine": run.tags.get(Tag.MACHINE, ""),
+        "replay_result": run.tags.get(Tag.REPLAY_RESULT, ""),
         "params": canonical_json(run.params),
         "rounds_completed": run.rounds_completed(),
         "rounds_planned": run.tags.get(Tag.EXTENDED_TO_ROUNDS) or run.params.get(schema.NUM_ROUNDS),
@@ -470,7 +471,7 @@ EXPORT_TAGS = {
     "benchmark": Tag.BENCHMARK, "cell": Tag.CELL, "control": Tag.CONTROL, "client_test": Tag.CLIENT_TEST,
     "client_test_size": Tag.CLIENT_TEST_SIZE, "task_key": Tag.TASK_KEY, "algorithm": Tag.ALGORITHM,
     "algorithm_config": Tag.ALGORITHM_CONFIG, "seed": Tag.SEED, "data_seed": Tag.DATA_SEED,
-    "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE,
+    "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE, "replay_result": Tag.REPLAY_RESULT,
 }
 # per-run numbers that are not the last value of a history: kept as the run's final metrics
 EXPORT_FINAL_METRICS = ("global_test_acc", "test_acc_std", "test_acc_worst10", "test_acc_worst5", "test_acc_var",

@@ -50,6 +50,7 @@ from leaderboard.views import (
     matrix_view,
     paper_numbers_view,
     problem_runs_view,
+    replay_text,
     runs_view,
     short_name,
     versions_text,
@@ -124,7 +125,8 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
     for env in (html, markdown):
         env.globals.update(BEST_MARK=BEST_MARK, TIE_MARK=TIE_MARK, DERIVED_NOTE=DERIVED_NOTE,
                            NO_FAIRNESS_NOTE=NO_FAIRNESS_NOTE, SIGNIFICANCE=SIGNIFICANCE, SOURCE_TEXT=SOURCE_TEXT,
-                           task_lines=task_lines, versions_text=versions_text, short_name=short_name)
+                           task_lines=task_lines, versions_text=versions_text, short_name=short_name,
+                           replay_text=replay_text)
     markdown.filters["md_table"] = markdown_table
     return html, markdown
 

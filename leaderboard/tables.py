@@ -373,6 +373,12 @@ class BenchmarkTable:
         return {version: sorted(shas) for version, shas in found.items()}
 
     @property
+    def replays(self) -> tuple[int, int]:
+        """(runs in the means replayed by ``fl-lightning replay``, of which identical)."""
+        results = [r.tags.get(Tag.REPLAY_RESULT, "") for r in self.used_runs]
+        return sum(1 for x in results if x), sum(1 for x in results if x == "identical")
+
+    @property
     def mixed_versions(self) -> bool:
         shas = dict(self.versions)
         return len(shas) > 1 or "unknown" in shas

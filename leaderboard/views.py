@@ -386,6 +386,15 @@ def versions_text(table: BenchmarkTable) -> str:
     return "; ".join(parts) or MISSING
 
 
+def replay_text(table: BenchmarkTable) -> str:
+    """"2 of 50: 2 identical", "3 of 50: ⚠ 1 diverged", or "none"."""
+    replayed, identical = table.replays
+    if not replayed:
+        return "none"
+    diverged = replayed - identical
+    return f"{replayed} of {len(table.used_runs)}: " + (f"⚠ {diverged} diverged" if diverged else f"{identical} identical")
+
+
 def index_view(tables: list[BenchmarkTable]) -> TableView:
     """Every table of the store: its task, client test, seeds, runs, superseded runs, code versions."""
     headers = [Header("Benchmark", "suite's benchmark name; a second line says what differs when its runs had "
@@ -400,7 +409,9 @@ def index_view(tables: list[BenchmarkTable]) -> TableView:
                Header("Status", "runs per MLflow status", key="status"),
                Header("Superseded", "older FINISHED runs replaced by a newer run of the same (configuration, seed)",
                       kind="num", first="desc", key="superseded"),
-               Header("Code versions", "fl_lightning/ source tree (and commits) of the runs in the means", key="versions")]
+               Header("Code versions", "fl_lightning/ source tree (and commits) of the runs in the means", key="versions"),
+               Header("Replayed", "runs in the means fitted again from their logged settings by `fl-lightning replay`, "
+                      "and how many gave every number of every round again", key="replayed")]
     view = TableView("benchmarks", headers)
     for table in tables:
         scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales)
@@ -415,6 +426,7 @@ def index_view(tables: list[BenchmarkTable]) -> TableView:
             Cell(str(len(table.runs)), str(len(table.runs))), Cell(status, status),
             Cell(str(table.superseded_count), str(table.superseded_count)),
             Cell(("⚠ mixed: " if table.mixed_versions else "") + versions, versions, code=not table.mixed_versions),
+            Cell(replay_text(table), str(table.replays[0])),
         ])
         view.row_classes.append("" if table.main else "other-task")
     return view

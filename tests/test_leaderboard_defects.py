@@ -495,3 +495,22 @@ def test_css_keeps_a_narrow_page_inside_the_viewport_and_the_first_column_in_vie
             assert first.bounding_box()["x"] == pytest.approx(before, abs=1)  # the configuration stays in view
         finally:
             browser.close()
+
+
+# --- issue 33: how many runs of a benchmark were replayed, and whether they were identical -----------
+
+def test_the_index_says_how_many_runs_were_replayed_and_whether_identical():
+    from leaderboard.views import index_view, replay_text
+
+    def runs(results):
+        return [record("FedAvg", seed, {"test_acc_mean": 0.8 + 0.01 * seed},
+                       tags={"replay_result": result} if result else {}) for seed, result in enumerate(results)]
+
+    (table,) = build_tables(runs(["identical", "identical", ""]))
+    assert table.replays == (2, 2) and replay_text(table) == "2 of 3: 2 identical"
+    (table,) = build_tables(runs(["identical", "diverged: round 3: train_loss stored 1.0, replayed 1.1", ""]))
+    assert replay_text(table) == "2 of 3: ⚠ 1 diverged"
+    (row,) = index_view([table]).rows
+    assert row[-1].text == "2 of 3: ⚠ 1 diverged"
+    (table,) = build_tables(runs(["", ""]))
+    assert replay_text(table) == "none"

@@ -1,0 +1,244 @@
+"""``fl-lightning replay``: run a stored run again from its logged settings and check every number.
+
+A run's numbers depend only on its logged settings (its ``config.yaml`` artifact, which the CLI
+and the benchmark runner log). ``replay`` fits that config again into a scratch MLflow store and
+compares every metric of every round with the stored run, except wall-clock times (any metric
+with ``time`` in its name). It prints ``identical: N rounds, M metrics`` or the first divergence
+(round, metric, both values), and records the verdict on the stored run (tags ``replay_result``,
+``replay_date``; ``--no-record`` leaves the run untouched). ``--sample K`` replays K finished runs
+of an experiment (a suite), chosen with a fixed seed. The leaderboard shows, per benchmark, how
+many runs were replayed and how many were identical.
+
+    fl-lightning replay 3f2a...                      # a run id (or a run name) in ./mlruns.db
+    fl-lightning replay --experiment fedfv-offline --sample 5 --tracking-uri sqlite:///runs.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
+
+REPLAY_EXPERIMENT = "replay"
+RESULT_TAG, DATE_TAG = Tag.REPLAY_RESULT, Tag.REPLAY_DATE
+IDENTICAL = "identical"
+CONFIG_ARTIFACT = "config.yaml"
+
+
+class ReplayError(Exception):
+    """A run that cannot be replayed; the message says why and what to do."""
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    name: str
+    identical: bool
+    rounds: int
+    metrics: int
+    divergence: str = ""  # "round 3: train_loss stored 1.02 replayed 1.03"
+
+    @property
+    def verdict(self) -> str:
+        return IDENTICAL if self.identical else f"diverged: {self.divergence}"
+
+    def line(self) -> str:
+        if self.identical:
+            return f"{self.name}: identical: {self.rounds} rounds, {self.metrics} metrics"
+        return f"{self.name}: diverged at {self.divergence}"
+
+
+def compared(name: str) -> bool:
+    """Every metric but wall-clock times (client_time_s, server_time_s, shapley time ratios, ...)."""
+    return "time" not in name and name != "epoch"
+
+
+def histories(client: Any, run_id: str, names: Sequence[str]) -> dict[str, dict[int, float]]:
+    """{metric: {step: value}}; where a step was logged twice the later value counts."""
+    out: dict[str, dict[int, float]] = {}
+    for name in names:
+        entries = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
+        out[name] = {int(m.step): float(m.value) for m in entries}
+    return out
+
+
+def _equal(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def first_divergence(stored: Mapping[str, Mapping[int, float]],
+                     replayed: Mapping[str, Mapping[int, float]]) -> tuple[int, str, float | None, float | None] | None:
+    """(round, metric, stored value, replayed value) of the earliest difference, or None."""
+    found = []
+    for name in sorted(set(stored) | set(replayed)):
+        mine, theirs = stored.get(name, {}), replayed.get(name, {})
+        for step in sorted(set(mine) | set(theirs)):
+            if not _equal(mine.get(step), theirs.get(step)):
+                found.append((step, name, mine.get(step), theirs.get(step)))
+                break
+    return min(found, key=lambda f: (f[0], f[1])) if found else None
+
+
+def _text(value: float | None) -> str:
+    return "(not logged)" if value is None else repr(value)
+
+
+def replay_config(text: str, tracking_uri: str, folder: Path) -> Path:
+    """The stored config with its logger pointed at the scratch store (a new run, no checkpoint)."""
+    import yaml
+
+    config = yaml.safe_load(text)
+    if not isinstance(config, dict) or "model" not in config:
+        raise ReplayError("its config.yaml holds no model: it was not logged by fl-lightning fit")
+    trainer = config.setdefault("trainer", {})
+    trainer["logger"] = {"class_path": "lightning.pytorch.loggers.MLFlowLogger",
+                         "init_args": {"experiment_name": REPLAY_EXPERIMENT, "tracking_uri": tracking_uri}}
+    for length in ("max_epochs", "min_epochs", "max_steps", "min_steps"):  # the model's num_rounds decides
+        trainer.pop(length, None)
+    trainer["enable_checkpointing"] = False
+    trainer["enable_progress_bar"] = False
+    trainer["default_root_dir"] = str(folder / "checkpoints")
+    trainer["callbacks"] = None
+    config.pop("ckpt_path", None)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def find_run(client: Any, key: str, experiments: Sequence[str] | None) -> Any:
+    """A run by id, else by its name (``mlflow.runName``) in the given or every experiment."""
+    try:
+        return client.get_run(key)
+    except Exception:  # not an id: look for a name
+        pass
+    ids = [e.experiment_id for e in client.search_experiments()
+           if experiments is None or e.name in experiments]
+    escaped = key.replace("'", "\\'")
+    runs = client.search_runs(ids, filter_string=f"tags.`mlflow.runName` = '{escaped}'") if ids else []
+    if not runs:
+        raise ReplayError(f"no run with id or name {key!r} in the store; `mlflow ui` lists them")
+    if len(runs) > 1:
+        raise ReplayError(f"{len(runs)} runs are named {key!r}; give the run id instead")
+    return runs[0]
+
+
+def sample_runs(client: Any, experiment: str, count: int, seed: int = 0) -> list[Any]:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        names = ", ".join(sorted(e.name for e in client.search_experiments()))
+        raise ReplayError(f"no experiment {experiment!r} in the store; it has: {names}")
+    runs = [r for r in client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                                          max_results=50_000)]
+    runs.sort(key=lambda r: r.info.run_id)
+    return random.Random(seed).sample(runs, min(count, len(runs)))
+
+
+def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print) -> Outcome:
+    """Fit ``run``'s config again in a scratch store and compare; records the verdict unless told not to."""
+    from mlflow.tracking import MlflowClient
+
+    from fl_lightning.lightning_cli import run as fit
+
+    run_id, name = run.info.run_id, run.data.tags.get("mlflow.runName", run.info.run_id)
+    if run.info.status != "FINISHED":
+        raise ReplayError(f"run {name} is {run.info.status}: only a finished run has every number to check")
+    names = [key for key in run.data.metrics if compared(key)]
+    with tempfile.TemporaryDirectory(prefix="fl-replay-") as scratch:
+        folder = Path(scratch)
+        try:
+            text = Path(client.download_artifacts(run_id, CONFIG_ARTIFACT, scratch)).read_text()
+        except Exception:
+            raise ReplayError(f"run {name} has no {CONFIG_ARTIFACT} artifact (a Trainer script's run): only runs of "
+                              "`fl-lightning fit` and the benchmark runner log the settings to replay") from None
+        uri = f"sqlite:///{folder / 'replay.db'}"
+        config = replay_config(text, uri, folder)
+        progress(f"replaying {name} ...")
+        here, argv = os.getcwd(), sys.argv
+        os.chdir(folder)
+        sys.argv = argv[:1]  # the fit's arguments are its config's, not this command's
+        log = folder / "fit.log"
+        try:
+            with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                fit(["fit", "--config", str(config)])
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                tail = " | ".join(log.read_text().strip().splitlines()[-3:])
+                raise ReplayError(f"run {name}: the replay's fit failed (exit {exit_.code}): {tail}") from None
+        finally:
+            os.chdir(here)
+            sys.argv = argv
+        scratch_client = MlflowClient(uri)
+        (again,) = scratch_client.search_runs([scratch_client.get_experiment_by_name(REPLAY_EXPERIMENT).experiment_id])
+        stored = histories(client, run_id, names)
+        replayed = histories(scratch_client, again.info.run_id, [k for k in again.data.metrics if compared(k)])
+    divergence = first_divergence(stored, replayed)
+    rounds = max((max(steps) for steps in stored.values() if steps), default=0)
+    if divergence is None:
+        outcome = Outcome(run_id, name, True, rounds, len(stored))
+    else:
+        step, metric, mine, theirs = divergence
+        outcome = Outcome(run_id, name, False, rounds, len(stored),
+                          f"round {step}: {metric} stored {_text(mine)}, replayed {_text(theirs)}")
+    if record:
+        client.set_tag(run_id, RESULT_TAG, outcome.verdict)
+        client.set_tag(run_id, DATE_TAG, datetime.date.today().isoformat())
+    return outcome
+
+
+def check_existing_store(uri: str) -> None:
+    """A SQLite store must exist already: replay reads runs, it never creates a store."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        if not path.is_file():
+            raise ReplayError(f"no MLflow store at {path}: give the store that holds the run with --tracking-uri")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fl-lightning replay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="*", help="run ids or run names")
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
+                        help="the store holding the runs (default: $MLFLOW_TRACKING_URI, else %(default)s)")
+    parser.add_argument("--experiment", help="with --sample: the experiment (a suite's name) to sample")
+    parser.add_argument("--sample", type=int, help="replay this many finished runs of --experiment (seed 0)")
+    parser.add_argument("--no-record", action="store_true", help="leave the stored runs untouched (no replay tags)")
+    args = parser.parse_args(argv)
+    if bool(args.sample) != bool(args.experiment) or (not args.runs and not args.sample):
+        parser.error("give run ids or names, or --experiment NAME --sample K")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.tracking import MlflowClient
+
+    from fl_lightning.preflight import PreflightError, check_tracking_store
+
+    try:
+        check_existing_store(args.tracking_uri)
+        check_tracking_store(args.tracking_uri)
+        client = MlflowClient(args.tracking_uri)
+        runs = ([find_run(client, key, None) for key in args.runs] if args.runs
+                else sample_runs(client, args.experiment, args.sample))
+        outcomes = [replay_run(client, run, record=not args.no_record) for run in runs]
+    except (ReplayError, PreflightError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for outcome in outcomes:
+        print(outcome.line())
+    same = sum(o.identical for o in outcomes)
+    if len(outcomes) > 1:
+        print(f"{same} of {len(outcomes)} runs identical")
+    return 0 if same == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

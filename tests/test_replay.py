@@ -1,0 +1,96 @@
+"""Issue 33: ``fl-lightning replay`` fits a stored run again from its logged settings and checks
+every number of every round."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fl_lightning.cli import main as cli
+from fl_lightning.replay import RESULT_TAG, first_divergence
+from fl_lightning.replay import main as replay
+
+pytestmark = pytest.mark.integration
+
+COMMON = ["--trainer.enable_checkpointing=false", "--model.num_rounds=3", "--model.eval_every=2",
+          "--data.num_clients=10", "--model.fraction=0.5", "--seed_everything=5"]
+
+PLUGIN = '''
+from fl_lightning.algorithms import FedAvg
+
+
+class HalfStep(FedAvg):
+    """A user's algorithm outside the package: FedAvg at half the server step."""
+
+    def __init__(self, *args, shrink: float = 0.5, **kwargs):
+        super().__init__(*args, **kwargs)
+
+    def aggregate(self, payload):
+        step = super().aggregate(payload)
+        return step * self.hparams.shrink
+'''
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def fitted(store, *extra) -> str:
+    cli(["fit", f"--trainer.logger.init_args.tracking_uri={store}", *COMMON, *extra])
+    runs = mlflow.search_runs(experiment_names=["fl-lightning"], order_by=["attributes.start_time DESC"])
+    return str(runs.iloc[0]["run_id"])
+
+
+def test_an_untouched_run_replays_identical_and_the_verdict_is_recorded(store, capsys):
+    run_id = fitted(store)
+    assert replay([run_id, "--tracking-uri", store]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].endswith("identical: 3 rounds, " + out[-1].split(", ")[-1]) and "metrics" in out[-1]
+    assert MlflowClient(store).get_run(run_id).data.tags[RESULT_TAG] == "identical"
+
+
+def test_an_altered_metric_is_named_with_its_round(store, capsys):
+    run_id = fitted(store)
+    client = MlflowClient(store)
+    logged = [m.value for m in client.get_metric_history(run_id, "train_loss") if m.step == 2]
+    client.log_metric(run_id, "train_loss", logged[0] + 1e-6, step=2)  # a number edited after the fit
+    assert replay([run_id, "--tracking-uri", store, "--no-record"]) == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"diverged at round 2: train_loss stored {logged[0] + 1e-6!r}, replayed {logged[0]!r}" in line
+    assert RESULT_TAG not in client.get_run(run_id).data.tags  # --no-record: the run is untouched
+
+
+def test_a_plugin_algorithm_replays(store, tmp_path, monkeypatch, capsys):
+    (tmp_path / "user_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_id = fitted(store, "--model=user_plugin.HalfStep", "--model.shrink=0.25")
+    assert replay([run_id, "--tracking-uri", store]) == 0
+    assert "identical: 3 rounds" in capsys.readouterr().out
+
+
+def test_a_sample_of_an_experiment_and_clear_refusals(store, capsys):
+    first, second = fitted(store), fitted(store, "--model.lr=0.2")
+    assert replay(["--experiment", "fl-lightning", "--sample", "2", "--tracking-uri", store]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 runs identical" in out
+    client = MlflowClient(store)
+    assert {client.get_run(r).data.tags[RESULT_TAG] for r in (first, second)} == {"identical"}
+    assert replay(["no-such-run", "--tracking-uri", store]) == 2
+    assert replay(["x", "--tracking-uri", "sqlite:///elsewhere.db"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: no run with id or name 'no-such-run' in the store; `mlflow ui` lists them",
+                   "error: no MLflow store at elsewhere.db: give the store that holds the run with --tracking-uri"]
+
+
+def test_first_divergence_is_the_earliest_round_then_the_metric_name():
+    stored = {"a": {1: 1.0, 2: 2.0, 3: 3.0}, "b": {1: 1.0, 2: 5.0}}
+    replayed = {"a": {1: 1.0, 2: 2.0, 3: 3.5}, "b": {1: 1.0, 2: 6.0}}
+    assert first_divergence(stored, replayed) == (2, "b", 5.0, 6.0)
+    assert first_divergence(stored, stored) is None
+    assert first_divergence({"a": {1: float("nan")}}, {"a": {1: float("nan")}}) is None
+    assert first_divergence({"a": {1: 1.0}}, {"a": {1: 1.0, 2: 1.0}}) == (2, "a", None, 1.0)

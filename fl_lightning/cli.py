@@ -67,9 +67,11 @@ Fair federated learning on PyTorch Lightning: trains an algorithm on simulated c
 evaluates every client every --model.eval_every rounds and after the last, and logs to
 MLflow ({DEFAULT_TRACKING_URI} unless --trainer.logger.init_args.tracking_uri says otherwise).
 
-command:
+commands:
   fit                 run a federated training (LightningCLI: every setting can come from
                       --config files and the command line)
+  replay RUN          fit a stored run again from its logged settings and compare every
+                      metric of every round (fl-lightning replay --help)
 
 settings, and where to see them:
   fl-lightning fit --help                   every setting of fit: --data.*, --trainer.*,
@@ -213,7 +215,7 @@ def main(args: list[str] | None = None) -> None:
     if not command_args or command_args[0] in HELP_FLAGS:
         print(top_level_help(), end="")
         if not command_args:  # as before: a command is required
-            print("error: no command given; the command is `fit` (fl-lightning fit --help)", file=sys.stderr)
+            print("error: no command given; the commands are `fit` and `replay` (fl-lightning --help)", file=sys.stderr)
             raise SystemExit(2)
         return
     if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning

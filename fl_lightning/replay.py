@@ -113,6 +113,9 @@ def replay_config(text: str, tracking_uri: str, folder: Path) -> Path:
     trainer["default_root_dir"] = str(folder / "checkpoints")
     trainer["callbacks"] = None
     config.pop("ckpt_path", None)
+    # the CLI's --threads of runs older than the per-run setting (model.threads): gone; such a run
+    # replays at the default count, and the comparison shows whether its numbers depended on it
+    config.pop("threads", None)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

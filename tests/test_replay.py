@@ -94,3 +94,21 @@ def test_first_divergence_is_the_earliest_round_then_the_metric_name():
     assert first_divergence(stored, stored) is None
     assert first_divergence({"a": {1: float("nan")}}, {"a": {1: float("nan")}}) is None
     assert first_divergence({"a": {1: 1.0}}, {"a": {1: 1.0, 2: 1.0}}) == (2, "a", None, 1.0)
+
+
+def test_the_replayed_config_logs_to_the_scratch_store_and_drops_what_a_fresh_fit_refuses(tmp_path):
+    import yaml
+
+    from fl_lightning.replay import ReplayError, replay_config
+
+    stored = {"seed_everything": 3, "threads": "auto", "ckpt_path": "old/last.ckpt",
+              "trainer": {"max_epochs": -1, "max_steps": -1, "logger": {"init_args": {"run_id": "abc"}}},
+              "model": {"class_path": "fl_lightning.algorithms.FedAvg", "init_args": {"lr": 0.05}}}
+    config = yaml.safe_load(replay_config(yaml.safe_dump(stored), "sqlite:///scratch.db", tmp_path).read_text())
+    assert config["seed_everything"] == 3 and config["model"] == stored["model"]
+    assert "threads" not in config and "ckpt_path" not in config  # the old CLI flag; no checkpoint
+    assert not {"max_epochs", "max_steps"} & set(config["trainer"])  # num_rounds decides, as in a fresh fit
+    assert config["trainer"]["logger"]["init_args"] == {"experiment_name": "replay", "tracking_uri": "sqlite:///scratch.db"}
+    assert config["trainer"]["enable_checkpointing"] is False
+    with pytest.raises(ReplayError, match="holds no model"):
+        replay_config("trainer: {}\n", "sqlite:///scratch.db", tmp_path)

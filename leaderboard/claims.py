@@ -815,7 +815,10 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
 
 
 def evaluate(claims: Iterable[Claim], runs: Iterable[RunRecord], plan: LedgerPlan | None = None,
-             amendments: Iterable[Amendment] = ()) -> list[ClaimResult]:
+             amendments: Iterable[Amendment] = (), strict: bool = False) -> list[ClaimResult]:
+    """Every claim's verdicts and reason. A reason that names runs the store lacks says so in its
+    place (a store with some of the suites still builds), unless ``strict`` (the published site,
+    built from every suite: there a missing run is a mistake in a reason, and it is refused)."""
     plan = plan or LedgerPlan()
     amendments = list(amendments)
     index = index_runs(runs)
@@ -826,7 +829,12 @@ def evaluate(claims: Iterable[Claim], runs: Iterable[RunRecord], plan: LedgerPla
             result.comparisons = evaluate_family(claim.comparisons, claim.offline.suite, index, plan)
         result.ablations = [AblationResult(a, evaluate_family(a.comparisons, a.location.suite, index, plan))
                             for a in claim.ablations]
-        result.reason_text = render_reason(result, index, plan)
+        try:
+            result.reason_text = render_reason(result, index, plan)
+        except ReasonNeedsRuns as missing:  # a partial store: the verdicts stand, the reason waits for its runs
+            if strict:
+                raise ReasonError(f"{claim.file}: claim {claim.id}: reason: {missing}") from None
+            result.reason_text = f"(The reason is written from runs this store lacks: {missing}.)"
         results.append(result)
     return results
 
@@ -889,6 +897,10 @@ class ReasonError(ClaimsError):
     pass
 
 
+class ReasonNeedsRuns(ReasonError):
+    """A reason names runs the store does not hold (a store with only some of the suites)."""
+
+
 def _num(value: float | None, decimals: int = 1) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{decimals}f}"
 
@@ -933,7 +945,7 @@ def render_reason(result: ClaimResult, index: RunIndex, plan: LedgerPlan) -> str
             raise ReasonError(f"{claim.file}: claim {claim.id}: reason: unknown quantity {quantity!r}") from None
         runs = index.get((suite, benchmark, config))
         if runs is None:
-            raise ReasonError(f"{claim.file}: claim {claim.id}: reason: no runs of {config!r} on {suite} / {benchmark}")
+            raise ReasonNeedsRuns(f"no runs of {config!r} on {suite} / {benchmark}")
         seeds = planned(runs, plan.seeds_for(suite))
         chosen = [runs[s] for s in sorted(seeds, key=int)]
         values = tuple(v for run in chosen if (v := quantity_value(run, quantity, window)) is not None)

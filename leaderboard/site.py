@@ -165,7 +165,7 @@ EXPLORATORY = ("The plan was registered on {registered}, after the runs shown he
 
 
 def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: list, paper_root: Path,
-                   progress: Progress) -> dict | None:
+                   progress: Progress, strict: bool = False) -> dict | None:
     """The claims table's context (and its CSV / JSON exports); None when no suite of the store
     is named by a claim (a build of other experiments shows no empty ledger)."""
     suites_read = {run.suite for run in store.runs}
@@ -175,7 +175,7 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
     plan = load_plan(paper_root)
     amendments = load_amendments(paper_root)
     coverage = ledger.load_coverage(paper_root)
-    results = ledger.evaluate(claims, store.runs, plan, amendments)
+    results = ledger.evaluate(claims, store.runs, plan, amendments, strict=strict)
     suites = ledger.suite_files(paper_root)
     active = [r for r in results if r.claim.retired is None]
     counts = Counter(result.verdict for result in active)
@@ -264,7 +264,8 @@ def build_site(
             progress(f"  table {number}/{len(tables)}: {table.suite} {table.key} "
                      f"({len(table.rows)} configurations, {len(table.runs)} runs, {len(figures)} figures)")
         summaries = summarize(tables, paper_numbers)
-        claims_context = claims_section(claims, store, tables, paper_root, progress)
+        claims_context = claims_section(claims, store, tables, paper_root, progress,
+                                        strict=Path(out).resolve() == PUBLISHED_SITE.resolve())
         if claims_context is not None:
             (staging / "claims.csv").write_text(claims_context.pop("csv"))
             (staging / "claims.json").write_text(claims_context.pop("json"))

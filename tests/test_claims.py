@@ -401,10 +401,14 @@ def test_a_reason_states_numbers_computed_from_the_runs():
     assert f"A - B: {np.mean(a_values) - b:+.2f} pp" in result.reason
 
 
-def test_a_reason_naming_runs_that_do_not_exist_is_refused():
+def test_a_reason_naming_runs_the_store_lacks_says_so_and_the_published_build_refuses_it():
+    spec = claim_spec([{"treatment": "A", "baseline": "B"}], reason="{{ arm('ledger-offline', 'x', 'Z', 'mean').mean }}")
+    runs = paired_runs([0.02] * 10)
+    result = evaluate(spec, runs)  # a store with only some suites still builds: the verdict stands
+    assert result.verdict == ledger.REPRODUCED
+    assert "this store lacks: no runs of 'Z' on ledger-offline / x" in result.reason
     with pytest.raises(ledger.ClaimsError, match="no runs of 'Z'"):
-        evaluate(claim_spec([{"treatment": "A", "baseline": "B"}],
-                            reason="{{ arm('ledger-offline', 'x', 'Z', 'mean').mean }}"), paired_runs([0.02] * 10))
+        ledger.evaluate(ledger.parse_claims(spec, "x"), runs, strict=True)
 
 
 TYPED_NUMBER = __import__("re").compile(r"(?<![\w.=-])[-+]?\d+(?:\.\d+)?\s?(?:pp|%|ms)(?!\w)")

@@ -184,7 +184,10 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
             os.chdir(here)
             sys.argv = argv
         scratch_client = MlflowClient(uri)
-        (again,) = scratch_client.search_runs([scratch_client.get_experiment_by_name(REPLAY_EXPERIMENT).experiment_id])
+        experiment = scratch_client.get_experiment_by_name(REPLAY_EXPERIMENT)
+        if experiment is None:
+            raise ReplayError(f"run {name}: the replay's fit logged no run")
+        (again,) = scratch_client.search_runs([experiment.experiment_id])
         stored = histories(client, run_id, names)
         replayed = histories(scratch_client, again.info.run_id, [k for k in again.data.metrics if compared(k)])
     divergence = first_divergence(stored, replayed)

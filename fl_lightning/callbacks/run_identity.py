@@ -22,7 +22,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
@@ -141,7 +141,7 @@ def shared_defaults(module_class: type) -> dict[str, Any]:
     for cls in module_class.__mro__:
         if "__init__" not in vars(cls):
             continue
-        for name, param in inspect.signature(cls.__init__).parameters.items():
+        for name, param in inspect.signature(vars(cls)["__init__"]).parameters.items():
             if name in CONFIGURATION_SETTINGS and name not in defaults and param.default is not inspect.Parameter.empty:
                 defaults[name] = param.default
     return {name: default for name, default in defaults.items() if default is not None or base[name].default is None}
@@ -275,7 +275,7 @@ def effective_fraction(pl_module: pl.LightningModule) -> Any:
     not known yet. ``fraction: 0.1`` of 3 clients runs 1 client a round, i.e. 1/3: that is logged."""
     fraction = pl_module.hparams.get(schema.FRACTION)
     try:
-        num_clients = int(pl_module.num_clients_total)
+        num_clients = int(cast(Any, pl_module).num_clients_total)
     except Exception:  # no data attached (a module outside a fit)
         return fraction
     if fraction is None or num_clients < 1:

@@ -213,7 +213,9 @@ def check_existing_store(uri: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fl-lightning replay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fl-lightning replay", description=(
+        "Fit a stored run again from its logged settings (its config.yaml) into a scratch store and compare "
+        "every metric of every round with the stored run, wall-clock times aside."))
     parser.add_argument("runs", nargs="*", help="run ids or run names")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
                         help="the store holding the runs (default: $MLFLOW_TRACKING_URI, else %(default)s)")

@@ -37,6 +37,7 @@ import sys
 import warnings
 from typing import Any, NoReturn
 
+import torch
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -54,6 +55,7 @@ from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import setting_rule, signature_types
+from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
 from fl_lightning.preflight import (
@@ -379,11 +381,13 @@ def run(args: list[str] | None = None) -> None:
     """``fl-lightning`` through LightningCLI (``args`` lets tests call it in-process). A fit
     stopped by a signal (Ctrl-C, SIGTERM: a SLURM pre-emption) exits with the shell's status for
     it, 128 + the signal's number (130, 143), after one line that names the signal. The seed
-    ``seed_everything`` leaves in the environment is put back afterwards: a later fit in the
-    same process (a notebook, a test session) never inherits this fit's seed."""
+    ``seed_everything`` leaves in the environment and the process's thread count are put back
+    afterwards, however the fit ends: a later fit in the same process (a notebook, a test
+    session, ``replay``) never inherits this fit's seed or count."""
     quiet_library_output()
     StopOnSignal.stopped_by = None
     seed_environment = {name: os.environ.get(name) for name in SEED_ENVIRONMENT}
+    threads = torch.get_num_threads()  # the run's count is set before the data is built; a refusal after must not keep it
     try:
         FederatedCLI(
             FederatedModule,
@@ -405,6 +409,7 @@ def run(args: list[str] | None = None) -> None:
         print(f"{'terminated' if signum == signal.SIGTERM else 'interrupted'} ({name})", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
     finally:
+        set_threads(threads)
         for name, value in seed_environment.items():
             if value is None:
                 os.environ.pop(name, None)

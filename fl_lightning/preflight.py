@@ -77,6 +77,15 @@ def check_checkpoint(path: str | None) -> dict[str, Any] | None:
     return checkpoint
 
 
+def sqlite_database(uri: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URI (query string cut, %-escapes undone); None for any
+    other URI and for ``:memory:``."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
+    return Path(database) if database and database != ":memory:" else None
+
+
 def check_tracking_store(uri: str) -> None:
     """The MLflow store can be reached: a tracking server answers within ``REACH_TIMEOUT_S``; a
     SQLite or file store can be created or written where it is (:func:`check_store_folder`)."""
@@ -92,9 +101,9 @@ def check_tracking_store(uri: str) -> None:
                                  f"(mlflow server --port {port}) or log to a local store with "
                                  "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db") from None
     elif parsed.scheme == "sqlite":
-        database = unquote(uri[len("sqlite:///"):].split("?", 1)[0]) if uri.startswith("sqlite:///") else ""
-        if database and database != ":memory:":
-            check_store_folder(uri, Path(database).parent, Path(database))
+        database = sqlite_database(uri)
+        if database is not None:
+            check_store_folder(uri, database.parent, database)
     elif parsed.scheme in ("", "file"):
         check_store_folder(uri, Path(unquote(parsed.path) if parsed.scheme == "file" else uri).parent)
 

@@ -206,10 +206,11 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
 
 def check_existing_store(uri: str) -> None:
     """A SQLite store must exist already: replay reads runs, it never creates a store."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
-        if not path.is_file():
-            raise ReplayError(f"no MLflow store at {path}: give the store that holds the run with --tracking-uri")
+    from fl_lightning.preflight import sqlite_database
+
+    path = sqlite_database(uri)
+    if path is not None and not path.is_file():
+        raise ReplayError(f"no MLflow store at {path}: give the store that holds the run with --tracking-uri")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,3 +126,16 @@ def test_the_cli_names_the_new_setting_when_given_the_old_flag(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--model.threads N (default 1)" in err[0]
+
+
+def test_a_cli_refusal_after_the_count_was_set_puts_the_process_count_back(tmp_path, monkeypatch, capsys):
+    """The CLI sets the run's count before it builds the data; data it cannot build is refused
+    after that, and the process keeps the count it had (replay and notebooks fit again in it)."""
+    from fl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(2)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--trainer.logger=false", "--data.num_clients=100000"])
+    assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+    assert torch.get_num_threads() == 2

@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
 from fl_lightning import run_schema as schema
-from fl_lightning.core.simulation import clients_per_round
+from fl_lightning.core.simulation import participation_that_runs
 from fl_lightning.data.sources import reads_files
 from fl_lightning.run_schema import Tag, canonical, task_json, task_key
 from fl_lightning.seeding import SEED_ENV, run_seed
@@ -270,18 +270,18 @@ def applied_test_fraction(data_hparams: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def effective_fraction(pl_module: pl.LightningModule) -> Any:
-    """The participation that runs: m / K, with m = max(1, round(fraction * K)) clients a round
-    (``core.simulation.clients_per_round``); the fraction asked where the two agree, or where K is
-    not known yet. ``fraction: 0.1`` of 3 clients runs 1 client a round, i.e. 1/3: that is logged."""
+    """The participation that runs (``core.simulation.participation_that_runs``): the fraction
+    asked unless it rounds to another number of whole clients; the fraction asked where K is not
+    known yet. ``fraction: 0.1`` of 3 clients runs 1 client a round, i.e. 1/3: that is logged."""
     fraction = pl_module.hparams.get(schema.FRACTION)
     try:
         num_clients = int(cast(Any, pl_module).num_clients_total)
-    except Exception:  # no data attached (a module outside a fit)
+    except (RuntimeError, AttributeError):  # no data attached (a module outside a fit), or no federation at all
         return fraction
     if fraction is None or num_clients < 1:
         return fraction
-    ran = clients_per_round(num_clients, float(fraction)) / num_clients
-    return fraction if abs(ran - float(fraction)) < 1e-9 else round(ran, 6)
+    ran = participation_that_runs(num_clients, float(fraction))
+    return fraction if ran == float(fraction) else round(ran, 6)
 
 
 def task(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, Any]:

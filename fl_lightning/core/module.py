@@ -369,11 +369,11 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         check_trainer_length(self.trainer, int(self.hparams.num_rounds))
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
         self.check_data()
-        asked = float(self.hparams.fraction)
-        ran = simulation.clients_per_round(self.num_clients_total, asked)
-        if abs(ran / self.num_clients_total - asked) > 1e-9:
-            self.print(f"fraction {asked:g} of {self.num_clients_total} clients is {ran} client{'s' * (ran != 1)} a round: "
-                       f"participation {ran / self.num_clients_total:.3g} runs and is what the run logs")
+        asked, num_clients = float(self.hparams.fraction), self.num_clients_total
+        if simulation.participation_that_runs(num_clients, asked) != asked:
+            ran = simulation.clients_per_round(num_clients, asked)
+            self.print(f"fraction {asked:g} of {num_clients} clients is {ran} client{'s' * (ran != 1)} a round: "
+                       f"participation {ran / num_clients:.3g} runs and is what the run logs")
         if self.world_size > 1:
             # every rank logs the same all-gathered values: nothing to reduce across ranks
             warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(", category=UserWarning)

@@ -41,6 +41,14 @@ def clients_per_round(num_clients: int, fraction: float) -> int:
     return max(1, round(fraction * num_clients))
 
 
+def participation_that_runs(num_clients: int, fraction: float) -> float:
+    """m / K with m = ``clients_per_round(K, fraction)``: the participation a fit actually has;
+    ``fraction`` itself where the two agree (0.1 of 100 clients), else the rounded one (0.1 of 3
+    clients runs 1 client a round: 1/3)."""
+    ran = clients_per_round(num_clients, fraction) / num_clients
+    return fraction if abs(ran - fraction) < 1e-9 else ran
+
+
 def sample_uniformly(seed: int, round_index: int, num_clients: int, fraction: float) -> torch.Tensor:
     """S_t: max(1, round(C*K)) of the K clients uniformly without replacement, sorted
     (McMahan et al., AISTATS 2017, Alg. 1)."""

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
 
 REPLAY_EXPERIMENT = "replay"
 RESULT_TAG, DATE_TAG = Tag.REPLAY_RESULT, Tag.REPLAY_DATE
-IDENTICAL = "identical"
 CONFIG_ARTIFACT = "config.yaml"
 
 
@@ -51,7 +50,7 @@ class Outcome:
 
     @property
     def verdict(self) -> str:
-        return IDENTICAL if self.identical else f"diverged: {self.divergence}"
+        return REPLAY_IDENTICAL if self.identical else f"diverged: {self.divergence}"
 
     def line(self) -> str:
         if self.identical:
@@ -121,14 +120,13 @@ def replay_config(text: str, tracking_uri: str, folder: Path) -> Path:
     return path
 
 
-def find_run(client: Any, key: str, experiments: Sequence[str] | None) -> Any:
-    """A run by id, else by its name (``mlflow.runName``) in the given or every experiment."""
+def find_run(client: Any, key: str) -> Any:
+    """A run by id, else by its name (``mlflow.runName``) in any experiment."""
     try:
         return client.get_run(key)
     except Exception:  # not an id: look for a name
         pass
-    ids = [e.experiment_id for e in client.search_experiments()
-           if experiments is None or e.name in experiments]
+    ids = [e.experiment_id for e in client.search_experiments()]
     escaped = key.replace("'", "\\'")
     runs = client.search_runs(ids, filter_string=f"tags.`mlflow.runName` = '{escaped}'") if ids else []
     if not runs:
@@ -235,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_existing_store(args.tracking_uri)
         check_tracking_store(args.tracking_uri)
         client = MlflowClient(args.tracking_uri)
-        runs = ([find_run(client, key, None) for key in args.runs] if args.runs
+        runs = ([find_run(client, key) for key in args.runs] if args.runs
                 else sample_runs(client, args.experiment, args.sample))
         outcomes = [replay_run(client, run, record=not args.no_record) for run in runs]
     except (ReplayError, PreflightError) as error:

@@ -376,7 +376,7 @@ class BenchmarkTable:
     def replays(self) -> tuple[int, int]:
         """(runs in the means replayed by ``fl-lightning replay``, of which identical)."""
         results = [r.tags.get(Tag.REPLAY_RESULT, "") for r in self.used_runs]
-        return sum(1 for x in results if x), sum(1 for x in results if x == "identical")
+        return sum(1 for x in results if x), sum(1 for x in results if x == schema.REPLAY_IDENTICAL)
 
     @property
     def mixed_versions(self) -> bool:

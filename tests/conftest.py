@@ -3,6 +3,25 @@
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption("--accelerator", choices=["cpu", "gpu"], default="cpu",
+                     help="where the engine, module and resume tests run (gpu: the first CUDA device)")
+
+
+def pytest_configure(config):
+    from tests import accelerator
+
+    accelerator.ACCELERATOR = config.getoption("accelerator")
+    if accelerator.ACCELERATOR == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError("--accelerator gpu: PyTorch sees no CUDA device here; run without it")
+        # the engines must agree in float32; cuDNN's default TF32 convolutions round to 10 bits
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 @pytest.fixture()
 def one_thread():
     """Tiny models: one intra-op thread is several times faster on a busy CPU."""

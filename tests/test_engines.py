@@ -13,6 +13,7 @@ from fl_lightning.core.local import (
     masked_cross_entropy,
     steps_per_epoch,
 )
+from tests.accelerator import device, shards_on
 
 
 def small_net() -> nn.Module:
@@ -49,9 +50,9 @@ def prox(mu):
 
 
 def run_both(sizes, sgd, objective=ce, nan_padding=False, clients_per_chunk=None, forward="auto"):
-    model = small_net()
+    model = small_net().to(device())
     layout = ParameterLayout.of(model)
-    shards = make_shards(sizes, nan_padding=nan_padding)
+    shards = shards_on(make_shards(sizes, nan_padding=nan_padding))
     order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs, torch.Generator().manual_seed(3))
     params = dict(model.named_parameters())
     engine = VectorisedEngine(clients_per_chunk, forward=forward)

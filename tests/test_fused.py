@@ -15,6 +15,7 @@ from fl_lightning.core.fused import (
 from fl_lightning.core.local import LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.models import create_fl_model
 from fl_lightning.models.stacked import stacked_forward
+from tests.accelerator import device
 from tests.test_stacked import train_both
 
 
@@ -44,6 +45,8 @@ def test_gradients_equal_autograd_of_the_summed_mean_cross_entropy(hidden):
     mask = torch.ones(m, batch)
     mask[1, 3:] = 0  # a partial last batch
     mask[2, 1:] = 0
+    model.to(device())
+    params, x, y, mask = [p.to(device()) for p in params], x.to(device()), y.to(device()), mask.to(device())
     live = [p.clone().requires_grad_() for p in params]
     forward, _ = stacked_forward(model)
     total = masked_cross_entropy(forward(dict(zip(names, live)), x), y, mask).sum()

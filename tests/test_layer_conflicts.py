@@ -90,7 +90,7 @@ def test_no_applied_step_logs_nothing():
 
 
 # ------------------------------------------------------------------ federated fits
-from tests.test_round_log import CallLogger  # noqa: E402  (records every log_metrics call)
+from tests.call_logger import CallLogger  # noqa: E402  (records every log_metrics call)
 
 ROUNDS = 4
 CLIENTS = 10

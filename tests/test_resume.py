@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests.accelerator import accelerator
 
 FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU", "CFFL", "ECI"}
 NUM_ROUNDS, STOP_AFTER, EVAL_EVERY = 4, 2, 3
@@ -97,7 +98,7 @@ def make_run(case: str):
 def make_trainer(checkpoints, logger) -> pl.Trainer:
     every_round = ModelCheckpoint(dirpath=checkpoints, filename="{epoch}", save_top_k=-1, every_n_epochs=1)
     return pl.Trainer(
-        accelerator="cpu", logger=logger, callbacks=[every_round], max_epochs=-1,
+        accelerator=accelerator(), logger=logger, callbacks=[every_round], max_epochs=-1,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         log_every_n_steps=1, deterministic=True,
     )

@@ -5,33 +5,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
-from lightning.pytorch.loggers import Logger
 
 from fl_lightning.callbacks.mlflow_run import BufferedClient
 from fl_lightning.core.round_log import RoundLog, as_logged
+from tests.call_logger import CallLogger
 from tests.test_module import digits_data, module_for
-
-
-class CallLogger(Logger):
-    """Records every ``log_metrics`` call: (step, metrics)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    @property
-    def name(self):
-        return "calls"
-
-    @property
-    def version(self):
-        return 0
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
-
-    def log_metrics(self, metrics, step=None):
-        self.calls.append((step, dict(metrics)))
 
 
 def fit_with(logger, callbacks=(), **module_kwargs):

@@ -12,7 +12,7 @@ import yaml
 
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.data.datamodule import FederatedDataModule
-from tests.test_round_log import CallLogger
+from tests.call_logger import CallLogger
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")]
 

@@ -17,6 +17,7 @@ from fl_lightning.core.local import (
 )
 from fl_lightning.models import create_fl_model, list_fl_models
 from fl_lightning.models.stacked import register_stacked_rule, stacked_forward, why_not_stacked
+from tests.accelerator import device, shards_on
 from tests.model_inputs import sample_inputs
 
 # every registered model, shrunk so that a few SGD steps of three clients take milliseconds;
@@ -42,7 +43,7 @@ NUM_CLASSES = 3
 
 def small_model(name: str, **overrides) -> nn.Module:
     torch.manual_seed(0)
-    return create_fl_model(name, NUM_CLASSES, **{**SMALL[name], **overrides})
+    return create_fl_model(name, NUM_CLASSES, **{**SMALL[name], **overrides}).to(device())
 
 
 def image_shards(sizes, input_shape, seed=0, model=None) -> ClientShards:
@@ -63,8 +64,11 @@ def ce(logits, targets, mask, local_params, anchor):
 
 
 def train_both(model, sgd, sizes=(5, 2, 7), objective=ce, start=None, anchor=None, forward="auto"):
+    """Both engines from the same start on the test device (``pytest --accelerator``): (engine, vectorised,
+    sequential, layout)."""
+    model.to(device())
     layout = ParameterLayout.of(model)
-    shards = image_shards(list(sizes), tuple(model.input_shape), model=model)
+    shards = shards_on(image_shards(list(sizes), tuple(model.input_shape), model=model))
     order = batch_order(shards.sizes, max(sizes), sgd.epochs, torch.Generator().manual_seed(1))
     start = start if start is not None else {n: p.detach() for n, p in model.named_parameters()}
     engine = VectorisedEngine(forward=forward)
@@ -83,8 +87,8 @@ def test_stacked_forward_equals_each_clients_own_forward(name, one_thread):
     forward, reason = stacked_forward(model)
     assert forward is not None, reason
     m = 3
-    params = {n: p.detach() + 0.1 * torch.randn(m, *p.shape) for n, p in model.named_parameters()}
-    x = sample_inputs(model, m, 4, *model.input_shape)
+    params = {n: p.detach() + 0.1 * torch.randn(m, *p.shape).to(p.device) for n, p in model.named_parameters()}
+    x = sample_inputs(model, m, 4, *model.input_shape).to(device())
     expected = torch.stack(
         [functional_call(model, {n: p[i] for n, p in params.items()}, (x[i],)) for i in range(m)]
     )
@@ -108,7 +112,7 @@ def test_full_batch_personal_starts_and_a_proximal_objective(name, one_thread):
     model = small_model(name)
     anchor = {n: p.detach() for n, p in model.named_parameters()}
     torch.manual_seed(1)
-    starts = {n: p + 0.05 * torch.randn(3, *p.shape) for n, p in anchor.items()}
+    starts = {n: p + 0.05 * torch.randn(3, *p.shape).to(p.device) for n, p in anchor.items()}
     names = tuple(anchor)
 
     def proximal(logits, targets, mask, local_params, anchor):

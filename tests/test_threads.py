@@ -15,7 +15,8 @@ import torch
 from fl_lightning.algorithms import CGSV, FedAvg, FedFV, FedLF
 from fl_lightning.core.threads import FitThreads
 from fl_lightning.data.datamodule import FederatedDataModule
-from tests.test_round_log import CallLogger
+from tests.accelerator import accelerator
+from tests.call_logger import CallLogger
 
 pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`",
                                         "ignore:The number of training batches")
@@ -65,7 +66,7 @@ def fit(data, cls=FedAvg, ambient=1, callbacks=(), **kwargs):
         params["fraction"] = 1.0
     torch.set_num_threads(ambient)
     logger = CallLogger()
-    trainer = pl.Trainer(accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+    trainer = pl.Trainer(accelerator=accelerator(), logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks))
     module = cls(**(params | kwargs))
     trainer.fit(module, datamodule=data)

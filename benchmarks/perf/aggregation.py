@@ -1,7 +1,8 @@
 """Server aggregation time per round for every algorithm, next to loop transcriptions.
 
 For m ∈ {10, 100} clients per round and d ≈ 0.2M / 0.8M parameters (the MLP
-784-200-200-10 and an MLP 784-1000-10 on mnist5k, K = 100 clients), every registered
+784-200-200-10 and an MLP 784-1000-10 on mnist5k, K = 100 clients; ``--sizes
+nf_resnet18_fedlf nf_resnet18`` adds NF-ResNet-18 at 0.19M and 11.2M), every registered
 algorithm's ``aggregate`` + ``on_round_end`` is timed on the same random round
 (updates with a shared component plus noise, so that clients conflict), after one
 warm-up round that fills histories. In the same process, direct loop transcriptions of
@@ -30,7 +31,14 @@ from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
 
-MODELS = {"0.2M": [200, 200], "0.8M": [1000]}
+# size name -> (backbone, its arguments); the NF-ResNet-18s are FedLF's Table 9 model (Pan et al.,
+# the FedLF code's three-stage layout, 0.19M) and the standard ResNet-18 widths (11.2M)
+MODELS: dict[str, tuple[str, dict]] = {
+    "0.2M": ("fl_mlp", {"hidden_sizes": [200, 200]}),
+    "0.8M": ("fl_mlp", {"hidden_sizes": [1000]}),
+    "nf_resnet18_fedlf": ("fl_nf_resnet18_fedlf", {}),
+    "nf_resnet18": ("fl_nf_resnet18_standard", {}),
+}
 FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU"}
 CPU = torch.device("cpu")
 
@@ -70,9 +78,11 @@ def time_call(fn, repeats: int, device: torch.device = CPU) -> float:
     return statistics.median(times)
 
 
-def build(name: str, cls, hidden: list[int], m: int, data) -> object:
+def build(name: str, cls, size: str, m: int, data) -> object:
+    """Algorithm ``name`` with the backbone of ``size`` (``MODELS``), m of the K clients a round."""
     fraction = 1.0 if name in FULL_PARTICIPATION else m / data.num_clients
-    module = cls(backbone="fl_mlp", backbone_kwargs={"hidden_sizes": hidden}, num_classes=10,
+    backbone, backbone_kwargs = MODELS[size]
+    module = cls(backbone=backbone, backbone_kwargs=backbone_kwargs, num_classes=10,
                  input_shape=data.input_shape, num_rounds=100, fraction=fraction, seed=0)
     module.attach_data(data)
     module.setup("fit")
@@ -111,7 +121,7 @@ def measure(
                 if name in FULL_PARTICIPATION and m != data.num_clients:
                     continue
                 try:
-                    module = build(name, ALGORITHMS[name], MODELS[size], m, data).to(device)
+                    module = build(name, ALGORITHMS[name], size, m, data).to(device)
                     generator = torch.Generator().manual_seed(0)
                     with torch.no_grad():
                         server_step(module, random_round(module, data, m, 0, generator, device))  # warm-up

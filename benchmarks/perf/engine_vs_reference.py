@@ -130,22 +130,33 @@ def reference_round(model: nn.Module, data: FederatedDataModule, clients: list[i
     return trained
 
 
-def median_seconds(run, repeats: int, warmup: int) -> tuple[float, list[float]]:
+CPU = torch.device("cpu")
+
+
+def median_seconds(run, repeats: int, warmup: int, device: torch.device = CPU) -> tuple[float, list[float]]:
+    """Median wall-clock seconds of ``run()`` (device synchronised) after ``warmup`` calls."""
+    def synchronise() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for _ in range(warmup):
         run()
     times = []
     for _ in range(repeats):
+        synchronise()
         start = time.perf_counter()
         run()
+        synchronise()
         times.append(time.perf_counter() - start)
     return statistics.median(times), times
 
 
-def time_task(task: Task, repeats: int, warmup: int, seed: int = 0) -> dict:
-    """Seconds per round of local training for the three ways (same data, model, SGD)."""
+def time_task(task: Task, repeats: int, warmup: int, seed: int = 0, device: torch.device = CPU) -> dict:
+    """Seconds per round of local training for the three ways (same data, model, SGD, device)."""
     torch.manual_seed(seed)
     data = build_data(task, seed)
-    model = create_fl_model(task.model, num_classes=data.num_classes, input_shape=data.input_shape)
+    data.to(device)
+    model = create_fl_model(task.model, num_classes=data.num_classes, input_shape=data.input_shape).to(device)
     layout = ParameterLayout.of(model)
     start = {n: p.detach() for n, p in model.named_parameters()}
     sgd = LocalSGD(lr=task.lr, epochs=task.epochs, batch_size=task.batch_size)
@@ -172,7 +183,7 @@ def time_task(task: Task, repeats: int, warmup: int, seed: int = 0) -> dict:
     entry: dict = {"task": asdict(task), "clients": len(clients), "client_samples_per_round": samples,
                    "num_parameters": layout.num_parameters, "max_client_samples": max(shards.sizes_cpu)}
     for name, run in ways.items():
-        seconds[name], all_times = median_seconds(run, repeats, warmup)
+        seconds[name], all_times = median_seconds(run, repeats, warmup, device)
         entry[name] = {"seconds_per_round": seconds[name], "seconds_all": all_times,
                        "client_samples_per_second": samples / seconds[name]}
         print(f"  {task.name:24s} {name:10s} {seconds[name]:8.4f} s/round  {samples / seconds[name]:10.0f} samples/s",
@@ -194,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per way (the median is kept)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--label", default=None, help="a name for this measurement (e.g. 'before', 'after')")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "engine_vs_reference_cpu.json",
                         help="results file; a run is appended under its label")
@@ -204,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"timing fl_lightning from {library}", flush=True)
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    results = [time_task(TASKS[name], args.repeats, args.warmup) for name in args.tasks]
+    device = torch.device(args.device)
+    results = [time_task(TASKS[name], args.repeats, args.warmup, device=device) for name in args.tasks]
     measurement = {
-        "label": args.label, "library": library, "machine": describe_machine(torch.device("cpu")),
+        "label": args.label, "library": library, "machine": describe_machine(device),
         "torch_threads": torch.get_num_threads(), "repeats": args.repeats, "warmup": args.warmup,
         "load_average_1min_before": load_before, "load_average_1min_after": os.getloadavg()[0],
         "wall_seconds": time.perf_counter() - started, "results": results,

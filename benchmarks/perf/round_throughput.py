@@ -28,12 +28,13 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from benchmarks.perf.data import clients_for
+from benchmarks.perf.data import IMAGE_SHAPE, RandomImageData, clients_for
 from benchmarks.perf.machine import proc_kib_as_mib
 from benchmarks.perf.suite import CELL_DEFAULTS
 from benchmarks.perf.suite import main as suite_main
-from fl_lightning.algorithms import FedAvg
+from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.engines import is_out_of_memory
+from fl_lightning.core.simulation import clients_per_round
 
 
 class RoundTimer(pl.Callback):
@@ -93,10 +94,15 @@ def run_cell(spec: dict) -> dict:
     device = torch.device(spec["device"])
     if spec["threads"] is not None:
         torch.set_num_threads(spec["threads"])
-    data = clients_for(spec["model"], spec["clients"], spec["samples_per_client"], spec["seed"])
-    module = FedAvg(
+    if spec["num_classes"] is None:
+        data = clients_for(spec["model"], spec["clients"], spec["samples_per_client"], spec["seed"])
+    else:  # a paper's shape: random images of IMAGE_SHAPE with the paper's number of classes
+        data = RandomImageData(spec["clients"], spec["samples_per_client"], IMAGE_SHAPE, spec["num_classes"],
+                               spec["seed"])
+        data.setup("fit")
+    module = ALGORITHMS[spec["algorithm"]](
         backbone=spec["model"], num_classes=data.num_classes, input_shape=data.input_shape,
-        num_rounds=spec["warmup"] + spec["rounds"], fraction=1.0, local_epochs=spec["local_epochs"],
+        num_rounds=spec["warmup"] + spec["rounds"], fraction=spec["fraction"], local_epochs=spec["local_epochs"],
         batch_size=spec["batch_size"], lr=spec["lr"], engine=spec["engine"], eval_every=10**9,
         seed=spec["seed"], threads=spec["threads"] or torch.get_num_threads(), **spec["options"],
     )
@@ -115,7 +121,9 @@ def run_cell(spec: dict) -> dict:
     if not timed:
         raise RuntimeError(f"no timed round: {len(timer.seconds)} rounds ran, warmup={spec['warmup']}")
     seconds = statistics.median(timed)
-    samples_per_round = int(data.train_sizes.sum()) * spec["local_epochs"]
+    # every client holds samples_per_client samples: a round trains m of them
+    samples_per_round = (clients_per_round(spec["clients"], spec["fraction"]) * spec["samples_per_client"]
+                         * spec["local_epochs"])
     entry = {
         "num_parameters": module.layout.num_parameters,
         "torch_threads": torch.get_num_threads(),

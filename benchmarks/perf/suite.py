@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.perf.machine import describe_machine, proc_kib_as_mib
+from fl_lightning.core.engines import is_out_of_memory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["fl_logreg", "fl_mlp", "fl_cnn_cifar", "fl_nf_resnet18", "fl_cct_7_3x1"]
@@ -61,6 +62,9 @@ CELL_DEFAULTS = {
     "threads": None,  # torch.set_num_threads in the cell's process (None: PyTorch's default)
     "max_timed_seconds": 120.0,  # stop timing (after at least one timed round) once this is spent
     "options": {},  # extra FederatedModule arguments, e.g. {"local_autocast": "bf16"}
+    "algorithm": "FedAvg",  # a name from fl_lightning.algorithms.ALGORITHMS
+    "fraction": 1.0,  # clients sampled per round, of `clients`
+    "num_classes": None,  # None: the model's offline source; a number: random 3x32x32 images with that many classes
 }
 
 
@@ -167,6 +171,26 @@ def run_cell_process(cell: dict, timeout: float) -> dict:
         # cell shared the machine and its timings are not clean
         others = (busy_after - busy_before) - (children_cpu_seconds() - ours_before)
         entry["other_processes_cores"] = round(max(0.0, others) / entry["cell_seconds"], 3)
+    return entry
+
+
+def run_cell_here(cell: dict) -> dict:
+    """Runs one cell in this process (``--in-process``: no interpreter start per cell, for a
+    short GPU lease); its entry, never raising. Peak GPU memory is still the cell's own (the
+    peak is reset before each fit); a crash ends the suite, the partial results file stays."""
+    from benchmarks.perf.round_throughput import run_cell
+
+    spec = {key: value for key, value in cell.items() if key not in ("variant", "status", "error")}
+    started = time.perf_counter()
+    try:
+        entry = {"status": "ok", **run_cell(spec)}
+    except Exception as error:  # recorded, not raised: the suite goes on with the next cell
+        entry = {"status": "out_of_memory" if is_out_of_memory(error) else "error",
+                 "error": f"{type(error).__name__}: {error}"}
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    entry["cell_seconds"] = time.perf_counter() - started
     return entry
 
 
@@ -344,6 +368,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--aggregation-size", choices=["0.2M", "0.8M"], help="aggregation: d (default 0.8M; --quick 0.2M)")
     parser.add_argument("--aggregation-repeats", type=int, help="aggregation: timed server steps (default 3; --quick 1)")
     parser.add_argument("--out", help="results file (default benchmarks/perf/results/perf_<cpu|cuda>.json)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the throughput cells in this process (no interpreter start per cell: for a "
+                             "short GPU lease; peak memory is still reset per cell)")
     args = parser.parse_args(argv)
     args.clients = args.clients or ([10] if args.quick else CLIENTS)
     if args.variants is None:
@@ -386,15 +413,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "throughput" in args.sections:
         cells = plan_cells(args)
-        print(f"throughput: {len(cells)} cells on {args.device}, each in its own process; "
-              f"writing {args.out}", flush=True)
+        where = "in this process" if args.in_process else "each in its own process"
+        print(f"throughput: {len(cells)} cells on {args.device}, {where}; writing {args.out}", flush=True)
         for number, cell in enumerate(cells, 1):
             if cell.get("status") != "skipped":
                 reason = predicted_skip(cell, report["throughput"], args.cell_timeout)
                 if reason is not None:
                     cell |= {"status": "skipped", "error": reason}
                 else:
-                    cell |= run_cell_process(cell, args.cell_timeout)
+                    cell |= run_cell_here(cell) if args.in_process else run_cell_process(cell, args.cell_timeout)
             print(f"[{number:2d}/{len(cells)}] {describe_cell(cell)} {describe_entry(cell)}"
                   + (f"  ({cell['cell_seconds']:.0f} s)" if "cell_seconds" in cell else ""), flush=True)
             report["throughput"].append(cell)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Everything the project measures on a lent GPU, in one pass of a short lease (about 9 minutes):
+#   1. the CUDA test run (engines agree, fused = autograd, exact resume, thread invariance);
+#   2. benchmarks.perf's throughput section on CUDA, cells in one process;
+#   3. FedLF Table 9's server steps (FedFV, FedMGDA+, FedMDFG, FedLF at 100 clients, NF-ResNet-18);
+#   4. one paper-scale-shaped round per paper;
+#   5. both engines against the per-client reference loop on CUDA;
+#   6. a profile of the slowest server step.
+# Every step has its own time limit, so one that hangs costs only its share; results land in
+# $RESULTS (default benchmarks/perf/results) as each step finishes.
+#
+#     RESULTS=$OUT bash benchmarks/perf/gpu_lease.sh
+#
+# Needs a python3 with torch (CUDA), lightning, timm, torchmetrics, cvxopt, mlxtend, pytest,
+# pytest-xdist; wheels missing there go in .whl/ and are installed into /tmp/site first.
+set -u
+RESULTS=${RESULTS:-benchmarks/perf/results}
+mkdir -p "$RESULTS"
+export PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PWD || { echo "wheel install failed"; exit 1; }
+else
+  export PYTHONPATH=$PWD
+fi
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $RESULTS/NAME.log, say how it ended
+  local name=$1 limit=$2; shift 2
+  local started=$SECONDS
+  echo "=== $name (limit ${limit}s)"
+  timeout --kill-after=5 "$limit" "$@" > "$RESULTS/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - started)) s"
+  tail -n 25 "$RESULTS/$name.log"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$RESULTS/gpu.txt"
+python3 -c "import torch, lightning, timm, cvxopt; print(torch.__version__, lightning.__version__, timm.__version__, torch.cuda.get_device_name(0))" \
+  | tee -a "$RESULTS/gpu.txt"
+
+step tests_cuda 130 python3 -m pytest -p no:cacheprovider -p no:randomly -q -n 8 --accelerator gpu \
+  tests/test_engines.py tests/test_fused.py tests/test_stacked.py tests/test_resume.py tests/test_threads.py
+step perf_cuda 190 python3 -m benchmarks.perf --device cuda --in-process --sections throughput \
+  --max-timed-seconds 15 --out "$RESULTS/perf_cuda.json"
+step aggregation_cuda 80 python3 -m benchmarks.perf.aggregation --device cuda --clients 100 \
+  --sizes 0.8M nf_resnet18_fedlf nf_resnet18 --algorithms FedAvg FedFV FedMGDAPlus FedMDFG FedLF \
+  --repeats 3 --out "$RESULTS/aggregation_cuda.json"
+step paper_cells_cuda 70 python3 -m benchmarks.perf.paper_cells --device cuda --out "$RESULTS/paper_cells_cuda.json"
+step engine_vs_reference_cuda 50 python3 -m benchmarks.perf.engine_vs_reference --device cuda --repeats 3 \
+  --label h200-first --out "$RESULTS/engine_vs_reference_cuda.json"
+step profile_cuda 30 python3 -m benchmarks.perf.profile_server --device cuda --out "$RESULTS/profile_cuda.txt"
+echo "=== done in $SECONDS s"

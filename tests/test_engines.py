@@ -103,9 +103,9 @@ def test_each_client_gets_its_own_steps():
     # With lr on a linear model, one client's result must not depend on who else trains.
     sgd = LocalSGD(lr=0.1, epochs=2, batch_size=3)
     together, _, _ = run_both([7, 2, 10], sgd)
-    model = small_net()
+    model = small_net().to(device())
     layout = ParameterLayout.of(model)
-    shards = make_shards([7, 2, 10])
+    shards = shards_on(make_shards([7, 2, 10]))
     order = batch_order(shards.sizes, 10, 2, torch.Generator().manual_seed(3))
     alone = ClientShards(shards.x, shards.y, shards.index[1:2, :2], shards.sizes[1:2], [2])
     single = VectorisedEngine().train(

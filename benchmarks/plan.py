@@ -11,7 +11,8 @@ The estimate of a run, in order of preference:
 
 The sizes of the training sets are the published ones (``TRAIN_SIZES``); a partition's
 ``total_size`` or ``samples_per_client`` takes precedence. Estimates are for the CPU figures
-in the results files: a GPU machine is faster for the large models.
+in the results files; where the suite was also measured on a GPU (``perf_cuda*.json``), a second
+line gives the time there, from the figure at the clients per round nearest the run's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fl_lightning.run_schema import Tag
 
 PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
 PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
+GPU_PERF_FILES = "perf_cuda*.json"  # the same suite on a GPU (python -m benchmarks.perf --device cuda)
 
 TRAIN_SIZES = {  # published training-set sizes (samples), for estimates only
     "mnist": 60_000,
@@ -110,19 +112,52 @@ def _fraction(init_args: dict) -> float:
     return float(init_args.get(schema.FRACTION, schema.DEFAULT_FRACTION))
 
 
-def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
-    """Training client-samples per second of each model: the best default vectorised figure."""
+def _default_vectorised_rows(folder: Path, pattern: str) -> list[dict]:
     rows = []
-    for path in sorted(folder.glob(PERF_FILES)):
+    for path in sorted(folder.glob(pattern)):
         try:
             rows += json.loads(path.read_text())["throughput"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
+    return [row for row in rows
+            if row.get("status") == "ok" and row.get("variant") is None and row.get("engine") == "vectorised"]
+
+
+def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
+    """Training client-samples per second of each model: the best default vectorised CPU figure."""
     best: dict[str, float] = {}
-    for row in rows:
-        if row.get("status") == "ok" and row.get("variant") is None and row.get("engine") == "vectorised":
-            best[row["model"]] = max(best.get(row["model"], 0.0), float(row["client_samples_per_second"]))
+    for row in _default_vectorised_rows(folder, PERF_FILES):
+        best[row["model"]] = max(best.get(row["model"], 0.0), float(row["client_samples_per_second"]))
     return best
+
+
+def gpu_throughput(folder: Path = PERF_RESULTS) -> tuple[dict[str, dict[int, float]], str | None]:
+    """The GPU figures by model and clients per round (a GPU's throughput grows with the clients
+    trained at once, unlike a CPU's), and the GPU's name; ``({}, None)`` where none was measured."""
+    by_model: dict[str, dict[int, float]] = {}
+    for row in _default_vectorised_rows(folder, GPU_PERF_FILES):
+        speeds = by_model.setdefault(row["model"], {})
+        speeds[int(row["clients"])] = max(speeds.get(int(row["clients"]), 0.0), float(row["client_samples_per_second"]))
+    names = set()
+    for path in sorted(folder.glob(GPU_PERF_FILES)):
+        try:
+            names.add(json.loads(path.read_text())["machine"]["gpu"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return by_model, ", ".join(sorted(names)) or None
+
+
+def gpu_estimate_seconds(config: dict, by_model: dict[str, dict[int, float]]) -> float | None:
+    """A run's wall time on the GPU of the figures: the model's figure measured at the number of
+    clients nearest to the run's clients per round."""
+    args, data = _init_args(config), _data(config)
+    speeds = by_model.get(args.get(schema.BACKBONE, schema.DEFAULT_BACKBONE))
+    if not speeds:
+        return None
+    clients = _fraction(args) * int(data.get(schema.NUM_CLIENTS, schema.DEFAULT_NUM_CLIENTS))
+    nearest = min(speeds, key=lambda measured: (abs(measured - clients), measured))
+    model = args.get(schema.BACKBONE, schema.DEFAULT_BACKBONE)
+    return estimate_seconds(config, {model: speeds[nearest]})
 
 
 def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None:
@@ -174,6 +209,13 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> lis
     if len(per_model) > 1:
         largest = sorted(per_model.items(), key=lambda item: -item[1])[:3]
         lines.append("  of which " + ", ".join(f"{m} {_duration(t / jobs)}" for m, t in largest))
+    gpu_figures, gpu = gpu_throughput()
+    on_gpu = [gpu_estimate_seconds(cell.config, gpu_figures) for cell in cells] if gpu_figures else []
+    if any(seconds is not None for seconds in on_gpu):
+        known = [seconds for seconds in on_gpu if seconds is not None]
+        lines.append(f"  on a GPU ({gpu}, one run at a time): {_duration(sum(known))} for {len(known)} of "
+                     f"{len(cells)} run(s) (benchmarks/perf/results/{GPU_PERF_FILES}, at the nearest measured "
+                     "clients per round)")
     if unknown_models:
         lines.append(f"  not estimated: no throughput figure for {', '.join(sorted(unknown_models))} "
                      "(measure it: python -m benchmarks.perf --models <name> --sections throughput "

@@ -70,3 +70,34 @@ def test_aggregation_times_each_algorithm_and_records_errors():
     (cell,) = measure(["0.2M"], [10], ["FedAvg", "FedFV", "NoSuchAlgorithm"], repeats=1, loops=False)
     assert set(cell["seconds"]) == {"FedAvg", "FedFV"} and min(cell["seconds"].values()) > 0
     assert "NoSuchAlgorithm" in cell["errors"] and cell["num_parameters"] == 199_210
+
+
+def test_in_process_cells_record_a_failure_and_go_on(tmp_path):
+    """--in-process (a short GPU lease): the same entries as a cell's own process, errors included."""
+    out = tmp_path / "perf.json"
+    code = suite.main(["--models", "fl_nope", "fl_logreg", "--clients", "4", "--engines", "vectorised", "--variants",
+                       "--rounds", "1", "--sections", "throughput", "--device", "cpu", "--in-process", "--out", str(out)])
+    report = json.loads(out.read_text())
+    failed, passed = report["throughput"]
+    assert code == 0 and report["settings"]["in_process"] is True
+    assert failed["status"] == "error" and "unknown fl-lightning model 'fl_nope'" in failed["error"]
+    assert passed["status"] == "ok" and CELL_FIELDS <= set(passed) and passed["cell_seconds"] > 0
+
+
+def test_a_paper_cell_trains_the_sampled_clients_of_its_paper(tmp_path):
+    """FedFV's CIFAR-10 shape: 10 of 100 clients a round, 400 samples each, full batch."""
+    from benchmarks.perf import paper_cells
+
+    out = tmp_path / "cells.json"
+    assert paper_cells.main(["--cells", "fedfv_cifar10", "--device", "cpu", "--rounds", "1", "--warmup", "0",
+                             "--out", str(out)]) == 0
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "ok" and cell["algorithm"] == "FedFV" and cell["num_classes"] == 10
+    assert cell["client_samples_per_round"] == 10 * 400
+    assert cell["num_parameters"] == 3 * 32 * 32 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10  # FedFV's 2x200 FFN
+    assert cell["server_seconds_per_round"] is not None
+
+
+def test_aggregation_of_an_nf_resnet18(tmp_path):
+    (cell,) = measure(["nf_resnet18_fedlf"], [4], ["FedAvg"], repeats=1, loops=False)
+    assert cell["seconds"]["FedAvg"] > 0 and cell["num_parameters"] == 183_466

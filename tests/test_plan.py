@@ -78,3 +78,22 @@ def test_a_dry_run_prints_the_missing_data_and_the_estimate(tmp_path, monkeypatc
     assert "data missing for 2 run(s): mnist needs " in out and "train-images-idx3-ubyte" in out
     assert "estimated time:" in out and "for 2 of 2 run(s) (2 from perf" in out
     assert not (tmp_path / "runs.db").exists()
+
+
+def test_gpu_figures_are_read_by_clients_per_round_and_named(tmp_path):
+    rows = [{"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "clients": 10,
+             "client_samples_per_second": 1000.0},
+            {"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "clients": 100,
+             "client_samples_per_second": 9000.0},
+            {"model": "fl_a", "status": "ok", "variant": "bf16", "engine": "vectorised", "clients": 10,
+             "client_samples_per_second": 5e6}]
+    (tmp_path / "perf_cuda.json").write_text(json.dumps({"machine": {"gpu": "NVIDIA H200"}, "throughput": rows}))
+    (tmp_path / "perf_cpu.json").write_text(json.dumps({"throughput": [dict(rows[0], model="fl_cpu")]}))
+    figures, gpu = plan.gpu_throughput(tmp_path)
+    assert figures == {"fl_a": {10: 1000.0, 100: 9000.0}} and gpu == "NVIDIA H200"
+    ten_percent = cell_config(backbone="fl_a")  # 10 of 100 clients a round: the 10-client figure
+    everyone = cell_config(backbone="fl_a", fraction=1.0)
+    assert plan.gpu_estimate_seconds(ten_percent, figures) == plan.estimate_seconds(ten_percent, {"fl_a": 1000.0})
+    assert plan.gpu_estimate_seconds(everyone, figures) == plan.estimate_seconds(everyone, {"fl_a": 9000.0})
+    assert plan.gpu_estimate_seconds(cell_config(backbone="fl_b"), figures) is None
+    assert plan.gpu_throughput(tmp_path / "none") == ({}, None)

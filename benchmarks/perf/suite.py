@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds_timed": args.rounds, "warmup_rounds": args.warmup,
             "max_timed_seconds": args.max_timed_seconds, "cell_timeout": args.cell_timeout,
             "samples_per_client": args.samples_per_client, "batch_size": args.batch_size,
-            "local_epochs": args.local_epochs, "seed": args.seed, "threads": args.threads,
+            "local_epochs": args.local_epochs, "seed": args.seed, "threads": args.threads, "in_process": args.in_process,
             "seconds_per_round": "median over the timed rounds; a round = one Lightning epoch, "
                                  "wall clock (device synchronised)",
             "peak_memory": "cuda: torch.cuda.max_memory_allocated of the cell's process; cpu: peak RSS "

@@ -16,7 +16,7 @@ Cells (``PAPER_CELLS``), each from the paper's own setting (and our ``benchmarks
 * CGSV (Xu et al., NeurIPS 2021, Table 4): CIFAR-10, 10 agents, all participate, B=128, the
   3-layer CNN, lr 0.025; 2,000 samples per agent (total 20,000).
 
-Each entry is ``round_throughput.run_cell``'s (seconds per round, the module's own split into
+Each entry is ``cell.run_cell``'s (seconds per round, the module's own split into
 local training and server, peak memory) with the cell's name and paper.
 """
 
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.perf.cell import CELL_DEFAULTS, run_cell_here
 from benchmarks.perf.machine import describe_machine
-from benchmarks.perf.suite import CELL_DEFAULTS, run_cell_here, write_report
+from benchmarks.perf.suite import write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

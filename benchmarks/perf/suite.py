@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.perf.cell import CELL_DEFAULTS, run_cell_here
 from benchmarks.perf.machine import describe_machine, proc_kib_as_mib
-from fl_lightning.core.engines import is_out_of_memory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["fl_logreg", "fl_mlp", "fl_cnn_cifar", "fl_nf_resnet18", "fl_cct_7_3x1"]
@@ -49,23 +49,6 @@ VARIANTS = {
 AGGREGATION_SIZES = {"full": "0.8M", "quick": "0.2M"}  # names from aggregation.MODELS
 ERROR_TAIL_CHARS = 2000
 BUSY_CORES = 0.2  # other processes' average load during a cell above which it is flagged
-# a throughput cell's settings where its spec (round_throughput.run_cell) leaves them out
-CELL_DEFAULTS = {
-    "rounds": 3,  # timed rounds (the median is reported)
-    "warmup": 1,  # untimed rounds first: allocations, the first vmap trace
-    "samples_per_client": 20,
-    "batch_size": 10,
-    "local_epochs": 1,
-    "lr": 0.05,
-    "device": "cpu",
-    "seed": 0,
-    "threads": None,  # torch.set_num_threads in the cell's process (None: PyTorch's default)
-    "max_timed_seconds": 120.0,  # stop timing (after at least one timed round) once this is spent
-    "options": {},  # extra FederatedModule arguments, e.g. {"local_autocast": "bf16"}
-    "algorithm": "FedAvg",  # a name from fl_lightning.algorithms.ALGORITHMS
-    "fraction": 1.0,  # clients sampled per round, of `clients`
-    "num_classes": None,  # None: the model's offline source; a number: random 3x32x32 images with that many classes
-}
 
 
 # ----------------------------------------------------------------------------- host load
@@ -171,26 +154,6 @@ def run_cell_process(cell: dict, timeout: float) -> dict:
         # cell shared the machine and its timings are not clean
         others = (busy_after - busy_before) - (children_cpu_seconds() - ours_before)
         entry["other_processes_cores"] = round(max(0.0, others) / entry["cell_seconds"], 3)
-    return entry
-
-
-def run_cell_here(cell: dict) -> dict:
-    """Runs one cell in this process (``--in-process``: no interpreter start per cell, for a
-    short GPU lease); its entry, never raising. Peak GPU memory is still the cell's own (the
-    peak is reset before each fit); a crash ends the suite, the partial results file stays."""
-    from benchmarks.perf.round_throughput import run_cell
-
-    spec = {key: value for key, value in cell.items() if key not in ("variant", "status", "error")}
-    started = time.perf_counter()
-    try:
-        entry = {"status": "ok", **run_cell(spec)}
-    except Exception as error:  # recorded, not raised: the suite goes on with the next cell
-        entry = {"status": "out_of_memory" if is_out_of_memory(error) else "error",
-                 "error": f"{type(error).__name__}: {error}"}
-    finally:
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    entry["cell_seconds"] = time.perf_counter() - started
     return entry
 
 

@@ -5,6 +5,7 @@ what to change; the CLI prints it as one line."""
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import tempfile
@@ -74,7 +75,28 @@ def check_checkpoint(path: str | None) -> dict[str, Any] | None:
     if missing:
         raise PreflightError(f"--ckpt_path {path} is not an fl-lightning checkpoint (it has no {', '.join(missing)}): "
                              "resume from a last.ckpt that fl-lightning fit wrote")
+    check_lightning_version(path, checkpoint)
     return checkpoint
+
+
+def check_lightning_version(path: str, checkpoint: Mapping[str, Any]) -> None:
+    """The Trainer can resume ``checkpoint``: it names the Lightning that wrote it, and this
+    Lightning's migrations (what ``Trainer.fit(ckpt_path=...)`` applies) run on it, tried on a copy
+    here so that a refusal comes before any run or file is touched."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.migration import migrate_checkpoint
+
+    version = checkpoint.get("pytorch-lightning_version")
+    if not isinstance(version, str) or not version.strip():
+        raise PreflightError(f"--ckpt_path {path} does not say which Lightning wrote it (no 'pytorch-lightning_version'): "
+                             "it was not written by a Lightning Trainer or was edited; resume from the run's last.ckpt "
+                             "as fl-lightning fit wrote it, or leave --ckpt_path out")
+    try:
+        migrate_checkpoint(copy.deepcopy(dict(checkpoint)))
+    except Exception as error:  # noqa: BLE001 - whatever the migration trips on, the file cannot be resumed here
+        raise PreflightError(f"--ckpt_path {path} was written by Lightning {version}, and Lightning {pl.__version__} "
+                             f"cannot resume it ({type(error).__name__}: {str(error).strip()[:120]}); resume it with "
+                             f"Lightning {version}, or leave --ckpt_path out to start a new run") from None
 
 
 def sqlite_database(uri: str) -> Path | None:

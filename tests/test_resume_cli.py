@@ -134,3 +134,36 @@ def test_resume_command_replaces_an_earlier_checkpoint(monkeypatch):
     assert command.endswith("fl-lightning fit --model=FedAvg --ckpt_path 'a b.ckpt'"), command
     monkeypatch.setenv("PYTHONPATH", "my code")
     assert resume_command(["fit"], "last.ckpt").startswith("PYTHONPATH='my code' ")  # what made the modules importable
+
+
+@pytest.mark.parametrize("version", ["1.0.0", None], ids=["an-old-lightning", "no-version"])
+def test_a_checkpoint_lightning_cannot_resume_is_refused_before_the_store_changes(version, store, tmp_path, capsys):
+    """A checkpoint from another installation (its Lightning version edited, or removed): one line
+    naming the file given, and the store and the finished run untouched, byte for byte."""
+    import hashlib
+
+    import torch
+
+    main(fit_args(store))
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("fl-lightning").experiment_id])
+    (last,) = Path().glob(f"checkpoints/*/{run.info.run_id}/checkpoints/last.ckpt")
+    checkpoint = torch.load(last, weights_only=True)
+    if version is None:
+        del checkpoint["pytorch-lightning_version"]
+    else:
+        checkpoint["pytorch-lightning_version"] = version
+    given = tmp_path / "from-elsewhere.ckpt"
+    torch.save(checkpoint, given)
+    database = tmp_path / "runs.db"
+    before = hashlib.sha256(database.read_bytes()).hexdigest()
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as stopped:
+        main(fit_args(store, f"--model.num_rounds={ROUNDS + 2}", "--ckpt_path", str(given)))
+    assert stopped.value.code != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(given) in err and "last.ckpt" not in err.split(str(given))[0]
+    assert ("Lightning 1.0.0" in err) if version else ("does not say which Lightning wrote it" in err)
+    assert hashlib.sha256(database.read_bytes()).hexdigest() == before
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"

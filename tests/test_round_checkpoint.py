@@ -181,3 +181,28 @@ def test_cli_keeps_last_only_unless_a_model_checkpoint_is_configured(configured,
     assert written == (["epoch=0-step=1.ckpt", "epoch=1-step=2.ckpt", "epoch=2-step=3.ckpt"] if configured
                        else ["last.ckpt"])
     assert ("If the fit stops, resume it with" in capsys.readouterr().out) is not configured
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_whole(tmp_path):
+    """A disk that fills up while round 3's checkpoint is written: ``last.ckpt`` is still round 2's,
+    complete and loadable, and no half-written file is left beside it."""
+    import errno
+
+    module, data = make_run()
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=1)
+    trainer = trainer_with(checkpoint)
+    io = trainer.strategy.checkpoint_io
+    write = io.save_checkpoint
+
+    def full_disk_at_round_3(state, path, storage_options=None):
+        if state["epoch"] == 2:
+            with open(path, "wb") as half:
+                half.write(b"PK\x03\x04 half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(state, path, storage_options)
+
+    io.save_checkpoint = full_disk_at_round_3
+    with pytest.raises(OSError, match="No space left"):
+        trainer.fit(module, datamodule=data)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 1  # round 2's, whole

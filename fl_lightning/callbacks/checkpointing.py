@@ -113,6 +113,21 @@ class RoundCheckpoint(ModelCheckpoint):
         if not first:
             self.choose_interval(trainer)
 
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        """Lightning's write, into ``<file>.partial`` in the same folder, synced, then renamed over
+        the file: ``last.ckpt`` is always the previous complete checkpoint or the new complete one,
+        whatever stops the process mid-write (a kill, a full disk)."""
+        partial = filepath + ".partial"
+        try:
+            super()._save_checkpoint(trainer, partial)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
+            raise
+        if trainer.is_global_zero:
+            replace_synced(Path(partial), Path(filepath))
+        trainer.strategy.barrier("RoundCheckpoint.rename")
+        self.last_model_path = filepath
+
     def due(self, trainer: pl.Trainer, rounds_done: int) -> bool:
         """The fit's first round, every N rounds, the last round and a stopping fit's round."""
         last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= rounds_done
@@ -175,7 +190,7 @@ class RoundCheckpoint(ModelCheckpoint):
             flush_loggers(trainer)  # the store is never behind a checkpoint
             trainer.strategy.save_checkpoint(checkpoint, partial)
             if trainer.is_global_zero:
-                os.replace(partial, path)
+                replace_synced(partial, path)
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
             print(f"could not write the checkpoint of round {int(checkpoint.get('epoch', -1)) + 1}: {error}", flush=True)
             return False
@@ -185,6 +200,22 @@ class RoundCheckpoint(ModelCheckpoint):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.save_unsaved_round(trainer)
+
+
+def replace_synced(partial: Path, path: Path) -> None:
+    """Put the complete file ``partial`` in place of ``path``: its bytes on disk first, then an
+    atomic rename in the same folder, then the folder's entry on disk."""
+    with open(partial, "rb+") as written:
+        os.fsync(written.fileno())
+    os.replace(partial, path)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # a platform without folder descriptors: the rename stands
+        return
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def flush_loggers(trainer: pl.Trainer) -> None:

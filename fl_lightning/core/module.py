@@ -362,7 +362,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         run logs (``core.diagnostics``) and, in place of Lightning's default per-epoch bar, one
         bar over the rounds (``core.progress``): in a Trainer script as through the CLI. A bar
         the user chose (another class, or ``enable_progress_bar=False``) is left alone."""
-        trainer = self._trainer
+        trainer = private_api.attached_trainer(self)
         default_bar = trainer is not None and type(trainer.progress_bar_callback) is TQDMProgressBar
         return ([self.fit_threads, ConflictCounts(), QPFallbackTotal()]
                 + ([ImprovementShare()] if self.hparams.track_improvement else [])

@@ -35,6 +35,7 @@ import shutil
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
@@ -57,6 +58,7 @@ from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.fit_lock import RunLock, release_all
 from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
@@ -290,6 +292,8 @@ class FederatedCLI(LightningCLI):
                              config.data.as_dict(), config.get("seed_everything"))
             for entry in mlflow_logger_configs(config.trainer.get("logger")):
                 check_tracking_store(configured_tracking_uri(entry.init_args))
+            if checkpoint is not None:  # last: one fit per run (released however this fit ends)
+                RunLock.acquire(Path(config.ckpt_path).resolve().parent)
         except PreflightError as error:
             refuse(str(error))
 
@@ -409,6 +413,7 @@ def run(args: list[str] | None = None) -> None:
         print(f"{'terminated' if signum == signal.SIGTERM else 'interrupted'} ({name})", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
     finally:
+        release_all()
         set_threads(threads)
         for name, value in seed_environment.items():
             if value is None:

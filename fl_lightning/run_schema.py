@@ -97,6 +97,10 @@ class Tag:
     RESUMED_AT_ROUND = "resumed_at_round"
     RESUMED_FROM_RUNS = "resumed_from_runs"
     EXTENDED_TO_ROUNDS = "extended_to_rounds"  # the num_rounds a continued run plans when it differs from its param
+    # the process a fit runs in, and a run found RUNNING after its fit died (``fit_lock``)
+    FIT_HOST = "fit_host"
+    FIT_PID = "fit_pid"
+    KILLED_REASON = "killed_reason"
     # the benchmark runner's (``benchmarks.runner.Cell.tags``: the logger's tags in each cell's config)
     SUITE = "suite"
     PAPER = "paper"

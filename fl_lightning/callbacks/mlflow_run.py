@@ -55,6 +55,7 @@ from fl_lightning.callbacks.run_identity import (
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
+from fl_lightning.fit_lock import fit_tags, mark_dead_runs
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
 
@@ -422,7 +423,10 @@ class MLflowRunInfo(Callback):
         if not loggers or not trainer.is_global_zero:
             return
         self._continue_runs(trainer, loggers)
-        tags = run_tags(trainer, pl_module)
+        for logger in loggers:  # runs of this experiment whose fit died RUNNING (never this fit's own)
+            if logger.experiment_id is not None and logger.run_id is not None:
+                mark_dead_runs(logger.experiment, [logger.experiment_id], keep={logger.run_id})
+        tags = run_tags(trainer, pl_module) | fit_tags()
         data = getattr(trainer, "datamodule", None)
         dataset = dataset_input(data) if data is not None else None
         for logger in loggers:

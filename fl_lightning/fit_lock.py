@@ -1,0 +1,140 @@
+"""One fit per run at a time, and no run left RUNNING without a live fit.
+
+* :class:`RunLock`: a resumed fit holds ``fit.lock`` in its run's checkpoint folder (made with
+  ``O_EXCL``, holding the host, the process id and the start time) for as long as it runs; a
+  second fit resuming the same run is refused in one line while the first is alive. A lock whose
+  process is gone (killed, power lost) is stale and taken over.
+* :func:`mark_dead_runs`: runs of an experiment still RUNNING whose fit (host and process logged
+  in the ``fit_host``/``fit_pid`` tags) no longer runs on this host are ended KILLED, with a tag
+  that says so, by the next fit, resume or benchmark run that opens the experiment.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from fl_lightning.preflight import PreflightError
+from fl_lightning.run_schema import Tag
+
+LOCK_NAME = "fit.lock"
+_HELD: list[RunLock] = []
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (signal 0: nothing is sent)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def fit_is_alive(host: str | None, pid: str | int | None) -> bool | None:
+    """True/False for a fit of this host; None where it cannot be told (another host, no record)."""
+    if not host or pid in (None, "") or host != this_host():
+        return None
+    try:
+        return process_alive(int(pid))
+    except (TypeError, ValueError):
+        return None
+
+
+class RunLock:
+    """``fit.lock`` in a run's checkpoint folder, held by this process until :meth:`release`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def acquire(cls, folder: Path) -> RunLock:
+        """Take the folder's lock, or raise ``PreflightError`` naming the live fit that holds it."""
+        path = folder / LOCK_NAME
+        record = {"host": this_host(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        for _ in range(2):
+            try:
+                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = read_lock(path)
+                alive = fit_is_alive(holder.get("host"), holder.get("pid"))
+                if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
+                    return cls(path)  # this process holds it already
+                if alive is False:
+                    path.unlink(missing_ok=True)  # its fit is gone: a stale lock of ours
+                    continue
+                who = (f"process {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
+                       if holder else "an unknown process")
+                raise PreflightError(
+                    f"another fit is running this run ({who}; lock {path}): wait for it to end or stop it"
+                    + ("" if alive else "; if no fit runs there any more, delete the lock file and resume again")
+                ) from None
+            except OSError as error:  # a folder we cannot write to: the fit would fail at its first checkpoint
+                raise PreflightError(f"cannot lock the run's checkpoint folder {folder} ({error.strerror}): "
+                                     "make it writable or resume from a copy of the checkpoint elsewhere") from None
+            with os.fdopen(descriptor, "w") as file:
+                json.dump(record, file)
+            lock = cls(path)
+            _HELD.append(lock)
+            return lock
+        raise PreflightError(f"cannot take the lock {path}: another fit keeps taking it; try again")
+
+    def release(self) -> None:
+        """Remove the lock if it is still this process's own."""
+        if self in _HELD:
+            _HELD.remove(self)
+        holder = read_lock(self.path)
+        if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
+            self.path.unlink(missing_ok=True)
+
+
+def read_lock(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def release_all() -> None:
+    """Release every lock this process holds (however its fit ended)."""
+    for lock in list(_HELD):
+        lock.release()
+
+
+atexit.register(release_all)
+
+
+def fit_tags() -> dict[str, str]:
+    """The tags that say which process runs a fit (read by :func:`mark_dead_runs`)."""
+    return {Tag.FIT_HOST: this_host(), Tag.FIT_PID: str(os.getpid())}
+
+
+def mark_dead_runs(client: Any, experiment_ids: list[str], keep: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """End KILLED every RUNNING run of the experiments whose fit no longer runs on this host
+    (``keep``: runs this process is about to continue). Returns their ids."""
+    if not experiment_ids:
+        return []
+    dead = []
+    for run in client.search_runs(experiment_ids, filter_string="attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if run.info.run_id in keep or fit_is_alive(tags.get(Tag.FIT_HOST), tags.get(Tag.FIT_PID)) is not False:
+            continue
+        client.set_tag(run.info.run_id, Tag.KILLED_REASON,
+                       f"its fit (process {tags.get(Tag.FIT_PID)} on {tags.get(Tag.FIT_HOST)}) stopped without "
+                       "ending the run (killed, or the machine went down); found by a later fit")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        dead.append(run.info.run_id)
+    return dead

@@ -42,3 +42,13 @@ def gathering(request, monkeypatch):
 
         monkeypatch.setattr(engines, "EPOCH_GATHER_BYTES", 0)
     return request.param
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    """A fresh SQLite MLflow store in the test's folder (also the working folder, where checkpoints
+    land, and $MLFLOW_TRACKING_URI); its URI."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri

@@ -11,14 +11,6 @@ from fl_lightning.cli import DEFAULT_CONFIG, main
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # checkpoints and artifacts land in the temporary folder
-    uri = f"sqlite:///{tmp_path / 'runs.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # for mlflow.search_runs
-    return uri
-
-
 def short_run(store, *extra):
     return [
         "fit",

@@ -14,7 +14,7 @@ from fl_lightning.cli import main
 from fl_lightning.fit_lock import LOCK_NAME, RunLock, read_lock, this_host
 from fl_lightning.preflight import PreflightError
 from fl_lightning.run_schema import Tag
-from tests.test_resume_cli import fit_args, interrupted_fit, store  # noqa: F401  (store: a fixture)
+from tests.test_resume_cli import fit_args, interrupted_fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

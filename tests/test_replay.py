@@ -32,14 +32,6 @@ class HalfStep(FedAvg):
 '''
 
 
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'runs.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
-
-
 def fitted(store, *extra) -> str:
     cli(["fit", f"--trainer.logger.init_args.tracking_uri={store}", *COMMON, *extra])
     runs = mlflow.search_runs(experiment_names=["fl-lightning"], order_by=["attributes.start_time DESC"])

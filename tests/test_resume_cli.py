@@ -18,14 +18,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 ROUNDS = 4
 
 
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # checkpoints land in the temporary folder
-    uri = f"sqlite:///{tmp_path / 'runs.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
-
-
 def fit_args(uri, *extra):
     return [
         "fit", f"--trainer.logger.init_args.tracking_uri={uri}", f"--model.num_rounds={ROUNDS}",

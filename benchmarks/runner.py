@@ -616,11 +616,50 @@ def select_cells(cells: list[Cell], name: str, benchmarks: list[str] | None,
             and (configs is None or c.algorithm_config in configs)]
 
 
+def check_algorithms(cells: list[Cell], name: str) -> None:
+    """Every algorithm configuration of the suite, before its first cell runs: its class path
+    names a class (with a did-you-mean), every setting is one the class takes, and every value
+    keeps its setting's rule (``core.settings``). One line (``SystemExit``) for the first problem."""
+    import importlib
+
+    from fl_lightning.algorithms import ALGORITHMS
+    from fl_lightning.core.module import FederatedModule
+    from fl_lightning.core.settings import check_setting, signature_types
+    from fl_lightning.parse_errors import did_you_mean
+
+    seen: set[str] = set()
+    for cell in cells:
+        model = cell.config.get("model") or {}
+        class_path, init_args = model.get("class_path", ""), model.get("init_args") or {}
+        key = f"{class_path}|{sorted(init_args.items(), key=str)!r}"
+        if key in seen:
+            continue
+        seen.add(key)
+        where = f"suite '{name}', {cell.algorithm_config}"
+        module_name, _, class_name = class_path.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError, ValueError):
+            hint = did_you_mean(class_name, list(ALGORITHMS), prefix="fl_lightning.algorithms.")
+            raise SystemExit(f"{where}: no algorithm class {class_path!r}{hint}") from None
+        if not (isinstance(cls, type) and issubclass(cls, FederatedModule)):
+            raise SystemExit(f"{where}: {class_path!r} is not a federated algorithm (a FederatedModule subclass)")
+        types = signature_types(cls)
+        for setting, value in init_args.items():
+            if setting not in types:
+                raise SystemExit(f"{where}: {class_name} takes no setting {setting!r}{did_you_mean(setting, list(types))}")
+            try:
+                check_setting(setting, value, types[setting], strict=True)
+            except ValueError as error:
+                raise SystemExit(f"{where}: {error}") from None
+
+
 def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, dry_run: bool = False,
               isolate: bool = False, cluster: str | None = None, job_folder: str | None = None,
               slurm_partition: str | None = None, timeout_min: int = 24 * 60, cpus_per_job: int | None = None,
               benchmarks: list[str] | None = None, configs: list[str] | None = None) -> int:
     cells = select_cells(load_suite(name, seeds), name, benchmarks, configs)
+    check_algorithms(cells, name)  # before the store is touched and before any cell runs
     suite = cells[0].suite if cells else name
     durations: dict[str, list[float]] = {}
     if dry_run:  # reads the store, never creates or alters it

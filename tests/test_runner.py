@@ -343,3 +343,28 @@ def test_a_cluster_without_submitit_is_refused_before_the_store_exists(tmp_path,
         main(["run", "fedfv/offline", "--cluster", "local", "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"])
     assert "pip install 'fl-lightning[cluster]'" in capsys.readouterr().err
     assert not (tmp_path / "runs.db").exists() and not (tmp_path / "benchmark_logs").exists()
+
+
+@pytest.mark.parametrize(("algorithm", "message"), [
+    ({"class_path": "fl_lightning.algorithms.FedProxx"},
+     "no algorithm class 'fl_lightning.algorithms.FedProxx'; did you mean 'fl_lightning.algorithms.FedProx'"),
+    ({"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.1, -1.0]}}, "mu must be >= 0, got -1.0"),
+    ({"class_path": "fl_lightning.algorithms.FedFV", "grid": {"alpha": [1.5]}}, "alpha"),
+    ({"class_path": "fl_lightning.algorithms.FedFV", "init_args": {"tua": 2}}, "did you mean 'tau'"),
+])
+def test_a_users_suite_is_checked_before_any_cell_runs_or_the_store_is_made(algorithm, message, tmp_path, monkeypatch,
+                                                                               capsys):
+    from benchmarks.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    suite = {"suite": "mine", "paper": "fedfv", "scale": "offline", "seeds": [0],
+             "base": {"model": {"init_args": {"backbone": "fl_logreg", "num_rounds": 2}},
+                      "data": {"source": "digits", "num_clients": 4, "partition": "iid"}},
+             "benchmarks": [{"name": "digits/iid"}],
+             "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}, algorithm]}
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(SystemExit) as refused:
+        main(["run", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"])
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "runs.db").exists() and not (tmp_path / "benchmark_logs").exists()

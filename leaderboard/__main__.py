@@ -73,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
                                 "values: any of them; several keys: all of them) (default: every run read)")
     exporting.add_argument("--format", nargs="+", choices=export.FORMATS, default=list(export.FORMATS),
                            dest="formats", help=f"file formats to write (default: {' '.join(export.FORMATS)})")
+    exporting.add_argument("--overwrite", action="store_true",
+                           help="replace runs/rounds tables already in --out (without it, the export refuses)")
     exporting.add_argument("--all-metrics", action="store_true",
                            help="the rounds table holds every metric the runs logged, not only the histories the "
                                 "leaderboard reads (one more request per run and metric: slower; default: off)")
@@ -96,7 +98,7 @@ def run_export(args: argparse.Namespace) -> int:
     progress = export.ProgressLines()
     try:
         export.export(args.tracking_uri, args.out, args.experiments, args.tags, args.formats, args.all_metrics,
-                      progress)
+                      progress, overwrite=args.overwrite)
     except LeaderboardError as error:
         progress.close()
         print(f"error: {error}", file=sys.stderr)

@@ -389,13 +389,20 @@ def export(
     formats: Sequence[str] = FORMATS,
     all_metrics: bool = False,
     progress: Progress = print,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Read the store, write ``runs.<fmt>`` and ``rounds.<fmt>`` into ``out``; returns the files.
     Bad input (a missing store, an unknown experiment, a malformed or unmatched --tag, an ``out``
-    that is a file) raises ``LeaderboardError`` before anything is written."""
+    that is a file, a table already there without ``overwrite``) raises ``LeaderboardError``
+    before anything is written."""
     formats = check_formats(formats)
     wanted = parse_tags(tags)
     check_out(out)
+    there = [Path(out) / f"{name}.{fmt}" for name in (RUNS, ROUNDS) for fmt in formats
+             if (Path(out) / f"{name}.{fmt}").exists()]
+    if there and not overwrite:
+        raise LeaderboardError(f"{', '.join(map(str, there))} already exist{'s' * (len(there) == 1)}: pass --overwrite "
+                               "to replace them, or choose another --out")
     precheck_tags(tracking_uri, experiments, wanted)
     store = load_runs(tracking_uri, experiments, progress)
     check_tags_match([run.tags for run in store.runs], wanted)  # the store may have changed since the check

@@ -132,13 +132,39 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
 
 
 def check_output(out: Path) -> None:
-    """Refuses to replace a folder this tool did not build (checked before the store is read)."""
+    """Refuses to replace a folder this tool did not build, or one holding a file its last build
+    did not write (the manifest in its marker file): checked before the store is read."""
     out = out.resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise LeaderboardError(
             f"{out} exists and is not a leaderboard site built by this tool (no {MARKER} file); "
             "choose an empty or new folder with --out."
         )
+    written = built_files(out / MARKER)
+    if written is not None:
+        theirs = sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                        if p.is_file() and str(p.relative_to(out)) not in written | {MARKER})
+        if theirs:
+            shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+            raise LeaderboardError(f"{out} holds files its last build did not write ({shown}); a rebuild replaces "
+                                   "the folder, so move them out first or choose another --out.")
+
+
+def built_files(marker: Path) -> set[str] | None:
+    """The files a build wrote (its marker's manifest, paths relative to the site); None for a
+    site built before manifests, or none."""
+    try:
+        lines = marker.read_text().splitlines()
+    except OSError:
+        return None
+    return {line[2:] for line in lines if line.startswith("- ")} or None
+
+
+def write_marker(staging: Path) -> None:
+    """The marker file, with the manifest of every file of the build (read by ``check_output``)."""
+    files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+    (staging / MARKER).write_text("built by `python -m leaderboard build`; replaced on every build. Its files:\n"
+                                  + "".join(f"- {name}\n" for name in files))
 
 
 def prepare_output(out: Path) -> Path:
@@ -147,7 +173,11 @@ def prepare_output(out: Path) -> Path:
     out = out.resolve()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the published folder's mode
+        return staging
     except OSError as error:
         raise LeaderboardError(f"cannot write the site to {out} ({error.strerror or error}); "
                                "choose a folder you can write with --out.") from None
@@ -249,7 +279,6 @@ def build_site(
 
     staging = prepare_output(Path(out))
     try:
-        (staging / MARKER).write_text("built by `python -m leaderboard build`; replaced on every build\n")
         bench_dir = staging / "benchmarks"
         bench_dir.mkdir()
         for number, table in enumerate(tables, start=1):
@@ -291,6 +320,7 @@ def build_site(
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))
+        write_marker(staging)  # last: the manifest lists every file of the build
         publish(staging, Path(out))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

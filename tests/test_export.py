@@ -411,3 +411,15 @@ def test_progress_is_lines_off_a_terminal_and_a_bar_on_one():
     progress("  metric histories and client metrics: 20/20 runs")
     assert progress.bar is None  # closed when done
     assert "20/20" in terminal.getvalue() and "metric histories and client metrics" in terminal.getvalue()
+
+
+def test_an_export_over_tables_already_there_is_refused_unless_asked(store, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "runs.csv").write_text("a user's own table\n")
+    assert run_export(store, out, "--format", "csv") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "runs.csv already exists" in err and "--overwrite" in err
+    assert (out / "runs.csv").read_text() == "a user's own table\n" and not (out / "rounds.csv").exists()
+    assert run_export(store, out, "--format", "csv", "--overwrite") == 0
+    assert pd.read_csv(out / "runs.csv")["run_id"].nunique() > 1

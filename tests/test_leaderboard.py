@@ -655,11 +655,36 @@ def test_missing_store_and_foreign_output_folder_are_refused(store, tmp_path, ca
 
 
 def test_rebuild_replaces_the_previous_site(site, store):
+    """A page an earlier build wrote (in its marker's manifest) and no longer writes goes away."""
+    from leaderboard.site import MARKER
+
     stale = site["out"] / "benchmarks" / "stale.html"
     stale.write_text("old")
+    marker = site["out"] / MARKER
+    marker.write_text(marker.read_text() + "- benchmarks/stale.html\n")
     code = leaderboard_main(["build", "--tracking-uri", store["uri"], "--out", str(site["out"]),
                              "--experiments", SUITE, "--paper-numbers", str(store["papers"])])
     assert code == 0 and not stale.exists() and (site["out"] / "index.html").exists()
+    assert (site["out"].stat().st_mode & 0o777) == 0o777 & ~current_umask()  # not mkdtemp's 0700
+
+
+def current_umask() -> int:
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def test_a_rebuild_refuses_to_lose_a_file_it_did_not_write(site, store, capsys):
+    mine = site["out"] / "my-notes.md"
+    mine.write_text("a reader's notes")
+    code = leaderboard_main(["build", "--tracking-uri", store["uri"], "--out", str(site["out"]),
+                             "--experiments", SUITE, "--paper-numbers", str(store["papers"])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "my-notes.md" in err and "did not write" in err
+    assert mine.read_text() == "a reader's notes" and (site["out"] / "index.html").exists()
+    mine.unlink()  # the shared site fixture stays as built
 
 
 # --- the contract store: like with like, verdicts, fairness, controls ----------------------------

@@ -256,7 +256,8 @@ def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
         order_by=["attributes.start_time DESC"], max_results=1,
     )
     run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
-    run_id = run.info.run_id if run else client.create_run(experiment_id, tags=cell.tags).info.run_id
+    name = f"{cell.algorithm_config} seed {cell.seed} | {cell.benchmark} | failed"  # not MLflow's random one
+    run_id = run.info.run_id if run else client.create_run(experiment_id, tags=cell.tags, run_name=name).info.run_id
     client.set_tag(run_id, Tag.ERROR, error[-5000:])
     client.set_terminated(run_id, "FAILED")
 
@@ -268,16 +269,24 @@ def literal_text(text: str) -> str:
     return text.replace(": ", ":\u00a0").replace(" #", "\u00a0#")
 
 
-def _cell_config_file(cell: Cell, tracking_uri: str) -> str:
-    """The cell's LightningCLI config, logging to the suite's experiment, in a temporary file."""
+def _cell_config_file(cell: Cell, tracking_uri: str, path: Path | None = None) -> str:
+    """The cell's LightningCLI config, logging to the suite's experiment: at ``path`` (beside the
+    cell's log, where the resume command its fit prints finds it; written then renamed), else in a
+    temporary file."""
     tags = {key: literal_text(value) for key, value in cell.tags.items()}
     config = deep_merge(cell.config, {"trainer": {"logger": {
         "class_path": "lightning.pytorch.loggers.MLFlowLogger",
         "init_args": {"experiment_name": cell.suite, "tracking_uri": tracking_uri, "tags": tags},
     }}})
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+    folder = None if path is None else Path(path).parent
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False) as handle:
         yaml.safe_dump(config, handle, sort_keys=False)
+    if path is None:
         return handle.name
+    os.replace(handle.name, path)
+    return str(Path(path).resolve())
 
 
 def _thread_env(threads: int) -> dict[str, str]:
@@ -545,14 +554,12 @@ class SubmititJobs:
 def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tuple[Cell, str, float, str]:
     """Runs one (cell, seed) through ``launcher`` (:class:`WarmWorkers` or :class:`IsolatedProcesses`);
     (cell, status, seconds, error). A cell that fails is recorded in the store as a FAILED run."""
-    config_path = _cell_config_file(cell, tracking_uri)
     safe = cell.cell.replace("/", "_").replace("|", "__").replace(" ", "")
     log_path = log_dir / f"{safe}__seed{cell.seed}.log"
+    # kept beside the log: the resume command the fit prints names it
+    config_path = _cell_config_file(cell, tracking_uri, log_dir / f"{safe}__seed{cell.seed}.yaml")
     started = time.perf_counter()
-    try:
-        outcome = launcher.run(config_path, str(log_path))
-    finally:
-        os.unlink(config_path)
+    outcome = launcher.run(config_path, str(log_path))
     seconds = time.perf_counter() - started
     if outcome == 0:
         return cell, "FINISHED", seconds, ""

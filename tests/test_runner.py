@@ -58,14 +58,16 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
     only those two fail."""
     monkeypatch.chdir(tmp_path)
     suite = dict(SUITE, benchmarks=[killer_benchmark(tmp_path, monkeypatch), *SUITE["benchmarks"]])
-    suite["algorithms"] = [*SUITE["algorithms"], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
+    # a cell that passes the suite's checks and fails when it runs (no such backbone)
+    suite["algorithms"] = [*SUITE["algorithms"], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]},
+                                                  "init_args": {"backbone": "fl_nope"}}]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
 
-    assert main(["run", str(path), "--tracking-uri", uri, "--jobs", "2"]) == 1  # the mu=-1 cell fails
+    assert main(["run", str(path), "--tracking-uri", uri, "--jobs", "2"]) == 1  # the fl_nope cell fails
     out = capsys.readouterr().out
-    assert "5 to run" in out and "FAILED" in out and "FedProx(mu=-1.0)" in out
+    assert "5 to run" in out and "FAILED" in out and "FedProx(mu=0.5)" in out
     assert "(its worker process was killed by SIGKILL; log " in out
 
     mlflow.set_tracking_uri(uri)
@@ -79,7 +81,11 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
     assert literal_text(SUITE["description"]).replace("\u00a0", " ") == SUITE["description"]
     failed = runs[(runs["status"] == "FAILED") & runs["tags.error"].notna()].sort_values("tags.benchmark")
     assert list(failed["tags.benchmark"]) == ["digits/iid/full/fl_logreg", "digits/iid/full/fl_logreg/killed"]
-    assert "mu" in failed.iloc[0]["tags.error"] and "SIGKILL" in failed.iloc[1]["tags.error"]
+    assert "fl_nope" in failed.iloc[0]["tags.error"] and "SIGKILL" in failed.iloc[1]["tags.error"]
+    assert failed.iloc[0]["tags.mlflow.runName"].startswith("FedProx(mu=0.5) seed 0 | digits/iid/full/fl_logreg")
+    # every cell's config stays beside its log, so a resume command printed in the log runs as printed
+    logs = tmp_path / "benchmark_logs" / "tiny-offline"
+    assert len(list(logs.glob("*.yaml"))) == 5 and len(list(logs.glob("*.log"))) == 5
 
     # resumable: the finished cells are skipped, only the failed ones run again
     assert main(["run", str(path), "--tracking-uri", uri]) == 1
@@ -311,12 +317,13 @@ def test_cells_submitted_as_submitit_jobs_log_what_reused_workers_log(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).resolve().parents[1]}:{tmp_path}")  # jobs import benchmarks
     suite = dict(SUITE)
-    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
+    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]},
+                                                      "init_args": {"backbone": "fl_nope"}}]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     jobs, reused = f"sqlite:///{tmp_path / 'jobs.db'}", f"sqlite:///{tmp_path / 'reused.db'}"
     assert main(["run", str(path), "--tracking-uri", jobs, "--cluster", "local", "--jobs", "2",
-                 "--cpus-per-job", "1", "--job-folder", str(tmp_path / "jobs")]) == 1  # the mu=-1 cell fails
+                 "--cpus-per-job", "1", "--job-folder", str(tmp_path / "jobs")]) == 1  # the fl_nope cell fails
     out = capsys.readouterr().out
     assert "FINISHED" in out and "FAILED" in out and "exit code" in out
     assert any((tmp_path / "jobs").iterdir())  # submitit's job folders

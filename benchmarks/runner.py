@@ -23,9 +23,11 @@ import hashlib
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -243,23 +245,50 @@ def ensure_experiment(tracking_uri: str, suite: str) -> str:
     return experiment.experiment_id if experiment else client.create_experiment(suite)
 
 
-def record_failure(tracking_uri: str, cell: Cell, error: str) -> None:
-    """A FAILED run for a cell whose process died before (or without) marking its own run."""
+CHECKPOINT_ROOT = "checkpoints"  # the CLI's default_root_dir, relative to the runner's folder (its workers' too)
+INTERRUPTED_EXIT_CODES = (128 + 2, 128 + 15)  # a fit stopped by SIGINT / SIGTERM (lightning_cli.run)
+STOPPED = threading.Event()  # set when the suite is stopped (Ctrl-C): its cells in flight end KILLED
+
+
+def latest_unfinished_run(tracking_uri: str, cell: Cell) -> Any:
+    """The cell's (same cell, seed and config) latest run that did not finish, or None."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    experiment_id = ensure_experiment(tracking_uri, cell.suite)
+    experiment = client.get_experiment_by_name(cell.suite)
+    if experiment is None:
+        return None
     runs = client.search_runs(
-        [experiment_id],
+        [experiment.experiment_id],
         filter_string=(f"tags.{Tag.CELL} = '{cell.cell}' and tags.{Tag.SEED} = '{cell.seed}' "
                        f"and tags.{Tag.CELL_CONFIG} = '{cell.config_digest}'"),
         order_by=["attributes.start_time DESC"], max_results=1,
     )
-    run = runs[0] if runs and runs[0].info.status != "FINISHED" else None
-    name = f"{cell.algorithm_config} seed {cell.seed} | {cell.benchmark} | failed"  # not MLflow's random one
+    return runs[0] if runs and runs[0].info.status != "FINISHED" else None
+
+
+def resumable_checkpoint(tracking_uri: str, cell: Cell) -> str | None:
+    """The ``last.ckpt`` of the cell's latest unfinished run (a suite stopped by Ctrl-C, a killed
+    worker), where the runner's fits write it: the rerun continues that run from there."""
+    run = latest_unfinished_run(tracking_uri, cell)
+    if run is None:
+        return None
+    path = Path(CHECKPOINT_ROOT) / run.info.experiment_id / run.info.run_id / "checkpoints" / "last.ckpt"
+    return str(path.resolve()) if path.is_file() else None
+
+
+def record_failure(tracking_uri: str, cell: Cell, error: str, status: str = "FAILED") -> None:
+    """A FAILED (or, for a suite stopped by Ctrl-C, KILLED) run for a cell whose process died
+    before (or without) marking its own run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment_id = ensure_experiment(tracking_uri, cell.suite)
+    run = latest_unfinished_run(tracking_uri, cell)
+    name = f"{cell.algorithm_config} seed {cell.seed} | {cell.benchmark} | {status.lower()}"  # not MLflow's random one
     run_id = run.info.run_id if run else client.create_run(experiment_id, tags=cell.tags, run_name=name).info.run_id
     client.set_tag(run_id, Tag.ERROR, error[-5000:])
-    client.set_terminated(run_id, "FAILED")
+    client.set_terminated(run_id, status)
 
 
 def literal_text(text: str) -> str:
@@ -278,6 +307,8 @@ def _cell_config_file(cell: Cell, tracking_uri: str, path: Path | None = None) -
         "class_path": "lightning.pytorch.loggers.MLFlowLogger",
         "init_args": {"experiment_name": cell.suite, "tracking_uri": tracking_uri, "tags": tags},
     }}})
+    if path is not None and (checkpoint := resumable_checkpoint(tracking_uri, cell)) is not None:
+        config["ckpt_path"] = checkpoint  # continue the run a stopped suite left, from its last round
     folder = None if path is None else Path(path).parent
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -325,7 +356,6 @@ def _fit_in_this_process(config_path: str, log_path: str) -> int:
     folder, the SIGINT/SIGTERM/SIGALRM handlers and the alarm timer, the warnings filters and
     torch's process-wide settings. Random streams need nothing: ``seed_everything`` seeds Python,
     NumPy and torch when each fit starts."""
-    import signal
     import traceback
     import warnings
 
@@ -442,8 +472,6 @@ class Worker:
             self.connection.close()
             self.process = self.connection = None
             if why is not None and why < 0:
-                import signal
-
                 return f"its worker process was killed by {signal.Signals(-why).name}"
             return f"its worker process died (exit code {why})"
 
@@ -563,6 +591,10 @@ def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tup
     seconds = time.perf_counter() - started
     if outcome == 0:
         return cell, "FINISHED", seconds, ""
+    if outcome in INTERRUPTED_EXIT_CODES or STOPPED.is_set():  # Ctrl-C / SIGTERM: the fit ended its run KILLED
+        if outcome not in INTERRUPTED_EXIT_CODES:  # its worker died first: say so in the store
+            record_failure(tracking_uri, cell, f"the suite was stopped ({outcome}); log {log_path}", status="KILLED")
+        return cell, "KILLED", seconds, "stopped with the suite; the next run of the suite resumes it"
     tail = log_path.read_text()[-3000:] if log_path.exists() else ""
     why = f"exit code {outcome}" if isinstance(outcome, int) else outcome
     error = f"{why}; log {log_path}:\n{tail}"
@@ -703,21 +735,39 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     else:
         launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
     pool = ThreadPoolExecutor(max_workers=jobs)
+    STOPPED.clear()
+    futures = []
+    reported: set[Any] = set()
+
+    def report(future: Any, number: int) -> None:
+        cell, status, seconds, error = future.result()
+        outcomes[(cell.cell, cell.seed)] = (status, seconds)
+        note = f"  ({error.splitlines()[0]})" if error else ""
+        print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
+        reported.add(future)
+
     try:
         futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
-        for number, future in enumerate(as_completed(futures), 1):
-            cell, status, seconds, error = future.result()
-            outcomes[(cell.cell, cell.seed)] = (status, seconds)
-            note = f"  ({error.splitlines()[0]})" if error else ""
-            print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
-    finally:  # on Ctrl-C: the cells not started are dropped, the running ones stop with their fits
-        pool.shutdown(cancel_futures=True)
+        for future in as_completed(futures):
+            report(future, len(reported) + 1)
+    except KeyboardInterrupt:  # Ctrl-C: the cells not started are dropped, the running ones stop with their fits
+        STOPPED.set()
+        print(f"\ninterrupted (SIGINT): the cells in flight end KILLED; `{program_name()} run {name}` again resumes "
+              "them from their checkpoints", file=sys.stderr, flush=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()
-    print(f"\nsuite {suite} done in {time.perf_counter() - started:.0f}s; logs in {log_dir}\n")
+    for future in futures:  # the cells that ended while the suite stopped
+        if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
+            report(future, len(reported) + 1)
+    print(f"\nsuite {suite} {'stopped' if STOPPED.is_set() else 'done'} in {time.perf_counter() - started:.0f}s; "
+          f"logs in {log_dir}\n")
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
     if failed:
         print(f"\n{failed} run(s) failed: their errors are in the store (tag '{Tag.ERROR}') and in {log_dir}")
+    if STOPPED.is_set():
+        return 128 + signal.SIGINT
     return 1 if failed else 0
 
 

@@ -1,5 +1,6 @@
 """The benchmark runner: grid expansion, tags, resuming, failed cells recorded, summary."""
 
+import os
 from pathlib import Path
 
 import mlflow
@@ -375,3 +376,56 @@ def test_a_users_suite_is_checked_before_any_cell_runs_or_the_store_is_made(algo
         main(["run", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"])
     assert message in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "runs.db").exists() and not (tmp_path / "benchmark_logs").exists()
+
+
+@pytest.mark.integration
+def test_ctrl_c_ends_the_cell_in_flight_killed_prints_the_summary_and_a_rerun_resumes_it(tmp_path):
+    """SIGINT to the runner's process group, as a terminal sends it: exit 130, the summary, the
+    cell's run KILLED (not FAILED); the suite run again continues that run from its checkpoint."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    suite = dict(SUITE, algorithms=SUITE["algorithms"][:1])
+    suite["base"] = deep_merge(SUITE["base"], {"trainer": {"enable_checkpointing": True},
+                                               "model": {"init_args": {"num_rounds": 1000, "eval_every": 50}}})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "benchmarks", "run", str(path), "--tracking-uri", uri]
+    runner = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    client = MlflowClient(uri)
+    try:
+        deadline, checkpoint = time.time() + 120, []
+        while time.time() < deadline and not checkpoint:
+            time.sleep(0.5)
+            checkpoint = list(tmp_path.glob("checkpoints/*/*/checkpoints/last.ckpt"))
+        assert checkpoint, "the cell never wrote a checkpoint"
+        time.sleep(0.3)
+        os.killpg(runner.pid, signal.SIGINT)
+        out, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 130, err
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err
+    assert "KILLED" in out and "suite tiny-offline stopped" in out and "mean acc" in out  # the summary
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
+    assert run.info.status == "KILLED"
+    done_before = len(client.get_metric_history(run.info.run_id, "train_loss"))
+    assert 0 < done_before < 1000
+
+    # again: the same run continues from its checkpoint, every round logged once
+    rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    (again,) = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(steps) == list(range(1, 1001))
+    log = next((tmp_path / "benchmark_logs" / "tiny-offline").glob("*.log")).read_text()
+    assert "Resuming from" in log

@@ -157,6 +157,7 @@ def check_store_folder(uri: str, folder: Path, database: Path | None = None) -> 
         if not os.access(database, os.R_OK | os.W_OK):
             raise PreflightError(f"the MLflow store {uri} cannot be written ({database} is read-only): "
                                  f"make it writable, or pass another {option}")
+        check_sqlite_store(uri, database)
         return
     try:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".fl-lightning-probe-"):
@@ -164,6 +165,57 @@ def check_store_folder(uri: str, folder: Path, database: Path | None = None) -> 
     except OSError as error:
         raise PreflightError(f"the MLflow store {uri} cannot be created: the folder {folder} takes no new files "
                              f"({error.strerror or error}); pass another {option}") from None
+
+
+STORE_LOCK_WAIT_S = 60.0  # how long a fit waits for a SQLite store another process holds locked
+MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})  # a whole MLflow SQLite store has these
+
+
+def check_sqlite_store(uri: str, database: Path) -> None:
+    """An existing SQLite store is a whole MLflow store (one line for a corrupt or half-made
+    file: it is left as it is) and no other process holds it locked: waited for up to
+    ``STORE_LOCK_WAIT_S``, with one line when the wait starts and one if it gives up."""
+    import sqlite3
+    import sys
+    import time
+
+    option = "--trainer.logger.init_args.tracking_uri"
+    connection = sqlite3.connect(f"file:{database}?mode=rw", uri=True, timeout=0, isolation_level=None)
+    try:
+        try:
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as error:
+            if "locked" in str(error):
+                tables = set(MLFLOW_TABLES)  # readable once the lock goes: the wait below
+            else:
+                raise PreflightError(f"the MLflow store {uri} is not a readable SQLite database ({error}): it is "
+                                     "corrupted or another kind of file; move it aside (nothing was changed) and "
+                                     f"start a new store there, or pass another {option}") from None
+        if tables and not MLFLOW_TABLES <= tables:
+            raise PreflightError(f"the MLflow store {uri} is half-made (it lacks the tables "
+                                 f"{', '.join(sorted(MLFLOW_TABLES - tables))}): its creation was interrupted; move "
+                                 f"it aside and start a new store there, or pass another {option}")
+        deadline, said = time.monotonic() + STORE_LOCK_WAIT_S, False
+        while True:
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("ROLLBACK")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) and "busy" not in str(error):
+                    raise PreflightError(f"the MLflow store {uri} cannot be written ({error}); pass another "
+                                         f"{option}") from None
+            if time.monotonic() >= deadline:
+                raise PreflightError(f"the MLflow store {uri} stayed locked by another process for "
+                                     f"{STORE_LOCK_WAIT_S:.0f} s; run again once it is free (another fit or an "
+                                     "`mlflow ui` writing to it), or pass another store")
+            if not said:
+                print(f"the MLflow store {uri} is locked by another process; waiting up to {STORE_LOCK_WAIT_S:.0f} s",
+                      file=sys.stderr, flush=True)
+                said = True
+            time.sleep(0.25)
+    finally:
+        connection.close()
 
 
 # settings that fix a fit's length in Lightning; here one epoch is one round and the model's

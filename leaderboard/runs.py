@@ -27,6 +27,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
 from fl_lightning import run_schema as schema
+from fl_lightning.fit_lock import fit_is_alive
 from fl_lightning.run_schema import Tag
 from leaderboard.store import (
     EMPTY,
@@ -85,6 +86,15 @@ class LeaderboardError(Exception):
 
 
 Progress = Callable[[str], None]
+
+
+def status_as_read(status: str, tags: dict[str, str]) -> str:
+    """The run's status, with a RUNNING run whose fit is gone from this host (a SIGKILL, a power
+    cut: its ``fit_host``/``fit_pid`` tags) read as KILLED: the leaderboard never counts a dead
+    fit's run as running. The store is only read; the next fit of its experiment marks it."""
+    if status == "RUNNING" and fit_is_alive(tags.get(Tag.FIT_HOST), tags.get(Tag.FIT_PID)) is False:
+        return "KILLED"
+    return status
 
 
 @dataclass
@@ -473,7 +483,7 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
             record = RunRecord(
                 run_id=info.run_id,
                 experiment=id_to_name.get(info.experiment_id, info.experiment_id),
-                status=info.status,
+                status=status_as_read(info.status, data.tags),
                 start_time=_time(info.start_time),
                 end_time=_time(info.end_time),
                 tags=dict(data.tags),

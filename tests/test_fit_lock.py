@@ -105,5 +105,10 @@ def test_sigkill_then_a_new_fit_ends_the_dead_run_killed(store, tmp_path):
         child.wait()
     (run,) = running
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # nothing ended it
+    from leaderboard.runs import load_runs
+
+    read = {r.run_id: r.status for r in load_runs(store, ["fl-lightning"], lambda *_: None).runs}
+    assert read[run.info.run_id] == "KILLED"  # the leaderboard never counts it as running...
+    assert client.get_run(run.info.run_id).info.status == "RUNNING"  # ...and only reads the store
     main(fit_args(store))
     assert client.get_run(run.info.run_id).info.status == "KILLED"

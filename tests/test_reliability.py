@@ -90,8 +90,9 @@ def test_killed_fit_keeps_its_history_and_resumes_into_the_same_run(tmp_path, mo
     assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(site)]) == 0
     pages = "\n".join(p.read_text() for p in site.rglob("*.md"))
     listed = [line for line in pages.splitlines() if run_id in line]
-    assert any("RUNNING (unfinished)" in line for line in listed), listed  # the failed/unfinished table
-    assert all("RUNNING" in line for line in listed), listed
+    # its fit is gone: the leaderboard never counts it as running (the store still says RUNNING)
+    assert listed and all("KILLED" in line and "RUNNING" not in line for line in listed), listed
+    assert experiment_runs(uri)[0].info.status == "RUNNING"
 
     hint = [line for line in log.read_text().splitlines() if "resume it with:" in line]
     command = shlex.split(hint[-1].split("resume it with:", 1)[1])

@@ -112,13 +112,21 @@ def _fraction(init_args: dict) -> float:
     return float(init_args.get(schema.FRACTION, schema.DEFAULT_FRACTION))
 
 
-def _default_vectorised_rows(folder: Path, pattern: str) -> list[dict]:
-    rows = []
+def _reports(folder: Path, pattern: str) -> list[dict]:
+    """The perf results files matching ``pattern``, read once (unreadable ones left out)."""
+    reports = []
     for path in sorted(folder.glob(pattern)):
         try:
-            rows += json.loads(path.read_text())["throughput"]
-        except (OSError, ValueError, KeyError, TypeError):
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
             continue
+        if isinstance(report, dict):
+            reports.append(report)
+    return reports
+
+
+def _default_vectorised_rows(reports: list[dict]) -> list[dict]:
+    rows = [row for report in reports for row in report.get("throughput") or [] if isinstance(row, dict)]
     return [row for row in rows
             if row.get("status") == "ok" and row.get("variant") is None and row.get("engine") == "vectorised"]
 
@@ -126,7 +134,7 @@ def _default_vectorised_rows(folder: Path, pattern: str) -> list[dict]:
 def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
     """Training client-samples per second of each model: the best default vectorised CPU figure."""
     best: dict[str, float] = {}
-    for row in _default_vectorised_rows(folder, PERF_FILES):
+    for row in _default_vectorised_rows(_reports(folder, PERF_FILES)):
         best[row["model"]] = max(best.get(row["model"], 0.0), float(row["client_samples_per_second"]))
     return best
 
@@ -134,16 +142,12 @@ def model_throughput(folder: Path = PERF_RESULTS) -> dict[str, float]:
 def gpu_throughput(folder: Path = PERF_RESULTS) -> tuple[dict[str, dict[int, float]], str | None]:
     """The GPU figures by model and clients per round (a GPU's throughput grows with the clients
     trained at once, unlike a CPU's), and the GPU's name; ``({}, None)`` where none was measured."""
+    reports = _reports(folder, GPU_PERF_FILES)
     by_model: dict[str, dict[int, float]] = {}
-    for row in _default_vectorised_rows(folder, GPU_PERF_FILES):
+    for row in _default_vectorised_rows(reports):
         speeds = by_model.setdefault(row["model"], {})
         speeds[int(row["clients"])] = max(speeds.get(int(row["clients"]), 0.0), float(row["client_samples_per_second"]))
-    names = set()
-    for path in sorted(folder.glob(GPU_PERF_FILES)):
-        try:
-            names.add(json.loads(path.read_text())["machine"]["gpu"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    names = {str(report["machine"]["gpu"]) for report in reports if (report.get("machine") or {}).get("gpu")}
     return by_model, ", ".join(sorted(names)) or None
 
 

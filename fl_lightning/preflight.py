@@ -91,8 +91,11 @@ def check_lightning_version(path: str, checkpoint: Mapping[str, Any]) -> None:
         raise PreflightError(f"--ckpt_path {path} does not say which Lightning wrote it (no 'pytorch-lightning_version'): "
                              "it was not written by a Lightning Trainer or was edited; resume from the run's last.ckpt "
                              "as fl-lightning fit wrote it, or leave --ckpt_path out")
+    # the migrations rewrite the loops' and callbacks' entries, never the weights: those stay shared
+    # (memory-mapped, unread) instead of a deep copy of every tensor of a large run's history
+    trial = {key: value if key == "state_dict" else copy.deepcopy(value) for key, value in checkpoint.items()}
     try:
-        migrate_checkpoint(copy.deepcopy(dict(checkpoint)))
+        migrate_checkpoint(trial)
     except Exception as error:  # noqa: BLE001 - whatever the migration trips on, the file cannot be resumed here
         raise PreflightError(f"--ckpt_path {path} was written by Lightning {version}, and Lightning {pl.__version__} "
                              f"cannot resume it ({type(error).__name__}: {str(error).strip()[:120]}); resume it with "
@@ -171,15 +174,15 @@ STORE_LOCK_WAIT_S = 60.0  # how long a fit waits for a SQLite store another proc
 MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})  # a whole MLflow SQLite store has these
 
 
-def check_sqlite_store(uri: str, database: Path) -> None:
+def check_sqlite_store(uri: str, database: Path, option: str = "--trainer.logger.init_args.tracking_uri") -> None:
     """An existing SQLite store is a whole MLflow store (one line for a corrupt or half-made
     file: it is left as it is) and no other process holds it locked: waited for up to
-    ``STORE_LOCK_WAIT_S``, with one line when the wait starts and one if it gives up."""
+    ``STORE_LOCK_WAIT_S``, with one line when the wait starts and one if it gives up. ``option``:
+    the command-line option that names the store, for the messages."""
     import sqlite3
     import sys
     import time
 
-    option = "--trainer.logger.init_args.tracking_uri"
     connection = sqlite3.connect(f"file:{database}?mode=rw", uri=True, timeout=0, isolation_level=None)
     try:
         try:

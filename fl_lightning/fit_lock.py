@@ -84,8 +84,13 @@ class RunLock:
             except OSError as error:  # a folder we cannot write to: the fit would fail at its first checkpoint
                 raise PreflightError(f"cannot lock the run's checkpoint folder {folder} ({error.strerror}): "
                                      "make it writable or resume from a copy of the checkpoint elsewhere") from None
-            with os.fdopen(descriptor, "w") as file:
-                json.dump(record, file)
+            try:
+                with os.fdopen(descriptor, "w") as file:
+                    json.dump(record, file)
+            except OSError as error:  # a full disk: no empty lock left to refuse every later resume
+                path.unlink(missing_ok=True)
+                raise PreflightError(f"cannot write the lock {path} ({error.strerror}): free some space, "
+                                     "then resume again") from None
             lock = cls(path)
             _HELD.append(lock)
             return lock

@@ -1,7 +1,9 @@
 """Checks a fit's configuration can pass before anything is created (no MLflow run, no
 checkpoint directory): the seed, the accelerator, the checkpoint to resume from and the
 tracking store. Each failure is a ``PreflightError`` whose message says what is wrong and
-what to change; the CLI prints it as one line."""
+what to change; the CLI prints it as one line. Torch is imported only by the checks that need
+it: the leaderboard (which needs no torch) reads stored runs through ``fit_lock``, which
+raises ``PreflightError``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import torch
 import yaml
 
 REACH_TIMEOUT_S = 5.0
@@ -37,6 +38,8 @@ def check_seed(seed: Any) -> None:
 
 def check_accelerator(accelerator: Any, devices: Any = "auto") -> None:
     """A GPU accelerator needs a GPU this process can see."""
+    import torch
+
     name = accelerator.lower() if isinstance(accelerator, str) else ""
     if name in ("gpu", "cuda"):
         if not torch.cuda.is_available():
@@ -54,6 +57,8 @@ def check_accelerator(accelerator: Any, devices: Any = "auto") -> None:
 def check_checkpoint(path: str | None) -> dict[str, Any] | None:
     """``--ckpt_path``: an existing fl-lightning checkpoint, read without unpickling anything
     but tensors and plain values (``torch.load(weights_only=True)``); returned (memory-mapped)."""
+    import torch
+
     if path is None or path in ("last", "best", "hpc", "registry"):
         return None
     file = Path(path)

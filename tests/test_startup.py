@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fl_lightning import cli
 
+ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "lightning", "mlflow", "numpy", "matplotlib", "timm", "torchvision", "scipy")
 PROBE = """
 import json, sys
@@ -159,3 +161,27 @@ def test_the_help_states_each_settings_rule(capsys):
     assert "the paper's 0.999 per round. Must be in (0, 1] (the paper: 0.999). (type: float" in text
     assert "Must be in (0, 1] (1.0 = full participation)" in text  # fraction, from FederatedModule's signature
     assert "--model.qp_solver {batched,cvxopt}" in text and "Must be batched" not in text  # choices: listed already
+
+
+BLOCK_TORCH = """
+import importlib, pkgutil, sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)")
+sys.meta_path.insert(0, Blocked())
+import leaderboard
+for module in pkgutil.walk_packages(leaderboard.__path__, "leaderboard."):
+    importlib.import_module(module.name)
+print("ok")
+"""
+
+
+def test_the_leaderboard_imports_without_torch():
+    """The leaderboard is built where no PyTorch is installed (tox env ``browser``, a docs
+    machine): none of its modules, nor the library modules they read, may import torch,
+    Lightning, timm or torchvision at import time."""
+    script = BLOCK_TORCH.format(blocked=("torch", "lightning", "timm", "torchvision", "torchmetrics"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=str(ROOT))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from chromium import CHROMIUM_FLAGS, MISSING, chromium_path
 
-pytest.importorskip("torch", reason="creating runs with fl-lightning needs torch: tox -e integration runs this")
+pytest.importorskip("torch", reason="creating runs with fl-lightning needs torch: tox -e tests runs this")
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="the Python package 'playwright' is not installed (pip install playwright)"
 )

@@ -58,6 +58,7 @@ from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.faults import FitFaults, fault_line, save_traceback
 from fl_lightning.fit_lock import RunLock, release_all
 from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
 from fl_lightning.preflight import (
@@ -366,6 +367,9 @@ def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:
 # KeyboardInterrupt"), MLflow's and alembic's lines while a new store's tables are made, and
 # torch's LeafSpec deprecation, which Lightning's own pytree code triggers
 QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "mlflow.store.db.utils", "alembic")
+# loggers that log an error's traceback before raising it: the error reaches the CLI, which says
+# it in one line and saves its traceback (``faults``); their copy would be a second, longer report
+RAISING_LOGGERS = ("mlflow.store.db.utils",)
 QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)",)
 
 
@@ -374,6 +378,8 @@ def quiet_library_output() -> None:
     (``logging``: raise the loggers' level back to see them)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in RAISING_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     for message in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
 
@@ -390,6 +396,7 @@ def run(args: list[str] | None = None) -> None:
     session, ``replay``) never inherits this fit's seed or count."""
     quiet_library_output()
     StopOnSignal.stopped_by = None
+    FitFaults.reset()
     seed_environment = {name: os.environ.get(name) for name in SEED_ENVIRONMENT}
     threads = torch.get_num_threads()  # the run's count is set before the data is built; a refusal after must not keep it
     try:
@@ -405,6 +412,16 @@ def run(args: list[str] | None = None) -> None:
             parser_class=ReadableArgumentParser,
             auto_configure_optimizers=False,
         )
+    except Exception as error:
+        fault = fault_line(error)
+        if fault is None:  # a bug, not a fault of the machine: its traceback is the report
+            raise
+        log = save_traceback(error, [FitFaults.folder])
+        where = f"the full traceback is in {log}" if log else "the traceback could not be saved: every disk tried is full"
+        if FitFaults.said is None:  # before the fit began: nothing to resume
+            print(f"error: {fault}; once that is fixed, run the same command again", file=sys.stderr)
+        print(f"({where})", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except SystemExit as exit_:
         signum = StopOnSignal.stopped_by
         if signum is None or exit_.code in (0, None):

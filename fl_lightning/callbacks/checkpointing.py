@@ -192,7 +192,11 @@ class RoundCheckpoint(ModelCheckpoint):
             if trainer.is_global_zero:
                 replace_synced(partial, path)
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
-            print(f"could not write the checkpoint of round {int(checkpoint.get('epoch', -1)) + 1}: {error}", flush=True)
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
+            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            print(f"could not write the checkpoint of round {int(checkpoint.get('epoch', -1)) + 1} ({reason}); "
+                  f"{path} is the previous one", flush=True)
             return False
         self.last_model_path = str(path)
         self.rounds_saved = int(checkpoint.get("epoch", -1)) + 1

@@ -32,6 +32,7 @@ from fl_lightning.callbacks.signals import (
     interrupted,
     release_interrupted_calls,
 )
+from fl_lightning.faults import FitFaults, fault_line
 
 
 def console_command(script: str, module: str) -> list[str]:
@@ -159,13 +160,20 @@ class FitReport(Callback):
         last = last_checkpoint(trainer)
         if not trainer.is_global_zero or last is None:
             return
-        how = "was stopped" if stopped else f"failed ({type(exception).__name__})"
+        FitFaults.folder = last.parent
+        fault = None if stopped else fault_line(exception)
+        how = ("was stopped" if stopped else f"failed: {fault}" if fault
+               else f"failed ({type(exception).__name__})")
+        if fault:
+            how += f", in round {trainer.current_epoch + 1}"
         if last.is_file():
             after = f" (after round {rounds})" if rounds else ""
-            print(f"\nThe fit {how}; its last checkpoint{after} is {last}\nresume it with:  "
-                  f"{resume_command(self.command_args, str(last))}", flush=True)
+            said = (f"\nThe fit {how}; its last checkpoint{after} is {last}\nresume it with:  "
+                    f"{resume_command(self.command_args, str(last))}")
         else:
-            print(f"\nThe fit {how} before its first checkpoint: nothing to resume", flush=True)
+            said = f"\nThe fit {how}, before its first checkpoint: nothing to resume; run it again"
+        print(said, flush=True)
+        FitFaults.said = said if fault else None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:  # under DDP, rank 0 reports

@@ -25,6 +25,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -55,6 +56,7 @@ from fl_lightning.callbacks.run_identity import (
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
+from fl_lightning.faults import fault_line
 from fl_lightning.fit_lock import fit_tags, mark_dead_runs
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
@@ -144,27 +146,32 @@ def empty_store_template() -> Path | None:
 
 
 def seed_sqlite_store(tracking_uri: str) -> bool:
-    """Create a local SQLite store that does not exist yet as a copy of the empty-store template
-    (:func:`empty_store_template`), so that MLflow finds its schema in place. Returns whether it
-    did; other stores, existing files and folders that do not exist are left to MLflow. Call it
-    under the store's lock (``mlflow_store._store_lock``)."""
+    """Create a local SQLite store that does not exist yet, complete or not at all: a copy of the
+    empty-store template (:func:`empty_store_template`; else MLflow's own migrations) written to a
+    temporary file in the same folder and renamed, so that a full disk or a killed process never
+    leaves a half-made store. Returns whether it did; other stores, existing files and folders
+    that do not exist are left to MLflow; a failed write raises ``OSError`` naming the store.
+    Call it under the store's lock (``mlflow_store._store_lock``)."""
     uri = absolute_tracking_uri(tracking_uri)
     if not uri.startswith("sqlite:///") or "?" in uri or not local_store_missing(uri):
         return False
     database = Path(unquote(uri[len("sqlite:///"):]))
     if not database.parent.is_dir():
         return False
-    template = empty_store_template()
-    if template is None:
-        return False
     partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
     try:
-        shutil.copyfile(template, partial)
+        template = empty_store_template()
+        if template is not None:
+            shutil.copyfile(template, partial)
+        else:  # MLflow's own migrations, into the temporary file
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            SqlAlchemyStore(f"sqlite:///{partial}", str(Path("mlruns").resolve())).engine.dispose()  # MLflow's default root
         os.replace(partial, database)
-    except OSError:
+    except OSError as error:
         with contextlib.suppress(OSError):
             partial.unlink()
-        return False
+        raise OSError(error.errno, f"the MLflow store could not be created ({error.strerror})", str(database)) from error
     return True
 
 
@@ -464,5 +471,11 @@ class MLflowRunInfo(Callback):
         self._log_client_metrics(trainer, pl_module, "finished")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """The clients' metrics as far as the fit got, if the store and the disk take them: the
+        handler of a fault (a full disk, a lost server) must not fail on that fault itself."""
         how = "killed" if isinstance(exception, INTERRUPTS) else "failed"
-        self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")
+        try:
+            self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")
+        except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
+            print(f"(the clients' final metrics were not logged to MLflow: {fault_line(error) or type(error).__name__})",
+                  file=sys.stderr, flush=True)

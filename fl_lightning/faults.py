@@ -88,6 +88,14 @@ def fault_line(error: BaseException) -> str | None:
     return None
 
 
+def server_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says a tracking server could not be reached (refused, reset, timed
+    out): worth retrying, unlike an answer that refuses the request."""
+    return not isinstance(error, TrackingServerLost) and any(
+        isinstance(current, ConnectionError) or SERVER_LOST_TEXT.search(f"{type(current).__name__}: {current}")
+        for current in exception_chain(error))
+
+
 def save_traceback(error: BaseException, folders: list[Path | None]) -> Path | None:
     """Write ``error``'s traceback to ``FAULT_LOG`` in the first of ``folders`` that takes it
     (then the working directory, then the temporary folder), written to a temporary name and

@@ -223,7 +223,7 @@ def replace_synced(partial: Path, path: Path) -> None:
 
 
 def flush_loggers(trainer: pl.Trainer) -> None:
-    """Write what the loggers hold back (``mlflow_run.BufferedClient``) before a checkpoint is
+    """Write what the loggers hold back (``tracking_buffer.BufferedClient``) before a checkpoint is
     written, so that a resumed run's metrics are never behind its checkpoint."""
     for logger in trainer.loggers:
         buffer = getattr(logger, "metrics_buffer", None)

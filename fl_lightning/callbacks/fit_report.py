@@ -165,7 +165,8 @@ class FitReport(Callback):
         how = ("was stopped" if stopped else f"failed: {fault}" if fault
                else f"failed ({type(exception).__name__})")
         if fault:
-            how += f", in round {trainer.current_epoch + 1}"
+            finished = trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs
+            how += ", after its last round" if finished else f", in round {trainer.current_epoch + 1}"
         if last.is_file():
             after = f" (after round {rounds})" if rounds else ""
             said = (f"\nThe fit {how}; its last checkpoint{after} is {last}\nresume it with:  "

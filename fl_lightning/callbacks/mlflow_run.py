@@ -18,7 +18,6 @@ checkpoint's own round is logged if the process died before logging it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -27,9 +26,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
-import weakref
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
@@ -53,6 +50,13 @@ from fl_lightning.callbacks.run_identity import (
     partition_params,
     task_tags,
 )
+from fl_lightning.callbacks.tracking_buffer import (
+    HTTP_SETTINGS,
+    BufferedClient,
+    buffer_metrics,
+    replay_unsent,
+)
+from fl_lightning.core.progress import RoundProgressBar
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
@@ -297,73 +301,32 @@ def restore_checkpoint_round(logger: MLFlowLogger, rounds_completed: int,
         logger.log_metrics(missing, step)
 
 
-class BufferedClient:
-    """An ``MlflowClient`` whose metric-only ``log_batch`` calls are held and written together
-    (one ``log_batch``) once ``every_s`` seconds have passed since the last write; every other
-    call to the store (tags, params, artifacts, reads, the run's end) first writes what is held,
-    so reads see every metric and nothing is left behind when the run ends. Metrics keep the
-    time they were logged at. :meth:`flush` writes now (before a checkpoint: ``flush_loggers``);
-    every buffer is also written at interpreter exit."""
-
-    def __init__(self, client: Any, every_s: float) -> None:
-        self.client, self.every_s = client, every_s
-        self.held: list[tuple[str, Any]] = []  # (run_id, Metric)
-        self.written_at = time.monotonic()
-        _BUFFERS.add(self)
-
-    def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = (), **kwargs: Any) -> Any:
-        if params or tags or kwargs.get("synchronous") is False:
-            self.flush()
-            return self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags, **kwargs)
-        self.held.extend((run_id, metric) for metric in metrics)
-        if time.monotonic() - self.written_at >= self.every_s:
-            self.flush()
-        return None
-
-    def flush(self) -> None:
-        """Write the held metrics (one ``log_batch`` per run); kept if the store refuses them."""
-        if not self.held:
-            return
-        self.written_at = time.monotonic()
-        held, self.held = self.held, []
-        try:
-            for run_id in dict.fromkeys(run for run, _ in held):
-                self.client.log_batch(run_id, metrics=[metric for run, metric in held if run == run_id])
-        except BaseException:
-            self.held = held + self.held
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self.client, name)
-        if not callable(value):
-            return value
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.flush()
-            return value(*args, **kwargs)
-
-        return call
+def checkpoint_folder(trainer: pl.Trainer) -> Path | None:
+    """The folder the fit's checkpoint callback writes to (None without one)."""
+    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+    return Path(dirpath).absolute() if dirpath else None
 
 
-_BUFFERS: weakref.WeakSet[BufferedClient] = weakref.WeakSet()
+def outage_reporter(trainer: pl.Trainer, buffer: BufferedClient) -> Any:
+    """What an outage of ``buffer``'s tracking server shows: a line when it starts and when it
+    ends, and the progress bar's note meanwhile ("tracking server unreachable, retrying (N
+    rounds held)")."""
+    down = False
 
+    def report(text: str | None) -> None:
+        nonlocal down
+        bar = trainer.progress_bar_callback
+        if isinstance(bar, RoundProgressBar):
+            bar.note = text
+        say = bar.print if isinstance(bar, RoundProgressBar) else print
+        if text is not None and not down:
+            say(f"the tracking server {buffer.tracking_uri} is not answering: the fit goes on and keeps its metrics, "
+                f"retrying for up to {buffer.server_wait_s:.0f} s")
+        elif text is None and down:
+            say(f"the tracking server {buffer.tracking_uri} answers again: the held metrics are written")
+        down = text is not None
 
-@atexit.register
-def _flush_at_exit() -> None:
-    for buffer in list(_BUFFERS):
-        with contextlib.suppress(Exception):
-            buffer.flush()
-
-
-def buffer_metrics(logger: MLFlowLogger, every_s: float) -> None:
-    """Hold ``logger``'s metrics in a :class:`BufferedClient` (written every ``every_s`` seconds,
-    before checkpoints and at the run's end); ``every_s`` 0 leaves it writing every call."""
-    client = private_api.mlflow_client(logger)
-    if every_s <= 0 or client is None or isinstance(client, BufferedClient):
-        return
-    buffered = BufferedClient(client, every_s)
-    private_api.replace_mlflow_client(logger, buffered)
-    logger.metrics_buffer = buffered  # type: ignore[attr-defined]  # flush_loggers finds it
+    return report
 
 
 class MLflowRunInfo(Callback):
@@ -376,10 +339,22 @@ class MLflowRunInfo(Callback):
         super().__init__()
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
         self.flush_every_s = flush_every_s
+        self.http_settings: dict[str, str | None] = {}  # request settings this fit set (teardown removes them)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for logger in mlflow_loggers(trainer):
-            buffer_metrics(logger, self.flush_every_s)
+            buffer = buffer_metrics(logger, self.flush_every_s)
+            if buffer is None:
+                continue
+            buffer.on_outage = outage_reporter(trainer, buffer)
+            if str(buffer.tracking_uri).startswith(("http://", "https://")):  # short requests: the buffer retries
+                self.http_settings |= {name: os.environ.get(name) for name in HTTP_SETTINGS if name not in os.environ}
+        os.environ.update({name: HTTP_SETTINGS[name] for name in self.http_settings})
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for name in self.http_settings:
+            os.environ.pop(name, None)
+        self.http_settings = {}
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         if not in_memory_checkpoint(trainer):  # a checkpoint file: the store first
@@ -424,6 +399,11 @@ class MLflowRunInfo(Callback):
             if Tag.EXTENDED_TO_ROUNDS in run.data.tags or run.data.params.get(schema.NUM_ROUNDS, planned) != planned:
                 client.set_tag(run_id, Tag.EXTENDED_TO_ROUNDS, planned)  # the param keeps the first value
             restore_checkpoint_round(logger, rounds, resumed_from.get("round_metrics"))
+            if trainer.ckpt_path:  # what a fit that lost its tracking server could not write
+                replayed = replay_unsent(client, str(run_id), Path(trainer.ckpt_path).parent, rounds)
+                if replayed:
+                    print(f"wrote the {replayed} metric values the tracking server had not taken into run {run_id}",
+                          flush=True)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loggers = mlflow_loggers(trainer)
@@ -472,8 +452,22 @@ class MLflowRunInfo(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """The clients' metrics as far as the fit got, if the store and the disk take them: the
-        handler of a fault (a full disk, a lost server) must not fail on that fault itself."""
+        handler of a fault (a full disk, a lost server) must not fail on that fault itself.
+        Metrics held for a tracking server that stopped answering go to ``unsent_metrics.json``
+        beside the checkpoints, which the resume writes into the run."""
         how = "killed" if isinstance(exception, INTERRUPTS) else "failed"
+        folder = checkpoint_folder(trainer)
+        for logger in mlflow_loggers(trainer):
+            buffer = getattr(logger, "metrics_buffer", None)
+            if isinstance(buffer, BufferedClient) and (buffer.lost or buffer.unreachable_since is not None):
+                try:
+                    spilled = buffer.spill(folder)
+                except OSError as error:
+                    print(f"(the metrics held for the tracking server could not be saved: {error})", file=sys.stderr)
+                    continue
+                if spilled is not None:
+                    print(f"the metrics the tracking server did not take are kept in {spilled}; "
+                          "resuming the fit writes them into its run", file=sys.stderr, flush=True)
         try:
             self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report

@@ -19,11 +19,13 @@ _SHOWN = {"test_acc_mean_now": "mean acc", "global_test_acc_now": "global acc", 
 
 
 class RoundProgressBar(TQDMProgressBar):
-    """One bar for the whole fit: rounds done / num_rounds, with the live mean client accuracy."""
+    """One bar for the whole fit: rounds done / num_rounds, with the live mean client accuracy,
+    and ``note`` when one is set (e.g. "tracking server unreachable, retrying (3 rounds held)")."""
 
     def __init__(self) -> None:
         super().__init__()
         self._bar: Any = None
+        self.note: str | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._bar = tqdm(
@@ -43,6 +45,8 @@ class RoundProgressBar(TQDMProgressBar):
             k: v for k, v in trainer.callback_metrics.items() if k == "train_loss"
         }
         shown = {label: f"{float(metrics[key]):.4f}" for key, label in _SHOWN.items() if key in metrics}
+        if self.note:
+            shown["note"] = self.note
         self._bar.set_postfix(shown, refresh=False)
         self._bar.update(1)
         if self._bar.n >= (self._bar.total or float("inf")):  # the last round: done before Lightning says so

@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, NoReturn
@@ -342,8 +343,32 @@ class FederatedCLI(LightningCLI):
             defaults = [callback for callback in defaults if not isinstance(callback, RoundProgressBar)]
         self.trainer_defaults["callbacks"] = [  # RoundCheckpoint, unless the user configured a ModelCheckpoint
             *defaults,
-            *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"))]
+            *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"),
+                                self.checkpoint_folder(config, loggers))]
         return super().instantiate_trainer(**{"logger": loggers, **kwargs})
+
+    def checkpoint_folder(self, config: Namespace, loggers: Any) -> Path | None:
+        """Where this fit's ``last.ckpt`` goes when it is not Lightning's run folder
+        (``checkpoints/<experiment id>/<run id>/checkpoints``): a resume that continues its run
+        keeps writing into the folder it resumed from (a run's checkpoints never split between
+        two folders, wherever the resume is started); a fit without a logger gets a folder of
+        its own (``checkpoints/unlogged/<start time>-<process id>/checkpoints``), so that a
+        second such fit neither versions the file (``last-v1.ckpt``) nor overwrites the first."""
+        ckpt_path = config.get("ckpt_path") if self.subcommand == "fit" else None
+        logged = bool([logger for logger in (loggers if isinstance(loggers, list) else [loggers]) if logger])
+        if ckpt_path and Path(ckpt_path).is_file() and (not logged or self.mlflow_setup.continued):
+            return Path(ckpt_path).resolve().parent
+        if not logged:
+            unlogged = (Path(config.trainer.get("default_root_dir") or "checkpoints") / "unlogged").absolute()
+            started = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            for attempt in range(1, 1000):  # a folder no other fit has: made here, exclusively
+                folder = unlogged / (started if attempt == 1 else f"{started}-{attempt}")
+                try:
+                    folder.mkdir(parents=True)
+                except FileExistsError:
+                    continue
+                return folder / "checkpoints"
+        return None
 
 
 def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:

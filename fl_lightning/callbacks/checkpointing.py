@@ -42,6 +42,14 @@ class RoundCheckpoint(ModelCheckpoint):
         **kwargs: :class:`~lightning.pytorch.callbacks.ModelCheckpoint`'s (``dirpath``, ...).
     """
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A resume that writes into the folder it resumed from, named absolutely now and
+        relatively (to the first fit's working folder) in the checkpoint, is the same folder."""
+        stored = str(state_dict.get("dirpath") or "")
+        if self.dirpath and stored and not Path(stored).is_absolute() and Path(self.dirpath).parts[-len(Path(stored).parts):] == Path(stored).parts:
+            state_dict = {**state_dict, "dirpath": self.dirpath}
+        super().load_state_dict(state_dict)
+
     def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1, **kwargs: Any) -> None:
         if every_n_rounds is not None and (int(every_n_rounds) != every_n_rounds or every_n_rounds < 1):
             raise ValueError(f"every_n_rounds must be an integer >= 1 (or None: chosen from the cost of a write), "
@@ -51,6 +59,9 @@ class RoundCheckpoint(ModelCheckpoint):
                              f"default 0.1), got {time_budget}")
         kwargs.setdefault("save_last", True)
         kwargs.setdefault("save_top_k", 0)
+        # last.ckpt is replaced, never versioned (last-v1.ckpt): each fit has a folder of its own
+        # (its run's, a resume's, or an unlogged fit's), and a resume holds its folder's lock
+        kwargs.setdefault("enable_version_counter", False)
         super().__init__(**kwargs)
         self.every_n_rounds = every_n_rounds
         self.fixed_interval = every_n_rounds is not None
@@ -253,10 +264,12 @@ def copy_containers(value: Any, tensors: list[tuple[torch.Tensor, int]]) -> Any:
     return copy.deepcopy(value)
 
 
-def default_checkpoint(configured_callbacks: Any, enable_checkpointing: bool | None) -> list[RoundCheckpoint]:
-    """The CLI's checkpoint: a :class:`RoundCheckpoint`, unless checkpointing is off or the user
-    configured a ``ModelCheckpoint`` (``--trainer.callbacks``), which is then used as configured."""
+def default_checkpoint(configured_callbacks: Any, enable_checkpointing: bool | None,
+                       dirpath: Path | None = None) -> list[RoundCheckpoint]:
+    """The CLI's checkpoint: a :class:`RoundCheckpoint` (writing into ``dirpath``, or Lightning's
+    run folder), unless checkpointing is off or the user configured a ``ModelCheckpoint``
+    (``--trainer.callbacks``), which is then used as configured."""
     callbacks = configured_callbacks if isinstance(configured_callbacks, list) else [configured_callbacks]
     if enable_checkpointing is False or any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
         return []
-    return [RoundCheckpoint()]
+    return [RoundCheckpoint(dirpath=dirpath)]

@@ -89,10 +89,13 @@ def checkpoint_rounds(checkpoint: Mapping[str, Any]) -> tuple[int, int | None]:
     return done, None if planned is None else int(planned)
 
 
-def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int | None) -> int | None:
+def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int | None,
+                   unfinished_run: bool = False) -> int | None:
     """The num_rounds a fit resumed from ``checkpoint`` plans: ``requested`` (the command line's),
     else the checkpoint's; refused (one line, exit 2) when it is fewer than the checkpoint
-    completed, or when nothing is left to train."""
+    completed, or when nothing is left to do: every round done and its run finished (a run
+    whose fit died after its last round, ``unfinished_run``, is finished by the resume: its
+    last metrics, final artefacts and end)."""
     done, planned = checkpoint_rounds(checkpoint)
     rounds = requested if requested is not None else planned
     if rounds is None:
@@ -100,13 +103,27 @@ def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int
     if rounds < done:
         refuse(f"--model.num_rounds {rounds} is fewer than the {done} rounds {ckpt_path} completed: a run cannot "
                f"be shortened; pass more than {done} to extend it, or leave --model.num_rounds out to finish it")
-    if rounds == done:
+    if rounds == done and unfinished_run:
+        print(f"Resuming from {ckpt_path}: all {done} rounds were done, but its run was not ended; the resumed fit "
+              "ends it (its last metrics and final artefacts)", flush=True)
+    elif rounds == done:
         refuse(f"{ckpt_path} completed all {done} rounds its fit planned, so there is nothing to resume; "
                f"to extend the run, pass --model.num_rounds with more than {done}")
     if planned is not None and rounds != planned:
         print(f"Resuming from {ckpt_path}: the run planned {planned} rounds and completed {done}; it continues to "
               f"{rounds} (--model.num_rounds)", flush=True)
     return rounds
+
+
+def run_status(run: Mapping[str, str]) -> str | None:
+    """The status of a run a checkpoint recorded, read from its store (None where the store or
+    the run cannot be read; no store is created)."""
+    try:
+        if not run_exists(run["tracking_uri"], run["run_id"]):
+            return None
+        return str(MlflowClient(run["tracking_uri"]).get_run(run["run_id"]).info.status)
+    except Exception:  # noqa: BLE001 - an unreadable store is only "not known" here
+        return None
 
 
 # --------------------------------------------------------------------------- logger configs
@@ -235,7 +252,8 @@ class MLflowFitSetup:
         if ckpt_path and Path(ckpt_path).is_file():
             checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
             self.resumed = checkpoint.get(CHECKPOINT_KEY) or {}
-            rounds = resumed_rounds(ckpt_path, checkpoint, num_rounds)
+            rounds = resumed_rounds(ckpt_path, checkpoint, num_rounds,
+                                    any(run_status(run) not in (None, "FINISHED") for run in saved_runs(checkpoint)))
             model = config.get("model")
             if rounds is not None and model is not None and model.get("init_args") is not None:
                 model.init_args.num_rounds = rounds

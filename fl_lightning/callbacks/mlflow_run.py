@@ -61,7 +61,7 @@ from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
 from fl_lightning.faults import fault_line
-from fl_lightning.fit_lock import fit_tags, mark_dead_runs
+from fl_lightning.fit_lock import fit_tags, mark_dead_runs, process_alive
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
 
@@ -162,6 +162,11 @@ def seed_sqlite_store(tracking_uri: str) -> bool:
     database = Path(unquote(uri[len("sqlite:///"):]))
     if not database.parent.is_dir():
         return False
+    for stale in database.parent.glob(f".{database.name}.*.partial"):  # ours, of a creation that was killed
+        pid = stale.name[len(database.name) + 2:-len(".partial")]
+        if pid.isdigit() and not process_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
     partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
     try:
         template = empty_store_template()

@@ -27,6 +27,7 @@ from fl_lightning.callbacks.mlflow_run import (
     seed_sqlite_store,
 )
 from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS
+from fl_lightning.faults import fault_line
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # the stores a fit logs to when none is given: the CLI's default (run_schema.DEFAULT_TRACKING_URI) and
@@ -57,7 +58,8 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
     process at a time; any other database is retried a few times (the loser of a race finds
     what the winner made). File and HTTP stores are opened once, as the logger would.
 
-    A database store, SQLite included, is tried up to ``attempts`` times (tenacity), each retry
+    A database store, SQLite included, is tried up to ``attempts`` times (tenacity; not after a
+    fault of the machine, such as a full disk: ``faults.fault_line``), each retry
     after a random pause that grows with the number of tries, so that processes that collided
     spread out; the last failure is raised as a ``RuntimeError`` naming the store.
     """
@@ -65,6 +67,7 @@ def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_locatio
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(attempts if database else 1),
         wait=tenacity.wait_random_exponential(multiplier=0.1, max=2.0),  # jittered back-off
+        retry=tenacity.retry_if_exception(lambda error: fault_line(error) is None),  # a full disk is no race
         reraise=True,
     )
     try:

@@ -229,12 +229,23 @@ def main(args: list[str] | None = None) -> None:
         print("error: --threads is now the run's own setting --model.threads N (default 1): the thread count "
               "changes a run's numbers, so it is fixed, logged and kept on resume", file=sys.stderr)
         raise SystemExit(2)
-    run = quietly_imported_run()
     exits_after = args is None  # the console script: this process ends with the fit
+    try:
+        run = quietly_imported_run()
+    except KeyboardInterrupt:  # Ctrl-C while torch and Lightning load: nothing began, nothing to report
+        if not exits_after:
+            raise
+        print("interrupted (SIGINT) while starting: nothing was created", file=sys.stderr)
+        raise SystemExit(130) from None
     if exits_after:
         gc.freeze()  # the ~600k objects the imports made live to the end: no collection walks them again
     try:
         run(args)
+    except KeyboardInterrupt:  # Ctrl-C before the fit's own handling began (the data being built)
+        if not exits_after:
+            raise
+        print("interrupted (SIGINT) before the fit began", file=sys.stderr)
+        raise SystemExit(130) from None
     finally:
         if exits_after:  # skip the interpreter's final collections of everything (2-3 s at exit)
             gc.freeze()

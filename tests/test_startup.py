@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,21 @@ def test_the_leaderboard_imports_without_torch():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=str(ROOT))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("after_s", [1.0, 4.0])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(after_s, tmp_path):
+    """Ctrl-C while torch and Lightning load (or while the data is built): one line, status
+    130, no traceback, and (before the fit began) no store or checkpoint folder."""
+    import signal
+    import time
+
+    fit = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", "fit", "--model.num_rounds", "2"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(after_s)
+    fit.send_signal(signal.SIGINT)
+    out, err = fit.communicate(timeout=120)
+    assert fit.returncode == 130, err[-2000:]
+    assert "Traceback" not in out + err and "interrupted (SIGINT)" in err

@@ -131,11 +131,12 @@ class RoundCheckpoint(ModelCheckpoint):
         partial = filepath + ".partial"
         try:
             super()._save_checkpoint(trainer, partial)
+            if trainer.is_global_zero:
+                replace_synced(Path(partial), Path(filepath))  # syncing can be what finds the disk full
         except BaseException:
-            Path(partial).unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
+            with contextlib.suppress(OSError):
+                Path(partial).unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
             raise
-        if trainer.is_global_zero:
-            replace_synced(Path(partial), Path(filepath))
         trainer.strategy.barrier("RoundCheckpoint.rename")
         self.last_model_path = filepath
 

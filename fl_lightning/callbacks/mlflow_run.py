@@ -326,7 +326,7 @@ def outage_reporter(trainer: pl.Trainer, buffer: BufferedClient) -> Any:
         say = bar.print if isinstance(bar, RoundProgressBar) else print
         if text is not None and not down:
             say(f"the tracking server {buffer.tracking_uri} is not answering: the fit goes on and keeps its metrics, "
-                f"retrying for up to {buffer.server_wait_s:.0f} s")
+                f"retrying for up to {buffer.server_wait_s:g} s")
         elif text is None and down:
             say(f"the tracking server {buffer.tracking_uri} answers again: the held metrics are written")
         down = text is not None

@@ -112,7 +112,7 @@ class BufferedClient:
         if waited >= self.server_wait_s:
             self.lost = TrackingServerLost(
                 f"the tracking server {self.client.tracking_uri} stopped answering and did not come back "
-                f"within {self.server_wait_s:.0f} s")
+                f"within {self.server_wait_s:g} s")
             raise self.lost from error
         self.next_try = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self.tries - 1))
         self.on_outage(f"tracking server unreachable, retrying ({self.rounds_held()} rounds held)")

@@ -214,7 +214,7 @@ def main(args: list[str] | None = None) -> None:
     command_args = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
     if not command_args or command_args[0] in HELP_FLAGS:
         print(top_level_help(), end="")
-        if not command_args:  # as before: a command is required
+        if not command_args:  # a command is required: say which, exit 2 as argparse does
             print("error: no command given; the commands are `fit` and `replay` (fl-lightning --help)", file=sys.stderr)
             raise SystemExit(2)
         return

@@ -4,7 +4,8 @@ Each is wrapped here with why no public API serves, so that an upgrade that rena
 this file (and ``tests/test_private_api.py``, which checks each against the installed version)
 instead of a fit. Nothing else in the package spells these names, except ``core.state``, whose
 ``_apply`` override moves per-client state that lives off the model's device (it uses
-:func:`own_buffers` for the buffers it holds back).
+:func:`own_buffers` for the buffers it holds back), and ``core.engines``, whose fused SGD step
+calls ``torch._foreach_*`` (PyTorch's multi-tensor kernels, used by its own optimizers).
 
 Checked against lightning 2.5/2.6, mlflow 3.x and torch 2.x.
 """

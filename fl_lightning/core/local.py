@@ -31,7 +31,7 @@ ClientObjective = Callable[..., torch.Tensor]
 @dataclass(frozen=True)
 class LocalSGD(SettingsGroup):
     """Hyper-parameters of local training (PyTorch SGD semantics, dampening 0); the step size of
-    round t is ``lr * lr_decay**t`` (:meth:`at_round`). Each field's type checks it."""
+    round t is ``lr * lr_decay**t`` (:meth:`round_lr`). Each field's type checks it."""
 
     lr: StepSize = 0.1
     momentum: Probability = 0.0

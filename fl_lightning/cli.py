@@ -99,10 +99,29 @@ FIT_HELP = (["fit", "--help"], ["fit", "-h"])
 HELP_LIBRARIES = ("lightning", "jsonargparse", "torch", "timm", "torchmetrics")
 
 
-def fit_help_file() -> Path:
-    """Where ``fl-lightning fit --help`` of this installation, at this terminal width, is kept:
-    named by a digest of Python, the program's name, the libraries that write the help, and the
-    size and modification time of every file of this package (an edit makes a new one)."""
+def model_help_name(command_args: list[str]) -> str | None:
+    """The algorithm of ``fit --model.help <Name>`` (alone on the command line), else None."""
+    if len(command_args) == 3 and command_args[:2] == ["fit", "--model.help"]:
+        return command_args[2]
+    if len(command_args) == 2 and command_args[0] == "fit" and command_args[1].startswith("--model.help="):
+        return command_args[1].split("=", 1)[1]
+    return None
+
+
+def kept_help(command_args: list[str]) -> str | None:
+    """The name a help text of ``command_args`` is kept under: ``fit`` for ``fit --help``,
+    ``model-<Name>`` for ``fit --model.help <Name>`` of a built-in algorithm (a user's own class
+    is not kept: its module can change without this package changing); None for anything else."""
+    if command_args in FIT_HELP:
+        return "fit"
+    name = (model_help_name(command_args) or "").removeprefix("fl_lightning.algorithms.")
+    return f"model-{name}" if name in ALGORITHM_NAMES else None
+
+
+def fit_help_file(kept: str = "fit") -> Path:
+    """Where the help text ``kept`` (:func:`kept_help`) of this installation, at this terminal
+    width, is kept: named by a digest of Python, the program's name, the libraries that write the
+    help, and the size and modification time of every file of this package (an edit makes a new one)."""
     import hashlib
     import shutil
     from importlib import metadata
@@ -120,12 +139,12 @@ def fit_help_file() -> Path:
     for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.yaml")):
         stat = path.stat()
         digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return cache_dir() / "help" / f"fit-{digest.hexdigest()[:16]}.txt"
+    return cache_dir() / "help" / f"{kept}-{digest.hexdigest()[:16]}.txt"
 
 
-def _help_file() -> Path | None:
+def _help_file(kept: str = "fit") -> Path | None:
     try:
-        return fit_help_file()
+        return fit_help_file(kept)
     except (OSError, RuntimeError, ValueError):  # no home folder to hold a cache
         return None
 
@@ -165,10 +184,11 @@ def _keep(path: Path, text: str) -> None:
         pass
 
 
-def print_fit_help(args: list[str] | None) -> None:
-    """``fl-lightning fit --help``: LightningCLI's text, kept in the cache the first time (it takes
-    seconds: torch and Lightning are imported to write it) and printed from there afterwards."""
-    path = _help_file()
+def print_fit_help(args: list[str] | None, kept: str = "fit") -> None:
+    """``fl-lightning fit --help`` (or ``fit --model.help <Name>``: ``kept``): LightningCLI's text,
+    kept in the cache the first time (it takes seconds: torch and Lightning are imported to write
+    it) and printed from there afterwards."""
+    path = _help_file(kept)
     if path is not None and path.is_file():
         try:
             print(path.read_text(), end="")
@@ -218,8 +238,18 @@ def main(args: list[str] | None = None) -> None:
             print("error: no command given; the commands are `fit` and `replay` (fl-lightning --help)", file=sys.stderr)
             raise SystemExit(2)
         return
-    if command_args in FIT_HELP:  # after the first time, without importing torch or Lightning
-        print_fit_help(args)
+    asked = model_help_name(command_args)
+    if asked is not None and "." not in asked and asked not in ALGORITHM_NAMES:  # a class path is LightningCLI's to check
+        import difflib
+
+        close = difflib.get_close_matches(asked, ALGORITHM_NAMES, n=2)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        print(f"error: --model.help {asked}: no such algorithm{hint} (the algorithms: {', '.join(ALGORITHM_NAMES)})",
+              file=sys.stderr)
+        raise SystemExit(2)
+    kept = kept_help(command_args)
+    if kept is not None:  # after the first time, without importing torch or Lightning
+        print_fit_help(args, kept)
         raise SystemExit(0)  # as argparse's help does
     if command_args[0] == "replay":  # a stored run fitted again from its logged settings, and checked
         from fl_lightning.replay import main as replay

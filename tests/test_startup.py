@@ -204,3 +204,30 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(after_s, tmp_path):
     out, err = fit.communicate(timeout=120)
     assert fit.returncode == 130, err[-2000:]
     assert "Traceback" not in out + err and "interrupted (SIGINT)" in err
+
+
+MODEL_HELP_PROBE = """
+import sys
+from fl_lightning.cli import main
+try:
+    main(["fit", "--model.help", "{name}"])
+except SystemExit as exit_:
+    print("EXIT", exit_.code)
+print("TORCH_IMPORTED", "torch" in sys.modules)
+"""
+
+
+def test_model_help_of_a_builtin_algorithm_is_kept_like_the_fit_help(tmp_path):
+    """``fit --model.help FedLF`` is written once (torch and Lightning imported), then printed
+    from the cache without them; a user's own class, or a mistyped name, is never kept."""
+    env = {**__import__("os").environ, "FL_LIGHTNING_CACHE": str(tmp_path), "COLUMNS": "100"}
+    runs = [subprocess.run([sys.executable, "-c", MODEL_HELP_PROBE.format(name=name)], capture_output=True, text=True,
+                           env=env, timeout=180) for name in ("FedLF", "FedLF", "fl_lightning.algorithms.FedLF", "FedLFX")]
+    first, second, by_path, typo = (run.stdout for run in runs)
+    assert "EXIT 0" in first and "TORCH_IMPORTED True" in first and "--model.server_lr_decay" in first
+    assert "TORCH_IMPORTED False" in second and "TORCH_IMPORTED False" in by_path
+    assert first.split("EXIT")[0] == second.split("EXIT")[0] == by_path.split("EXIT")[0]
+    assert "EXIT 2" in typo and "TORCH_IMPORTED False" in typo  # refused at once, with a did-you-mean
+    assert "error: --model.help FedLFX: no such algorithm; did you mean 'FedLF'" in runs[3].stderr
+    assert [path.name.split("-")[0] + "-" + path.name.split("-")[1] for path in (tmp_path / "help").iterdir()] == [
+        "model-FedLF"]

@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
+import difflib
 import typing
 from typing import Any, Literal
+
+
+def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
+    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``."""
+    close = [f"{prefix}{c}" for c in difflib.get_close_matches(name, known, n=2)]
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def choices_of(annotation: Any) -> list[Any]:

@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fl_lightning.choices import did_you_mean
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 
@@ -240,12 +241,8 @@ def main(args: list[str] | None = None) -> None:
         return
     asked = model_help_name(command_args)
     if asked is not None and "." not in asked and asked not in ALGORITHM_NAMES:  # a class path is LightningCLI's to check
-        import difflib
-
-        close = difflib.get_close_matches(asked, ALGORITHM_NAMES, n=2)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        print(f"error: --model.help {asked}: no such algorithm{hint} (the algorithms: {', '.join(ALGORITHM_NAMES)})",
-              file=sys.stderr)
+        print(f"error: --model.help {asked}: no such algorithm{did_you_mean(asked, list(ALGORITHM_NAMES))} "
+              f"(the algorithms: {', '.join(ALGORITHM_NAMES)})", file=sys.stderr)
         raise SystemExit(2)
     kept = kept_help(command_args)
     if kept is not None:  # after the first time, without importing torch or Lightning

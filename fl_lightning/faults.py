@@ -11,6 +11,7 @@ elsewhere when that disk is the full one. Imports no torch (the CLI's last handl
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -111,10 +112,8 @@ def save_traceback(error: BaseException, folders: list[Path | None]) -> Path | N
                 file.write(text)
             os.replace(partial, target)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
-            except OSError:
-                pass
             continue
         return target.resolve()
     return None

@@ -54,6 +54,7 @@ from fl_lightning.callbacks.fit_runs import (
     is_mlflow_logger_config,
 )
 from fl_lightning.callbacks.signals import StopOnSignal
+from fl_lightning.choices import did_you_mean
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import setting_rule, signature_types
@@ -61,7 +62,7 @@ from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.faults import FitFaults, fault_line, save_traceback
 from fl_lightning.fit_lock import RunLock, release_all
-from fl_lightning.parse_errors import diagnose, did_you_mean, union_reasons
+from fl_lightning.parse_errors import diagnose, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
     check_accelerator,

@@ -9,7 +9,6 @@ a value its type refuses (``core.settings.check_setting``, from pydantic's struc
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import yaml
 
 from fl_lightning.algorithms import ALGORITHMS
+from fl_lightning.choices import did_you_mean
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.settings import check_setting, signature_types
 
@@ -46,12 +46,6 @@ def accepted_settings(cls: type) -> dict[str, Any]:
         return signature_types(cls)
     except TypeError:
         return {}
-
-
-def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
-    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``."""
-    close = [f"{prefix}{c}" for c in difflib.get_close_matches(name, known, n=2)]
-    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def unknown_setting_message(key: str) -> str:

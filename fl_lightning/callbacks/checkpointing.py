@@ -45,8 +45,9 @@ class RoundCheckpoint(ModelCheckpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A resume that writes into the folder it resumed from, named absolutely now and
         relatively (to the first fit's working folder) in the checkpoint, is the same folder."""
-        stored = str(state_dict.get("dirpath") or "")
-        if self.dirpath and stored and not Path(stored).is_absolute() and Path(self.dirpath).parts[-len(Path(stored).parts):] == Path(stored).parts:
+        stored = Path(str(state_dict.get("dirpath") or ""))
+        if self.dirpath and stored.parts and not stored.is_absolute() \
+                and Path(self.dirpath).parts[-len(stored.parts):] == stored.parts:
             state_dict = {**state_dict, "dirpath": self.dirpath}
         super().load_state_dict(state_dict)
 

@@ -54,7 +54,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from fl_lightning.callbacks.hparams import mlflow_params
-from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, saved_runs
+from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, local_store_missing, saved_runs
 from fl_lightning.callbacks.mlflow_store import (
     DEFAULT_STORES,
     open_mlflow_experiment,
@@ -118,9 +118,9 @@ def resumed_rounds(ckpt_path: str, checkpoint: Mapping[str, Any], requested: int
 def run_status(run: Mapping[str, str]) -> str | None:
     """The status of a run a checkpoint recorded, read from its store (None where the store or
     the run cannot be read; no store is created)."""
+    if local_store_missing(run["tracking_uri"]):
+        return None
     try:
-        if not run_exists(run["tracking_uri"], run["run_id"]):
-            return None
         return str(MlflowClient(run["tracking_uri"]).get_run(run["run_id"]).info.status)
     except Exception:  # noqa: BLE001 - an unreadable store is only "not known" here
         return None

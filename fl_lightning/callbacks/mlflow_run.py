@@ -344,7 +344,7 @@ class MLflowRunInfo(Callback):
         super().__init__()
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint's CHECKPOINT_KEY entry
         self.flush_every_s = flush_every_s
-        self.http_settings: dict[str, str | None] = {}  # request settings this fit set (teardown removes them)
+        self.http_settings: set[str] = set()  # request settings this fit set (teardown removes them)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for logger in mlflow_loggers(trainer):
@@ -353,13 +353,13 @@ class MLflowRunInfo(Callback):
                 continue
             buffer.on_outage = outage_reporter(trainer, buffer)
             if str(buffer.tracking_uri).startswith(("http://", "https://")):  # short requests: the buffer retries
-                self.http_settings |= {name: os.environ.get(name) for name in HTTP_SETTINGS if name not in os.environ}
+                self.http_settings |= {name for name in HTTP_SETTINGS if name not in os.environ}
         os.environ.update({name: HTTP_SETTINGS[name] for name in self.http_settings})
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for name in self.http_settings:
             os.environ.pop(name, None)
-        self.http_settings = {}
+        self.http_settings = set()
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         if not in_memory_checkpoint(trainer):  # a checkpoint file: the store first

@@ -26,6 +26,7 @@ from typing import Any
 from lightning.pytorch.loggers import MLFlowLogger
 
 from fl_lightning.callbacks.mlflow_run import INTERRUPTS
+from fl_lightning.faults import exception_chain
 
 
 @functools.cache
@@ -107,14 +108,7 @@ class StopOnSignal:
 
 def interrupted(exception: BaseException) -> bool:
     """Whether ``exception`` is a Ctrl-C or SIGTERM, or was raised while handling one."""
-    seen: set[int] = set()
-    current: BaseException | None = exception
-    while current is not None and id(current) not in seen:
-        if isinstance(current, INTERRUPTS):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(isinstance(current, INTERRUPTS) for current in exception_chain(exception))
 
 
 def release_interrupted_calls(exception: BaseException) -> None:

@@ -145,12 +145,9 @@ class BufferedClient:
         if not self.held or folder is None:
             return None
         path = folder / UNSENT_FILE
-        entries = read_unsent(path)
-        entries += [{"run_id": run_id, "key": metric.key, "value": metric.value, "timestamp": metric.timestamp,
-                     "step": metric.step} for run_id, metric in self.held]
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(json.dumps({"tracking_uri": self.client.tracking_uri, "metrics": entries}))
-        os.replace(partial, path)
+        write_unsent(path, self.client.tracking_uri, read_unsent(path) + [
+            {"run_id": run_id, "key": metric.key, "value": metric.value, "timestamp": metric.timestamp,
+             "step": metric.step} for run_id, metric in self.held])
         self.held = []
         return path
 
@@ -198,13 +195,21 @@ def read_unsent(path: Path) -> list[dict[str, Any]]:
         return []
 
 
+def write_unsent(path: Path, tracking_uri: str, entries: list[dict[str, Any]]) -> None:
+    """``path`` holding ``entries`` (written to a temporary name, then renamed)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps({"tracking_uri": tracking_uri, "metrics": entries}))
+    os.replace(partial, path)
+
+
 def replay_unsent(client: Any, run_id: str, folder: Path, rounds_completed: int) -> int:
     """Write into run ``run_id`` the metrics a fit that lost its tracking server left in
     ``folder/UNSENT_FILE`` (of rounds up to its checkpoint's, ``rounds_completed``: the resumed
     fit logs the later ones again), leaving out any (metric, step) the run already holds; the
     file is removed once written. Returns how many were written."""
     path = folder / UNSENT_FILE
-    entries = [entry for entry in read_unsent(path) if entry.get("run_id") == run_id]
+    everything = read_unsent(path)
+    entries = [entry for entry in everything if entry.get("run_id") == run_id]
     if not entries:
         return 0
     held = {(metric.key, metric.step)
@@ -215,11 +220,9 @@ def replay_unsent(client: Any, run_id: str, folder: Path, rounds_completed: int)
                if int(entry["step"]) <= rounds_completed and (entry["key"], int(entry["step"])) not in held]
     for start in range(0, len(metrics), 1000):  # MLflow's limit on one batch
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
-    others = [entry for entry in read_unsent(path) if entry.get("run_id") != run_id]
+    others = [entry for entry in everything if entry.get("run_id") != run_id]
     if others:
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(json.dumps({"tracking_uri": client.tracking_uri, "metrics": others}))
-        os.replace(partial, path)
+        write_unsent(path, client.tracking_uri, others)
     else:
         path.unlink()
     return len(metrics)

@@ -219,6 +219,20 @@ def test_batched_solver_converges_within_a_few_hundred_iterations():
         assert (solve.gap <= 1e-8).all()
 
 
+def test_dropping_finished_problems_changes_no_bit():
+    """Problems that finish at different checks leave the batch (down to one left); every
+    answer, gap and the iteration count equal those of the batch that keeps them all."""
+    generator = torch.Generator().manual_seed(9)
+    grams = torch.stack([random_gram(generator, 101, d, spread) for d, spread in
+                         itertools.product([3, 60, 100, 400], [0.0, 1.0, 1.5])])
+    kept = qp._accelerated_projected_gradient(grams, drop_finished=False)
+    dropped = qp._accelerated_projected_gradient(grams)
+    assert len(set(qp._accelerated_projected_gradient(g[None]).iterations for g in grams)) > 3
+    assert torch.equal(dropped.weights, kept.weights)
+    assert torch.equal(dropped.gap, kept.gap)
+    assert dropped.iterations == kept.iterations
+
+
 def test_batched_fedlf_layers_float32():
     """FedLF's per-layer QPs: 60 layers x 20 clients, float32 in, float32 out."""
     generator = torch.Generator().manual_seed(5)

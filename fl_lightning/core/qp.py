@@ -347,12 +347,52 @@ def _suboptimality_bound(
     return torch.minimum(_frank_wolfe_gap(gram, weights, lower, upper), objective)
 
 
-def _face_minimiser(gram: torch.Tensor, weights: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+class _Slots:
+    """Where the problems still iterating sat in the batch they were given in.
+
+    MKL's batched triangular solves round differently with a matrix's offset in memory (seen
+    with torch 2.14's ``cholesky_solve`` on CPU: a problem moved to another place in the batch
+    gets answers that differ in the last bit; one moved by a multiple of 64 bytes does not).
+    So that dropping finished problems changes no bit of the others, the solve puts each
+    problem at a place of the same offset modulo 64 bytes as its original one, packed as
+    tightly as that allows (the other places hold identity factors, and their answers are
+    dropped).
+    """
+
+    def __init__(self, itemsize: int) -> None:
+        self.period = max(1, 64 // itemsize)
+        self.place: torch.Tensor | None = None  # where each active problem is solved; None: where it is
+        self.size = 0
+
+    def keep(self, index: torch.Tensor) -> None:
+        """The active problems are now those at ``index`` of the original batch."""
+        residue = index % self.period
+        rank = torch.zeros_like(residue)  # the k-th active problem of residue r goes to r + period·k
+        for value in residue.unique().tolist():
+            members = residue == value
+            rank[members] = torch.arange(int(members.sum()), device=residue.device)
+        self.place = residue + self.period * rank
+        self.size = int(self.place.max()) + 1 if self.place.numel() else 0
+
+    def cholesky_solve(self, right: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+        if self.place is None:
+            return torch.cholesky_solve(right, factor)
+        n = factor.shape[-1]
+        packed_factor = torch.eye(n, dtype=factor.dtype, device=factor.device).repeat(self.size, 1, 1)
+        packed_right = right.new_zeros((self.size, *right.shape[1:]))
+        packed_factor[self.place], packed_right[self.place] = factor, right
+        return torch.cholesky_solve(packed_right, packed_factor)[self.place]
+
+
+def _face_minimiser(
+    gram: torch.Tensor, weights: torch.Tensor, free: torch.Tensor, slots: _Slots | None = None
+) -> torch.Tensor:
     """Minimiser of λᵀGλ over the affine hull of a face: free coordinates move, others stay.
 
     KKT on the face: G_FF λ_F + (G λ_held)_F = μ1 and Σλ = 1, one batched Cholesky solve with
     H = G_FF + 1e-12·diag(G_FF) (so a rank-deficient G_FF still factors). Returns ``weights``
-    where the solve fails. The result may leave the box; see ``_polish_on_face``.
+    where the solve fails. The result may leave the box; see ``_polish_on_face``. ``slots``:
+    where these problems sat in the batch they came from (see ``_Slots``).
     """
     mask = free.to(weights.dtype)
     held = weights * (1 - mask)
@@ -360,7 +400,7 @@ def _face_minimiser(gram: torch.Tensor, weights: torch.Tensor, free: torch.Tenso
     hessian = gram * mask.unsqueeze(-1) * mask.unsqueeze(-2) + torch.diag_embed(1 - mask + ridge)
     factor, info = torch.linalg.cholesky_ex(hessian)
     right = torch.stack([mask, -mask * (gram @ held.unsqueeze(-1)).squeeze(-1)], dim=-1)
-    solved = torch.cholesky_solve(right, factor)
+    solved = torch.cholesky_solve(right, factor) if slots is None else slots.cholesky_solve(right, factor)
     towards_one, offset = solved[..., 0], solved[..., 1]
     mass = towards_one.sum(-1, keepdim=True)
     multiplier = (1 - held.sum(-1, keepdim=True) - offset.sum(-1, keepdim=True)) / torch.where(
@@ -377,6 +417,7 @@ def _polish_on_face(
     lower: torch.Tensor | None,
     upper: torch.Tensor | None,
     steps: int = 6,
+    slots: _Slots | None = None,
 ) -> torch.Tensor:
     """A few active-set steps from ``weights``: move towards the face's exact minimiser.
 
@@ -391,7 +432,7 @@ def _polish_on_face(
     high = torch.ones_like(weights) if upper is None else upper
     for _ in range(steps):
         free = (weights > low) & (weights < high)
-        direction = _face_minimiser(gram, weights, free) - weights
+        direction = _face_minimiser(gram, weights, free, slots) - weights
         room = torch.where(direction < 0, weights - low, high - weights)
         ratio = torch.where(free & (direction != 0), room / direction.abs(), torch.inf)
         step = ratio.amin(-1, keepdim=True).clamp(max=1.0)
@@ -409,18 +450,58 @@ class _TorchSolve:
     iterations: int
 
 
+@dataclass
+class _Problems:
+    """The fixed data of the problems still in a batch (Jacobi-scaled, see below)."""
+
+    gram: torch.Tensor  # (B, n, n) scaled by max|G|
+    norms: torch.Tensor  # (B, n) sqrt(diag G)
+    inverse_norms: torch.Tensor
+    correlation: torch.Tensor  # D⁻¹ G D⁻¹
+    unit_normal: torch.Tensor  # the constraint hyperplane's unit normal in μ-space
+    lipschitz: torch.Tensor  # (B,)
+    lower: torch.Tensor | None
+    upper: torch.Tensor | None
+
+    def project(self, mu: torch.Tensor) -> torch.Tensor:
+        """Exact projection onto {Σ_j μ_j/norms_j = 1, norms∘lower ≤ μ ≤ norms∘upper}."""
+        if self.lower is None or self.upper is None:
+            return _weighted_simplex_projection(mu, self.inverse_norms)
+        return _box_simplex_projection(mu, self.lower * self.norms, self.upper * self.norms, self.inverse_norms)
+
+    def select(self, keep: torch.Tensor) -> _Problems:
+        return _Problems(*(None if value is None else value[keep] for value in vars(self).values()))
+
+
+@dataclass
+class _Iterates:
+    """FISTA's state per problem, and the best certified weights so far."""
+
+    mu: torch.Tensor
+    extrapolated: torch.Tensor
+    momentum: torch.Tensor
+    best: torch.Tensor
+    best_gap: torch.Tensor
+    finished: torch.Tensor  # certified: best is final
+
+    def select(self, keep: torch.Tensor) -> _Iterates:
+        return _Iterates(*(value[keep] for value in vars(self).values()))
+
+
 def _accelerated_projected_gradient(
     grams: torch.Tensor,
     lower: torch.Tensor | None = None,
     upper: torch.Tensor | None = None,
     max_iter: int = _DEFAULT_MAX_ITER,
     tol: float = _DEFAULT_TOL,
+    drop_finished: bool = True,
 ) -> _TorchSolve:
     """Jacobi-preconditioned FISTA with adaptive restart on min λᵀGλ over the simplex (∩ box).
 
     grams (B, n, n) finite; lower/upper (B, n) feasible bounds or None. Each problem is scaled
     by its max|G| (the minimiser does not change), so ``tol`` and the returned gaps are
-    relative. See ``batched_min_norm_simplex`` for the method.
+    relative. See ``batched_min_norm_simplex`` for the method. ``drop_finished``: a problem
+    leaves the batch once certified (same answers to the bit, less work per iteration).
     """
     batch, n = grams.shape[0], grams.shape[-1]
     dtype = _work_dtype(grams.device)
@@ -437,16 +518,6 @@ def _accelerated_projected_gradient(
     norms = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=1e-12).sqrt()
     inverse_norms = 1 / norms
     correlation = gram * inverse_norms.unsqueeze(-1) * inverse_norms.unsqueeze(-2)
-    if lower is None or upper is None:
-
-        def project(mu: torch.Tensor) -> torch.Tensor:
-            return _weighted_simplex_projection(mu, inverse_norms)
-    else:
-        mu_lower, mu_upper = lower * norms, upper * norms
-
-        def project(mu: torch.Tensor) -> torch.Tensor:
-            return _box_simplex_projection(mu, mu_lower, mu_upper, inverse_norms)
-
     # Every iterate lies on the hyperplane aᵀμ = 1 (a = 1/norms), so the Lipschitz constant
     # that matters is 2 λ_max(P C P), P = I − aaᵀ/|a|² the projector onto its directions: much
     # smaller than 2 λ_max(C) when the vectors are nearly parallel (FedMGDA+'s normalised updates).
@@ -456,40 +527,59 @@ def _accelerated_projected_gradient(
     lipschitz = 2 * torch.linalg.eigvalsh(tangent @ correlation @ tangent)[..., -1].clamp(min=1e-12)
 
     start = torch.full((batch, n), 1.0 / n, dtype=dtype, device=gram.device)
-    mu = project(start * norms)
-    extrapolated = mu.clone()
-    momentum = torch.ones(batch, dtype=dtype, device=gram.device)
-    done = torch.zeros(batch, dtype=torch.bool, device=gram.device)
-    best, best_gap = mu / norms, torch.full((batch,), math.inf, dtype=dtype, device=gram.device)
+    problem = _Problems(gram, norms, inverse_norms, correlation, unit_normal, lipschitz, lower, upper)
+    mu = problem.project(start * norms)
+    state = _Iterates(
+        mu=mu,
+        extrapolated=mu.clone(),
+        momentum=torch.ones(batch, dtype=dtype, device=gram.device),
+        best=mu / norms,
+        best_gap=torch.full((batch,), math.inf, dtype=dtype, device=gram.device),
+        finished=torch.zeros(batch, dtype=torch.bool, device=gram.device),
+    )
+    # Problems leave the batch once certified; their answers wait here (index = problem number).
+    answer, answer_gap = state.best.clone(), state.best_gap.clone()
+    active = torch.arange(batch, device=gram.device)
+    slots = _Slots(gram.element_size())
     iterations = 0
     for iterations in range(1, max_iter + 1):
-        grad = 2 * (correlation @ extrapolated.unsqueeze(-1)).squeeze(-1)
+        grad = 2 * (problem.correlation @ state.extrapolated.unsqueeze(-1)).squeeze(-1)
         # the projection ignores moves along the normal a, so drop that part of the gradient
-        grad = grad - (grad * unit_normal).sum(-1, keepdim=True) * unit_normal
-        stepped = project(extrapolated - grad / lipschitz[:, None])
-        stepped = torch.where(done[:, None], mu, stepped)
+        grad = grad - (grad * problem.unit_normal).sum(-1, keepdim=True) * problem.unit_normal
+        stepped = problem.project(state.extrapolated - grad / problem.lipschitz[:, None])
         # Restart the momentum when it points against the gradient step (O'Donoghue & Candès 2015).
-        restart = ((extrapolated - stepped) * (stepped - mu)).sum(-1) > 0
-        next_momentum = (1 + torch.sqrt(1 + 4 * momentum**2)) / 2
-        beta = torch.where(restart, torch.zeros_like(momentum), (momentum - 1) / next_momentum)
-        momentum = torch.where(restart, torch.ones_like(momentum), next_momentum)
-        extrapolated = stepped + beta[:, None] * (stepped - mu)
-        mu = stepped
+        restart = ((state.extrapolated - stepped) * (stepped - state.mu)).sum(-1) > 0
+        next_momentum = (1 + torch.sqrt(1 + 4 * state.momentum**2)) / 2
+        beta = torch.where(restart, torch.zeros_like(state.momentum), (state.momentum - 1) / next_momentum)
+        state.momentum = torch.where(restart, torch.ones_like(state.momentum), next_momentum)
+        state.extrapolated = stepped + beta[:, None] * (stepped - state.mu)
+        state.mu = stepped
         if iterations % _CHECK_EVERY == 0 or iterations == max_iter:
-            weights = _project(mu / norms, lower, upper)  # exact feasibility in λ-space
-            polished = _polish_on_face(gram, weights, lower, upper)
+            weights = _project(state.mu / problem.norms, problem.lower, problem.upper)  # exact feasibility in λ-space
+            polished = _polish_on_face(problem.gram, weights, problem.lower, problem.upper, slots=slots)
             for candidate in (weights, polished):
-                candidate_gap = _suboptimality_bound(gram, candidate, lower, upper)
-                better = (candidate_gap < best_gap) & ~done
-                best = torch.where(better[:, None], candidate, best)
-                best_gap = torch.where(better, candidate_gap, best_gap)
-            done = best_gap <= tol
-            if bool(done.all()):
-                break
-    if not bool(torch.isfinite(best_gap).all()):  # stopped before the first check
-        best = _project(mu / norms, lower, upper)
-        best_gap = _suboptimality_bound(gram, best, lower, upper)
-    return _TorchSolve(weights=best, gap=best_gap, iterations=iterations)
+                candidate_gap = _suboptimality_bound(problem.gram, candidate, problem.lower, problem.upper)
+                better = (candidate_gap < state.best_gap) & ~state.finished
+                state.best = torch.where(better[:, None], candidate, state.best)
+                state.best_gap = torch.where(better, candidate_gap, state.best_gap)
+            done = state.best_gap <= tol
+            state.finished = done  # a certified answer is kept as it is
+            if bool(done.all()) or (drop_finished and bool(done.any())):
+                # A certified problem leaves the batch. Every operation is per problem (and the
+                # solves keep their memory offsets, see _Slots), so the others' answers do not
+                # change by a bit; only the finished ones' work is saved.
+                answer[active[done]], answer_gap[active[done]] = state.best[done], state.best_gap[done]
+                keep = ~done
+                if int(keep.sum()) == 1 and batch > 1:
+                    # torch computes a batch of one matrix-vector product another way (different
+                    # rounding): a finished problem stays as company, its answer frozen
+                    keep[torch.nonzero(done)[0]] = True
+                active, problem, state = active[keep], problem.select(keep), state.select(keep)
+                slots.keep(active)
+                if active.numel() == 0:
+                    break
+    answer[active], answer_gap[active] = state.best, state.best_gap  # the last iteration was a check
+    return _TorchSolve(weights=answer, gap=answer_gap, iterations=iterations)
 
 
 def batched_min_norm_simplex(

@@ -1,0 +1,135 @@
+"""FedLF's per-layer QPs (Pan et al., AAAI 2024, App. A.1, Problem (3)): the batched solver with
+finished problems dropped from the batch, against the same solver keeping them (the solver before
+the change, same answers to the bit), on the Grams of a real FedLF server step.
+
+One FedLF server step of the aggregation benchmark's random round (NF-ResNet-18 in the FedLF
+code's layout, 100 clients by default) is run once to record the Grams its layer QPs solve;
+then, in the same process, each recorded batch is solved ``--repeats`` times both ways,
+alternating, and the medians, their ratio, the iteration counts and a bit-for-bit comparison are
+written to the results file.
+
+    python -m benchmarks.perf.layer_qps [--device cpu] [--size nf_resnet18_fedlf] [--clients 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import fl_lightning.algorithms.fedlf as fedlf
+from benchmarks.perf.aggregation import MODELS, build, random_round, server_step
+from benchmarks.perf.machine import describe_machine
+from fl_lightning.algorithms import ALGORITHMS
+from fl_lightning.core.qp import _accelerated_projected_gradient
+from fl_lightning.data.datamodule import FederatedDataModule
+
+
+def recorded_grams(size: str, m: int, device: torch.device) -> tuple[list[torch.Tensor], float]:
+    """The Gram batches one FedLF server step solves (after a warm-up step), and that step's seconds."""
+    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
+    data.setup("fit")
+    data.to(device)
+    module = build("FedLF", ALGORITHMS["FedLF"], size, m, data).to(device)
+    generator = torch.Generator().manual_seed(0)
+    batches: list[torch.Tensor] = []
+    solver = fedlf.batched_min_norm_simplex
+
+    def recording(grams: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        batches.append(grams.detach().clone())
+        return solver(grams, *args, **kwargs)
+
+    with torch.no_grad():
+        server_step(module, random_round(module, data, m, 0, generator, device))
+        payload = random_round(module, data, m, 1, generator, device)
+        fedlf.batched_min_norm_simplex = recording
+        try:
+            synchronize(device)
+            start = time.perf_counter()
+            server_step(module, payload)
+            synchronize(device)
+            seconds = time.perf_counter() - start
+        finally:
+            fedlf.batched_min_norm_simplex = solver
+    return batches, seconds
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_solve(grams: torch.Tensor, drop_finished: bool) -> tuple[float, object]:
+    synchronize(grams.device)
+    start = time.perf_counter()
+    solve = _accelerated_projected_gradient(grams, drop_finished=drop_finished)
+    synchronize(grams.device)
+    return time.perf_counter() - start, solve
+
+
+def compare(grams: torch.Tensor, repeats: int) -> dict:
+    """Both ways, alternating, ``repeats`` times: medians, ratio, iterations, bit-for-bit."""
+    kept_times, dropped_times = [], []
+    for _ in range(repeats):
+        seconds, kept = timed_solve(grams, drop_finished=False)
+        kept_times.append(seconds)
+        seconds, dropped = timed_solve(grams, drop_finished=True)
+        dropped_times.append(seconds)
+    alone = [_accelerated_projected_gradient(gram[None].cpu()).iterations for gram in grams]  # counted on the CPU
+    return {
+        "problems": grams.shape[0],
+        "n": grams.shape[-1],
+        "seconds_keeping_finished": statistics.median(kept_times),
+        "seconds_dropping_finished": statistics.median(dropped_times),
+        "speedup": statistics.median(kept_times) / statistics.median(dropped_times),
+        "iterations": dropped.iterations,
+        "iterations_per_problem_alone_on_cpu": sorted(alone),
+        "problem_iterations_total": sum(alone),
+        "identical_weights": bool(torch.equal(kept.weights, dropped.weights)),
+        "identical_gaps": bool(torch.equal(kept.gap, dropped.gap)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="nf_resnet18_fedlf", choices=list(MODELS))
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/perf/results/layer_qps_<device>.json")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    batches, step_seconds = recorded_grams(args.size, args.clients, device)
+    print(f"FedLF server step, {args.size}, m={args.clients}, {device}: {step_seconds:.3f} s "
+          f"({len(batches)} QP batches)", flush=True)
+    results = []
+    for grams in batches:
+        result = compare(grams, args.repeats)
+        results.append(result)
+        print(f"  {result['problems']:3d} QPs of n={result['n']}: keeping finished {result['seconds_keeping_finished']:.3f} s, "
+              f"dropping them {result['seconds_dropping_finished']:.3f} s ({result['speedup']:.2f}x), "
+              f"{result['iterations']} iterations, identical: {result['identical_weights'] and result['identical_gaps']}",
+              flush=True)
+    report = {
+        "benchmark": "layer_qps",
+        "machine": describe_machine(device),
+        "settings": f"FedLF defaults, {args.size}, {args.clients} clients of 100, mnist5k iid, the aggregation "
+                    f"benchmark's random round 1 after a warm-up round; medians of {args.repeats} alternating solves",
+        "server_step_seconds": step_seconds,
+        "batches": results,
+    }
+    out = args.out or Path(f"benchmarks/perf/results/layer_qps_{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".json.partial")
+    partial.write_text(json.dumps(report, indent=2))
+    partial.replace(out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,7 +59,7 @@ step paper_cells_cuda 70 python3 -m benchmarks.perf.paper_cells --device cuda --
 step engine_vs_reference_cuda 50 python3 -m benchmarks.perf.engine_vs_reference --device cuda --repeats 3 \
   --label h200-first --out "$RESULTS/engine_vs_reference_cuda.json"
 step profile_cuda 30 python3 -m benchmarks.perf.profile_server --device cuda --out "$RESULTS/profile_cuda.txt"
-step layer_qps_cuda 120 python3 -m benchmarks.perf.layer_qps --device cuda --repeats 3 \
+step layer_qps_cuda 120 python3 -m benchmarks.perf.layer_qps --device cuda --repeats 3 --profile "$RESULTS/layer_qps_profile_cuda.txt" \
   --out "$RESULTS/layer_qps_cuda.json"
 step fedlf_11m_cuda 90 python3 -m benchmarks.perf.aggregation --device cuda --clients 100 --sizes nf_resnet18 \
   --algorithms FedLF --repeats 1 --no-loops --out "$RESULTS/aggregation_fedlf_11m_cuda.json"

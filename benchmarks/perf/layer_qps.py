@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -80,7 +81,17 @@ def compare(grams: torch.Tensor, repeats: int) -> dict:
         seconds, dropped = timed_solve(grams, drop_finished=True)
         dropped_times.append(seconds)
     alone = [_accelerated_projected_gradient(gram[None].cpu()).iterations for gram in grams]  # counted on the CPU
-    return {
+    extra = {}
+    if grams.device.type != "cpu":  # the same batch solved on the host, transfers included
+        host_times = []
+        for _ in range(repeats):
+            synchronize(grams.device)
+            start = time.perf_counter()
+            _accelerated_projected_gradient(grams.cpu()).weights.to(grams.device)
+            synchronize(grams.device)
+            host_times.append(time.perf_counter() - start)
+        extra["seconds_on_host_cpu_dropping_finished"] = statistics.median(host_times)
+    return {**extra,
         "problems": grams.shape[0],
         "n": grams.shape[-1],
         "seconds_keeping_finished": statistics.median(kept_times),
@@ -94,6 +105,21 @@ def compare(grams: torch.Tensor, repeats: int) -> dict:
     }
 
 
+def profile_iterations(grams: torch.Tensor, iterations: int, rows: int = 20) -> str:
+    """torch.profiler's table over the first ``iterations`` iterations of one batch (a whole
+    solve has too many events for the profiler to report in reasonable time on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if grams.device.type == "cuda" else [])
+    _accelerated_projected_gradient(grams, max_iter=iterations)  # warm-up
+    with profile(activities=activities) as prof:
+        _accelerated_projected_gradient(grams, max_iter=iterations)
+        synchronize(grams.device)
+    key = "device_time_total" if grams.device.type == "cuda" else "cpu_time_total"
+    return (f"## {grams.shape[0]} layer QPs of n={grams.shape[-1]}, first {iterations} iterations, {grams.device}\n"
+            + prof.key_averages().table(sort_by=key, row_limit=rows) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="nf_resnet18_fedlf", choices=list(MODELS))
@@ -101,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, help="default: benchmarks/perf/results/layer_qps_<device>.json")
+    parser.add_argument("--profile", type=Path, help="also profile 20 iterations of the largest batch into this file")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     batches, step_seconds = recorded_grams(args.size, args.clients, device)
@@ -112,8 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(f"  {result['problems']:3d} QPs of n={result['n']}: keeping finished {result['seconds_keeping_finished']:.3f} s, "
               f"dropping them {result['seconds_dropping_finished']:.3f} s ({result['speedup']:.2f}x), "
-              f"{result['iterations']} iterations, identical: {result['identical_weights'] and result['identical_gaps']}",
+              f"{result['iterations']} iterations, identical: {result['identical_weights'] and result['identical_gaps']}"
+              + (f", on the host CPU {result['seconds_on_host_cpu_dropping_finished']:.3f} s"
+                 if "seconds_on_host_cpu_dropping_finished" in result else ""),
               flush=True)
+    if args.profile:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # 20 iterations do not converge
+            args.profile.write_text(profile_iterations(max(batches, key=len), 20))
+        print(f"wrote {args.profile}")
     report = {
         "benchmark": "layer_qps",
         "machine": describe_machine(device),

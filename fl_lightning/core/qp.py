@@ -494,15 +494,20 @@ def _accelerated_projected_gradient(
     upper: torch.Tensor | None = None,
     max_iter: int = _DEFAULT_MAX_ITER,
     tol: float = _DEFAULT_TOL,
-    drop_finished: bool = True,
+    drop_finished: bool | None = None,
 ) -> _TorchSolve:
     """Jacobi-preconditioned FISTA with adaptive restart on min λᵀGλ over the simplex (∩ box).
 
     grams (B, n, n) finite; lower/upper (B, n) feasible bounds or None. Each problem is scaled
     by its max|G| (the minimiser does not change), so ``tol`` and the returned gaps are
     relative. See ``batched_min_norm_simplex`` for the method. ``drop_finished``: a problem
-    leaves the batch once certified (same answers to the bit, less work per iteration).
+    leaves the batch once certified. On the CPU (the default there) this gives the same
+    answers to the bit with less work per iteration (4x on FedLF's NF-ResNet-18 layers). On a
+    GPU (off by default) an iteration costs its kernel launches whatever the batch, so it
+    saves nothing, and CUDA's batched kernels round by batch layout: answers would change.
     """
+    if drop_finished is None:
+        drop_finished = grams.device.type == "cpu"
     batch, n = grams.shape[0], grams.shape[-1]
     dtype = _work_dtype(grams.device)
     gram = grams.detach().to(dtype)

@@ -66,5 +66,5 @@ step fedlf_11m_cuda 90 python3 -m benchmarks.perf.aggregation --device cuda --cl
 step profile_fedlf_cuda 60 python3 -m benchmarks.perf.profile_server --device cuda --algorithms FedLF \
   --size nf_resnet18_fedlf --out "$RESULTS/profile_fedlf_cuda.txt"
 step perf_nf_resnet18_fedlf_cuda 75 python3 -m benchmarks.perf --device cuda --in-process --sections throughput \
-  --models fl_nf_resnet18_fedlf --max-timed-seconds 15 --out "$RESULTS/perf_nf_resnet18_fedlf_cuda.json"
+  --models fl_nf_resnet18_fedlf --max-timed-seconds 15 --out "$RESULTS/perf_cuda_nf_resnet18_fedlf.json"
 echo "=== done in $SECONDS s"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fl_lightning.algorithms import FedAvg
-from fl_lightning.core.evaluation import evaluate_clients, evaluate_clients_stacked
+from fl_lightning.core.evaluation import SamplePositions, evaluate_clients, evaluate_clients_stacked
 from fl_lightning.core.flat import (
     ParameterLayout,
     assign_model_vector,
@@ -78,6 +78,34 @@ def test_stacked_evaluation_equals_one_model_per_client():
         assign_model_vector(model, layout, flats[k])
         loss_k, acc_k = evaluate_clients(model, data.test_x, data.test_y, data.test_index[k:k + 1], data.test_sizes[k:k + 1])
         assert torch.allclose(losses[k], loss_k[0], atol=1e-5) and torch.allclose(accs[k], acc_k[0])
+
+
+def test_clients_whose_samples_are_the_rows_in_order_give_the_bits_of_the_gather():
+    """Every client of a client-grouped x (full participation): chunks are slices of x; the
+    losses and accuracies equal, to the bit, those of the gathered path, also when a chunk
+    boundary falls inside a client, and the kept positions are reused only for equal clients."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = torch.tensor([300, 1, 517, 0, 212])
+    x = torch.randn(int(sizes.sum()), 60, generator=generator)
+    y = torch.randint(0, 10, (x.shape[0],), generator=generator)
+    index = torch.zeros(5, int(sizes.max()), dtype=torch.long)
+    for k, start in enumerate((sizes.cumsum(0) - sizes).tolist()):
+        index[k, : sizes[k]] = torch.arange(start, start + int(sizes[k]))
+    model = create_fl_model("fl_mlp", 10, (60,), hidden_sizes=[32])
+    positions = SamplePositions(index, sizes)
+    assert positions.in_order and positions.describes(index.clone(), sizes.clone())
+    assert not positions.describes(index[:4], sizes[:4])
+    gathered = SamplePositions(index, sizes)
+    gathered.in_order = False  # the path of any other set of clients
+    for chunk_size in (64, 8192):
+        sliced = evaluate_clients(model, x, y, index, sizes, chunk_size=chunk_size, positions=positions)
+        copied = evaluate_clients(model, x, y, index, sizes, chunk_size=chunk_size, positions=gathered)
+        assert torch.equal(sliced[0].nan_to_num(-1), copied[0].nan_to_num(-1))
+        assert torch.equal(sliced[1].nan_to_num(-1), copied[1].nan_to_num(-1))
+    reordered = index[[2, 0, 1, 3, 4]], sizes[[2, 0, 1, 3, 4]]
+    assert not SamplePositions(*reordered).in_order
+    losses, _ = evaluate_clients(model, x, y, *reordered)
+    assert torch.equal(losses.nan_to_num(-1), copied[0][[2, 0, 1, 3, 4]].nan_to_num(-1))
 
 
 class PersonalCopies(FedAvg):

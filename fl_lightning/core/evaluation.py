@@ -6,6 +6,26 @@ import torch
 from torch import nn
 
 
+class SamplePositions:
+    """Where clients' samples are: each valid sample's position in ``x`` and its client, in
+    client order, and whether they are simply rows 0..N-1 of ``x`` in order (then chunks are
+    slices of ``x``, with no gather). Built from ``index`` (K, max_n) and ``sizes`` (K,)."""
+
+    def __init__(self, index: torch.Tensor, sizes: torch.Tensor) -> None:
+        valid = torch.arange(index.shape[1], device=index.device) < sizes.unsqueeze(1)
+        self.samples = index[valid]
+        self.owner = torch.arange(index.shape[0], device=index.device).unsqueeze(1).expand_as(index)[valid]
+        count = self.samples.numel()
+        self.in_order = bool(torch.equal(self.samples, torch.arange(count, device=index.device)))
+        self._index, self._sizes = index.clone(), sizes.clone()
+
+    def describes(self, index: torch.Tensor, sizes: torch.Tensor) -> bool:
+        """Whether ``index`` and ``sizes`` are (equal to) the ones these positions were built from."""
+        return (index.shape == self._index.shape and sizes.shape == self._sizes.shape
+                and index.device == self._index.device and bool(torch.equal(index, self._index))
+                and bool(torch.equal(sizes, self._sizes)))
+
+
 @torch.no_grad()
 def evaluate_clients(
     model: nn.Module,
@@ -14,27 +34,34 @@ def evaluate_clients(
     index: torch.Tensor,
     sizes: torch.Tensor,
     chunk_size: int = 8192,
+    positions: SamplePositions | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-client mean loss and accuracy, each (K,); NaN for a client with no samples.
 
     ``index`` (K, max_n) holds client k's sample positions in ``x`` (valid below
     ``sizes[k]``). All clients' samples go through the model together, in chunks, and
-    the per-sample results are summed per client with ``index_add_``.
+    the per-sample results are summed per client with ``index_add_``. ``positions``: the
+    ``SamplePositions`` of ``index`` and ``sizes`` when the caller keeps them (a round that
+    evaluates the same clients as the last one).
     """
     num_clients = index.shape[0]
-    valid = torch.arange(index.shape[1], device=index.device) < sizes.unsqueeze(1)
-    samples = index[valid]
-    owner = torch.arange(num_clients, device=index.device).unsqueeze(1).expand_as(index)[valid]
+    positions = positions if positions is not None else SamplePositions(index, sizes)
+    samples, owner = positions.samples, positions.owner
+    # rows 0..N-1 in order: a chunk is a slice of x with the same values and layout as the
+    # gather would copy, and as aligned (chunk starts are multiples of 8192 rows), so the
+    # model computes the same bits
+    in_order = (positions.in_order and samples.numel() <= x.shape[0] and x.is_contiguous()
+                and x.data_ptr() % 64 == 0 and chunk_size % 64 == 0)
     loss_sum = torch.zeros(num_clients, device=x.device)
     correct = torch.zeros(num_clients, device=x.device)
     was_training = model.training
     model.eval()
     try:
         for start in range(0, samples.numel(), chunk_size):
-            chunk = samples[start : start + chunk_size]
-            who = owner[start : start + chunk_size]
-            logits = model(x[chunk]).float()
-            targets = y[chunk]
+            stop = min(start + chunk_size, samples.numel())
+            who = owner[start:stop]
+            logits = model(x[start:stop] if in_order else x[samples[start:stop]]).float()
+            targets = y[start:stop] if in_order else y[samples[start:stop]]
             loss_sum.index_add_(0, who, nn.functional.cross_entropy(logits, targets, reduction="none"))
             correct.index_add_(0, who, (logits.argmax(dim=1) == targets).float())
     finally:

@@ -11,7 +11,12 @@ import torch
 from torch import nn
 
 from fl_lightning.core.distributed import across_ranks
-from fl_lightning.core.evaluation import evaluate_clients, evaluate_clients_stacked, label_matched
+from fl_lightning.core.evaluation import (
+    SamplePositions,
+    evaluate_clients,
+    evaluate_clients_stacked,
+    label_matched,
+)
 from fl_lightning.core.flat import ParameterLayout, assign_model_vector
 from fl_lightning.metrics import fairness_summary
 
@@ -27,12 +32,20 @@ class FederationEvaluator:
 
     def __init__(self, model: nn.Module, layout: ParameterLayout, trainer: Any = None) -> None:
         self.model, self.layout, self.trainer = model, layout, trainer
+        self._positions: SamplePositions | None = None  # of the last clients ``shared`` evaluated
 
     def shared(self, model: nn.Module, sets: Sets) -> tuple[torch.Tensor, torch.Tensor]:
-        """``evaluate_clients`` of one shared model, the clients split across ranks."""
+        """``evaluate_clients`` of one shared model, the clients split across ranks. The sample
+        positions of the last call are kept: under full participation every round evaluates
+        the same clients."""
         x, y, index, sizes = sets
-        losses, accuracies = across_ranks(self.trainer, int(sizes.shape[0]),
-                                          lambda rows: evaluate_clients(model, x, y, index[rows], sizes[rows]))
+
+        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+            block_index, block_sizes = index[rows], sizes[rows]
+            if self._positions is None or not self._positions.describes(block_index, block_sizes):
+                self._positions = SamplePositions(block_index, block_sizes)
+            return evaluate_clients(model, x, y, block_index, block_sizes, positions=self._positions)
+        losses, accuracies = across_ranks(self.trainer, int(sizes.shape[0]), block)
         return losses, accuracies
 
     def stacked(self, params: torch.Tensor, sets: Sets, weights: torch.Tensor | None = None

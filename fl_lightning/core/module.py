@@ -311,6 +311,15 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """The local learning rate of a round: lr * lr_decay^t."""
         return self.local_sgd.round_lr(self.round_index if round_index is None else round_index)
 
+    def round_sgd(self, round_index: int) -> LocalSGD:
+        """The local SGD settings of a round (``local_sgd`` at ``round_lr``); the last one is
+        kept, so rounds of one learning rate do not build and check a new one each."""
+        lr = self.round_lr(round_index)
+        kept = getattr(self, "_round_sgd", None)
+        if kept is None or kept[0] is not self.local_sgd or kept[1] != lr:
+            kept = self._round_sgd = (self.local_sgd, lr, replace(self.local_sgd, lr=lr))
+        return kept[2]
+
     def drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled clients that answer; each fails with probability ``dropout_prob``."""
         return simulation.drop_clients(self.hparams.seed, round_index, sampled, self.hparams.dropout_prob)
@@ -327,7 +336,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         ``client_objective``. Under DDP every rank trains its own block of the clients and
         the results are all-gathered, so every rank returns all m clients.
         """
-        sgd = sgd or replace(self.local_sgd, lr=self.round_lr(round_index))
+        sgd = sgd or self.round_sgd(round_index)
         order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs,
                             round_generator(self.hparams.seed, round_index, "shuffle"))
         start = self.global_params() if start is None else start

@@ -9,9 +9,38 @@ from typing import Any, Literal
 
 
 def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
-    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``."""
-    close = [f"{prefix}{c}" for c in difflib.get_close_matches(name, known, n=2)]
+    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``; a name
+    that differs only in case comes first (``fedlf`` -> ``FedLF``)."""
+    same_but_case = [k for k in known if k.lower() == name.lower() and k != name]
+    close = same_but_case + [c for c in difflib.get_close_matches(name, known, n=2) if c not in same_but_case]
+    if not close:  # compared without case: FEDAVG is close to FedAvg
+        by_lower = {k.lower(): k for k in known}
+        close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=2)]
+    close = [f"{prefix}{c}" for c in close[:2]]
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def unknown_algorithm(args: list[str], known: typing.Collection[str]) -> str | None:
+    """The value of ``--model`` on a command line when it names no algorithm of ``known`` and
+    is a bare name (a class path, a file or an inline dict is LightningCLI's to check)."""
+    for i, arg in enumerate(args):
+        if arg == "--model" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--model="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        is_path = "." in value or "/" in value or value.startswith("{")
+        if not is_path and value not in known:
+            return value
+    return None
+
+
+def unknown_algorithm_message(name: str, known: typing.Collection[str]) -> str:
+    """The refusal of an unknown algorithm name: the valid names, the class-path form, a did-you-mean."""
+    return (f"unknown algorithm {name!r}; valid: {', '.join(sorted(known))} "
+            f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm)"
+            f"{did_you_mean(name, list(known))}")
 
 
 def choices_of(annotation: Any) -> list[Any]:

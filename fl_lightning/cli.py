@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.choices import did_you_mean
+from fl_lightning.choices import did_you_mean, unknown_algorithm, unknown_algorithm_message
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 
@@ -252,6 +252,10 @@ def main(args: list[str] | None = None) -> None:
         from fl_lightning.replay import main as replay
 
         raise SystemExit(replay(command_args[1:]))
+    unknown = unknown_algorithm(command_args, ALGORITHM_NAMES) if command_args[0] == "fit" else None
+    if unknown is not None:  # refused in a blink, before torch and Lightning load (LightningCLI says the same)
+        print(f"error: {unknown_algorithm_message(unknown, ALGORITHM_NAMES)}", file=sys.stderr)
+        raise SystemExit(2)
     if command_args[0] == "fit" and any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
         print("error: --threads is now the run's own setting --model.threads N (default 1): the thread count "
               "changes a run's numbers, so it is fixed, logged and kept on resume", file=sys.stderr)

@@ -54,7 +54,7 @@ from fl_lightning.callbacks.fit_runs import (
     is_mlflow_logger_config,
 )
 from fl_lightning.callbacks.signals import StopOnSignal
-from fl_lightning.choices import did_you_mean
+from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.settings import setting_rule, signature_types
@@ -162,21 +162,6 @@ def restore_own_defaults(model: Any, given: dict[str, Any]) -> list[str]:
     return reset
 
 
-def unknown_algorithm(args: list[str]) -> str | None:
-    """The value of ``--model`` when it names no known algorithm (a bare class name)."""
-    for i, arg in enumerate(args):
-        if arg == "--model" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--model="):
-            value = arg.split("=", 1)[1]
-        else:
-            continue
-        is_path = "." in value or "/" in value or value.startswith("{")
-        if not is_path and value not in ALGORITHMS:
-            return value
-    return None
-
-
 def refused_subcommand(args: list[str]) -> str | None:
     """The one-line answer to ``fl-lightning validate|test|predict`` (None for anything else)."""
     command = next((arg for arg in args if not arg.startswith("-")), None)
@@ -260,13 +245,9 @@ class FederatedCLI(LightningCLI):
         if refusal is not None:
             print(refusal, file=sys.stderr)
             raise SystemExit(2)
-        name = unknown_algorithm(command_args)
+        name = unknown_algorithm(command_args, ALGORITHMS)
         if name is not None:
-            hint = did_you_mean(name, list(ALGORITHMS))
-            refuse(
-                f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))} "
-                f"(or the class path of a FederatedModule subclass, e.g. mypackage.MyAlgorithm){hint}"
-            )
+            refuse(unknown_algorithm_message(name, ALGORITHMS))
         try:
             check_config_files(config_paths(command_args))
         except PreflightError as error:

@@ -45,6 +45,18 @@ def test_top_level_help_imports_no_heavy_module(args):
     assert "class_path: fl_lightning.algorithms.FedAvg" in out  # the default config
 
 
+@pytest.mark.parametrize("args", [["fit", "--model", "FedAvgg"], ["fit", "--model=fedlf", "--trainer.max_epochs", "3"]])
+def test_an_unknown_algorithm_is_refused_before_torch_loads(args):
+    """The refusal LightningCLI would give (same line, exit 2), without importing any heavy module."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], capture_output=True,
+                          text=True, timeout=60)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"code": 2, "heavy": []}
+    name = args[1].split("=")[1] if "=" in args[1] else args[2]
+    assert done.stderr.startswith(f"error: unknown algorithm {name!r}; valid: AFL, CFFL, CGSV")
+    assert "did you mean 'FedAvg'" in done.stderr or "did you mean 'FedLF'" in done.stderr
+
+
 def test_listed_names_are_the_registries():
     from fl_lightning.algorithms import ALGORITHMS
     from fl_lightning.data import PARTITIONERS, list_sources

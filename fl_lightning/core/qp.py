@@ -470,7 +470,10 @@ class _Problems:
         return _box_simplex_projection(mu, self.lower * self.norms, self.upper * self.norms, self.inverse_norms)
 
     def select(self, keep: torch.Tensor) -> _Problems:
-        return _Problems(*(None if value is None else value[keep] for value in vars(self).values()))
+        def pick(value: torch.Tensor | None) -> torch.Tensor | None:
+            return None if value is None else value[keep]
+        return _Problems(self.gram[keep], self.norms[keep], self.inverse_norms[keep], self.correlation[keep],
+                         self.unit_normal[keep], self.lipschitz[keep], pick(self.lower), pick(self.upper))
 
 
 @dataclass

@@ -29,6 +29,8 @@ from fl_lightning.run_schema import Tag
 PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
 PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
 GPU_PERF_FILES = "perf_cuda*.json"  # the same suite on a GPU (python -m benchmarks.perf --device cuda)
+# the published ledger's runs (leaderboard/site/runs.csv): how long each cell's runs took when it was made
+PUBLISHED_RUNS = Path(__file__).resolve().parents[1] / "leaderboard" / "site" / "runs.csv"
 
 TRAIN_SIZES = {  # published training-set sizes (samples), for estimates only
     "mnist": 60_000,
@@ -180,39 +182,79 @@ def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None
             + evaluations * evaluated * EVAL_COST / speed)
 
 
-def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int) -> list[str]:
-    """The dry run's report: missing data, then the estimated time of the runs to run."""
+def published_durations(suite: str, path: Path = PUBLISHED_RUNS) -> dict[str, list[float]]:
+    """Wall seconds of the published ledger's finished runs of ``suite``, per cell (empty where
+    the file or the suite is missing): a clean re-run's best estimate, the code that made them
+    being close to this one."""
+    import csv
+    from datetime import datetime
+
+    durations: dict[str, list[float]] = {}
+    try:
+        with open(path, newline="") as rows:
+            for row in csv.DictReader(rows):
+                if row.get("suite") != suite or row.get("status") != "FINISHED" or not row.get("end_time"):
+                    continue
+                seconds = (datetime.fromisoformat(row["end_time"]) - datetime.fromisoformat(row["start_time"])).total_seconds()
+                durations.setdefault(row["cell"], []).append(seconds)
+    except (OSError, KeyError, ValueError):
+        return {}
+    return durations
+
+
+def cell_estimates(cells: list, durations: dict[str, list[float]],
+                   published: dict[str, list[float]] | None = None) -> list[tuple[float | None, str]]:
+    """Each cell's estimated seconds and where the figure comes from: the median of its finished
+    runs in the store (``store``), else of the published ledger's (``published``), else the perf
+    figures (``perf``; None where its model has none)."""
+    throughput = model_throughput()
+    estimates: list[tuple[float | None, str]] = []
+    for cell in cells:
+        for basis, seen in (("store", durations.get(cell.cell)), ("published", (published or {}).get(cell.cell))):
+            if seen:
+                estimates.append((statistics.median(seen), basis))
+                break
+        else:
+            estimates.append((estimate_seconds(cell.config, throughput), "perf"))
+    return estimates
+
+
+def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int,
+               published: dict[str, list[float]] | None = None) -> list[str]:
+    """The dry run's report: missing data, then the estimated time of the runs to run, its
+    longest rows (benchmark x algorithm configuration) and the GPU estimate."""
     lines = []
     for entry in missing_data(cell.config for cell in cells):
         shown = ", ".join(entry.files[:4]) + (f" and {len(entry.files) - 4} more" if len(entry.files) > 4 else "")
         lines.append(f"  data missing for {entry.runs} run(s): {entry.source} needs {shown}"
                      + (f"; get them with {entry.obtain}" if entry.obtain else ""))
-    throughput = model_throughput()
     total, estimated, unknown_models = 0.0, 0, set()
-    basis = {"store": 0, "perf": 0}
+    basis = {"store": 0, "published": 0, "perf": 0}
     per_model: dict[str, float] = {}
-    for cell in cells:
-        seen = durations.get(cell.cell)
-        if seen:
-            seconds: float | None = statistics.median(seen)
-            basis["store"] += 1
-        else:
-            seconds = estimate_seconds(cell.config, throughput)
-            if seconds is None:
-                unknown_models.add(_init_args(cell.config).get(schema.BACKBONE, schema.DEFAULT_BACKBONE))
-                continue
-            basis["perf"] += 1
+    per_row: dict[str, list[float]] = {}
+    for cell, (seconds, source) in zip(cells, cell_estimates(cells, durations, published)):
+        model = _init_args(cell.config).get(schema.BACKBONE, schema.DEFAULT_BACKBONE)
+        if seconds is None:
+            unknown_models.add(model)
+            continue
+        basis[source] += 1
         total += seconds
         estimated += 1
-        model = _init_args(cell.config).get(schema.BACKBONE, schema.DEFAULT_BACKBONE)
         per_model[model] = per_model.get(model, 0.0) + seconds
+        per_row.setdefault(cell.cell, []).append(seconds)
     if cells:
         how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)
         lines.append(f"  estimated time: {_duration(total / jobs)} with {jobs} job(s) for {estimated} of "
-                     f"{len(cells)} run(s) ({how or 'none'}; perf: the CPU figures in benchmarks/perf/results/{PERF_FILES})")
+                     f"{len(cells)} run(s) ({how or 'none'}; store: this store's finished runs of the cell; published: "
+                     f"the published ledger's, leaderboard/site/runs.csv; perf: the CPU figures in "
+                     f"benchmarks/perf/results/{PERF_FILES})")
     if len(per_model) > 1:
         largest = sorted(per_model.items(), key=lambda item: -item[1])[:3]
         lines.append("  of which " + ", ".join(f"{m} {_duration(t / jobs)}" for m, t in largest))
+    if len(per_row) > 1:
+        longest = sorted(per_row.items(), key=lambda item: -sum(item[1]))[:5]
+        lines.append("  longest rows (runs x median run at --jobs 1): " + "; ".join(
+            f"{row} {len(times)} x {_duration(statistics.median(times))} = {_duration(sum(times))}" for row, times in longest))
     gpu_figures, gpu = gpu_throughput()
     on_gpu = [gpu_estimate_seconds(cell.config, gpu_figures) for cell in cells] if gpu_figures else []
     if any(seconds is not None for seconds in on_gpu):

@@ -716,11 +716,11 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     if note:
         print(f"  ({note})")
     if dry_run:
-        from benchmarks.plan import plan_lines
+        from benchmarks.plan import plan_lines, published_durations
 
         for cell in todo:
             print(f"  would run {cell.cell} seed {cell.seed}")
-        print("\n".join(plan_lines(todo, durations, jobs)))
+        print("\n".join(plan_lines(todo, durations, jobs, published_durations(suite))))
         return 0
     ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite
@@ -790,25 +790,25 @@ def first_sentence(text: str) -> str:
     return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
 
 
-def estimate_suite(cells: list[Cell], throughput: dict[str, float]) -> tuple[float, int]:
-    """(estimated seconds at --jobs 1, runs without an estimate) from the perf figures alone, as a
-    dry run estimates the runs it finds no finished run of: no store is read."""
-    from benchmarks.plan import estimate_seconds
+def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
+    """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
+    store's runs: the published ledger's run times where it has the cell, else the perf figures."""
+    from benchmarks.plan import cell_estimates, published_durations
 
-    seconds = [estimate_seconds(cell.config, throughput) for cell in cells]
+    published = published_durations(cells[0].suite) if cells else {}
+    seconds = [estimate for estimate, _ in cell_estimates(cells, {}, published)]
     return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)
 
 
 def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
     """``list``: one line per suite (name, runs, estimated time at --jobs 1, the first sentence of
     its description cut to fit ``width``), then what the numbers are."""
-    from benchmarks.plan import _duration, model_throughput
+    from benchmarks.plan import _duration
 
-    throughput = model_throughput()
     rows, partial = [], False
     for name in list_suites():
         cells = load_suite(name)
-        seconds, unknown = estimate_suite(cells, throughput)
+        seconds, unknown = estimate_suite(cells)
         partial |= unknown > 0
         time_text = "?" if unknown == len(cells) else _duration(seconds) + ("+" if unknown else "")
         description = first_sentence(cells[0].description) if cells else ""
@@ -825,6 +825,7 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
 
     lines = [line(*header)] + [line(*row) for row in rows]
     notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
+             "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from the",
              "CPU throughput figures in benchmarks/perf/results; a GPU is faster for the large models."]
     if partial:
         notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")

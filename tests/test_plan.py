@@ -97,3 +97,30 @@ def test_gpu_figures_are_read_by_clients_per_round_and_named(tmp_path):
     assert plan.gpu_estimate_seconds(everyone, figures) == plan.estimate_seconds(everyone, {"fl_a": 9000.0})
     assert plan.gpu_estimate_seconds(cell_config(backbone="fl_b"), figures) is None
     assert plan.gpu_throughput(tmp_path / "none") == ({}, None)
+
+
+def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_perf_figures(tmp_path):
+    """A clean re-run's dry run reads how long the published ledger's runs of each cell took;
+    a store's own finished runs come first; a cell neither ran falls back to the perf figures."""
+    published = tmp_path / "runs.csv"
+    published.write_text(
+        "run_id,suite,status,cell,start_time,end_time\n"
+        "a,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T10:00:30\n"
+        "b,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:01:00,2026-11-01T10:01:50\n"
+        "c,plan-test,KILLED,mnist/iid|FedAvg,2026-11-01T10:02:00,2026-11-01T10:09:00\n"
+        "d,other-suite,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T11:00:00\n")
+    durations = plan.published_durations("plan-test", published)
+    assert durations == {"mnist/iid|FedAvg": [30.0, 50.0]}  # finished runs of this suite only
+    assert plan.published_durations("plan-test", tmp_path / "missing.csv") == {}
+
+    class Cell:
+        def __init__(self, cell):
+            self.cell, self.config = cell, cell_config()
+
+    cells = [Cell("mnist/iid|FedAvg"), Cell("mnist/iid|FedProx"), Cell("mnist/iid|FedFV")]
+    estimates = plan.cell_estimates(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, durations)
+    assert estimates[0] == (40.0, "published") and estimates[1] == (9.0, "store")
+    assert estimates[2][1] == "perf" and estimates[2][0] == plan.estimate_seconds(cell_config(), plan.model_throughput())
+    lines = plan.plan_lines(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, 1, durations)
+    assert any("1 from store, 1 from published, 1 from perf" in line for line in lines)
+    assert any(line.startswith("  longest rows") and "mnist/iid|FedAvg 1 x 40 s = 40 s" in line for line in lines)

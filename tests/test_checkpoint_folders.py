@@ -67,3 +67,18 @@ def test_two_fits_started_together_in_one_folder_and_store_collide_in_nothing(tm
             range(1, ROUNDS + 1))
         assert any(run.info.run_id in str(path) for path in printed)
     assert sorted(words(printed_line(out, "resume it with:"))[1][-1] for out, _ in outs) == sorted(map(str, printed))
+
+
+def test_a_round_checkpoint_given_on_the_command_line_keeps_its_own_defaults(store, tmp_path, capsys):
+    """LightningCLI fills a callback's **kwargs with ModelCheckpoint's defaults (save_last None,
+    save_top_k 1): a RoundCheckpoint given with --trainer.callbacks must still write last.ckpt,
+    at the interval asked for, in the run's folder, and nothing else."""
+    main(fit_args(store, "--trainer.callbacks+=fl_lightning.callbacks.checkpointing.RoundCheckpoint",
+                  "--trainer.callbacks.every_n_rounds", "2"))
+    printed = printed_checkpoint(capsys.readouterr().out)
+    assert printed.name == "last.ckpt" and printed.is_file()
+    assert sorted(tmp_path.rglob("*.ckpt")) == [printed]
+    state = torch.load(printed, weights_only=False)
+    assert state["epoch"] == ROUNDS - 1
+    (callback,) = [value for key, value in state["callbacks"].items() if "ModelCheckpoint" in key]
+    assert str(printed.parent).endswith(callback["dirpath"])  # stored relative to the fit's folder

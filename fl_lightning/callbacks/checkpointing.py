@@ -39,6 +39,8 @@ class RoundCheckpoint(ModelCheckpoint):
     Args:
         every_n_rounds: write every N rounds; None: N follows the cost of the writes.
         time_budget: the share of the fit's time the writes may take when N is chosen (0.1).
+        save_last, save_top_k, enable_version_counter: ModelCheckpoint's, with this callback's
+            defaults (``last.ckpt`` only, replaced in place).
         **kwargs: :class:`~lightning.pytorch.callbacks.ModelCheckpoint`'s (``dirpath``, ...).
     """
 
@@ -51,19 +53,21 @@ class RoundCheckpoint(ModelCheckpoint):
             state_dict = {**state_dict, "dirpath": self.dirpath}
         super().load_state_dict(state_dict)
 
-    def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1, **kwargs: Any) -> None:
+    def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1, save_last: bool = True,
+                 save_top_k: int = 0, enable_version_counter: bool = False, **kwargs: Any) -> None:
         if every_n_rounds is not None and (int(every_n_rounds) != every_n_rounds or every_n_rounds < 1):
             raise ValueError(f"every_n_rounds must be an integer >= 1 (or None: chosen from the cost of a write), "
                              f"got {every_n_rounds}")
         if not 0 < time_budget < 1:
             raise ValueError(f"time_budget must be in (0, 1) (the share of the fit's time writes may take; "
                              f"default 0.1), got {time_budget}")
-        kwargs.setdefault("save_last", True)
-        kwargs.setdefault("save_top_k", 0)
-        # last.ckpt is replaced, never versioned (last-v1.ckpt): each fit has a folder of its own
-        # (its run's, a resume's, or an unlogged fit's), and a resume holds its folder's lock
-        kwargs.setdefault("enable_version_counter", False)
-        super().__init__(**kwargs)
+        # Named here, not set as defaults of **kwargs: LightningCLI fills **kwargs with
+        # ModelCheckpoint's own defaults (save_last None, save_top_k 1), and a RoundCheckpoint
+        # given through --trainer.callbacks then wrote nothing. last.ckpt is replaced, never
+        # versioned (last-v1.ckpt): each fit has a folder of its own (its run's, a resume's, or an
+        # unlogged fit's), and a resume holds its folder's lock.
+        super().__init__(save_last=save_last, save_top_k=save_top_k, enable_version_counter=enable_version_counter,
+                         **kwargs)
         self.every_n_rounds = every_n_rounds
         self.fixed_interval = every_n_rounds is not None
         self.time_budget = time_budget

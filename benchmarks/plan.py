@@ -17,6 +17,7 @@ line gives the time there, from the figure at the clients per round nearest the 
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from collections.abc import Iterable
@@ -186,17 +187,24 @@ def published_durations(suite: str, path: Path = PUBLISHED_RUNS) -> dict[str, li
     """Wall seconds of the published ledger's finished runs of ``suite``, per cell (empty where
     the file or the suite is missing): a clean re-run's best estimate, the code that made them
     being close to this one."""
+    return _published_durations_by_suite(path).get(suite, {})
+
+
+@functools.lru_cache(maxsize=4)
+def _published_durations_by_suite(path: Path) -> dict[str, dict[str, list[float]]]:
+    """The published runs file read once (``benchmarks list`` asks for every suite): suite ->
+    cell -> wall seconds of its finished runs."""
     import csv
     from datetime import datetime
 
-    durations: dict[str, list[float]] = {}
+    durations: dict[str, dict[str, list[float]]] = {}
     try:
         with open(path, newline="") as rows:
             for row in csv.DictReader(rows):
-                if row.get("suite") != suite or row.get("status") != "FINISHED" or not row.get("end_time"):
+                if row.get("status") != "FINISHED" or not row.get("end_time"):
                     continue
                 seconds = (datetime.fromisoformat(row["end_time"]) - datetime.fromisoformat(row["start_time"])).total_seconds()
-                durations.setdefault(row["cell"], []).append(seconds)
+                durations.setdefault(row["suite"], {}).setdefault(row["cell"], []).append(seconds)
     except (OSError, KeyError, ValueError):
         return {}
     return durations

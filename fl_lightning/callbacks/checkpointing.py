@@ -22,7 +22,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -53,8 +53,9 @@ class RoundCheckpoint(ModelCheckpoint):
             state_dict = {**state_dict, "dirpath": self.dirpath}
         super().load_state_dict(state_dict)
 
-    def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1, save_last: bool = True,
-                 save_top_k: int = 0, enable_version_counter: bool = False, **kwargs: Any) -> None:
+    def __init__(self, every_n_rounds: int | None = None, time_budget: float = 0.1,
+                 save_last: bool | Literal["link"] | None = True, save_top_k: int = 0,
+                 enable_version_counter: bool = False, **kwargs: Any) -> None:
         if every_n_rounds is not None and (int(every_n_rounds) != every_n_rounds or every_n_rounds < 1):
             raise ValueError(f"every_n_rounds must be an integer >= 1 (or None: chosen from the cost of a write), "
                              f"got {every_n_rounds}")

@@ -48,8 +48,8 @@ def evaluate_clients(
     positions = positions if positions is not None else SamplePositions(index, sizes)
     samples, owner = positions.samples, positions.owner
     # rows 0..N-1 in order: a chunk is a slice of x with the same values and layout as the
-    # gather would copy, and as aligned (chunk starts are multiples of 8192 rows), so the
-    # model computes the same bits
+    # gather would copy, and as aligned (x starts on 64 bytes and a chunk starts a multiple of
+    # chunk_size rows, a multiple of 64), so the model computes the same bits
     in_order = (positions.in_order and samples.numel() <= x.shape[0] and x.is_contiguous()
                 and x.data_ptr() % 64 == 0 and chunk_size % 64 == 0)
     loss_sum = torch.zeros(num_clients, device=x.device)

@@ -61,7 +61,7 @@ class CFFL(ValidatedAgents):
         upload_fraction: θ_u, the share of Δw_j uploaded, largest magnitudes (release: 0.1;
             default 1.0, the whole update, as CGSV's comparison).
         clip: c, each entry of Δw_j is clipped to [−c, c] (release: 0.01 on MNIST); None: no clip.
-        validation_fraction: see ``ValidatedAgents``.
+        **kwargs: ``validation_fraction`` (see ``ValidatedAgents``) and the base class's.
 
     Logged every round: ``cffl_r/<i>`` and ``cffl_density/<i>`` (N ≤ 20), their min/mean/max,
     and ``cffl_reputable`` (|R|).

@@ -48,7 +48,7 @@ class ECI(ValidatedAgents):
         num_permutations: random orders per round for the Shapley estimate (each values up to
             N + 1 coalitions on V); ``None``: exact, 2^N coalitions (N <= 10).
         alpha: α, the weight of the previous contribution index (CGSV: 0.95).
-        validation_fraction: see ``ValidatedAgents``.
+        **kwargs: ``validation_fraction`` (see ``ValidatedAgents``) and the base class's.
 
     Logged every round: ``eci_r/<i>``, ``eci_phi/<i>`` (N ≤ 20), and their min/mean/max.
     """

@@ -39,8 +39,10 @@ class RoundCheckpoint(ModelCheckpoint):
     Args:
         every_n_rounds: write every N rounds; None: N follows the cost of the writes.
         time_budget: the share of the fit's time the writes may take when N is chosen (0.1).
-        save_last, save_top_k, enable_version_counter: ModelCheckpoint's, with this callback's
-            defaults (``last.ckpt`` only, replaced in place).
+        save_last: ModelCheckpoint's, with this callback's default (``last.ckpt``).
+        save_top_k: ModelCheckpoint's, with this callback's default (0: ``last.ckpt`` only).
+        enable_version_counter: ModelCheckpoint's, with this callback's default (off:
+            ``last.ckpt`` is replaced in place).
         **kwargs: :class:`~lightning.pytorch.callbacks.ModelCheckpoint`'s (``dirpath``, ...).
     """
 

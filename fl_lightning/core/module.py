@@ -111,11 +111,16 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
     Args:
         backbone: a registered model name (``fl_lightning.models.list_fl_models()``).
         backbone_kwargs: extra keyword arguments for the backbone.
-        num_classes, input_shape: filled in from the data module by the CLI.
+        num_classes: filled in from the data module by the CLI.
+        input_shape: filled in from the data module by the CLI.
         num_rounds: communication rounds T.
         fraction: share of the K clients sampled per round (1.0 = full participation).
         dropout_prob: chance that a sampled client does not answer in a round.
-        local_epochs, batch_size, lr, momentum, weight_decay: local SGD (batch_size None = full batch).
+        local_epochs: local SGD epochs E per round.
+        batch_size: local SGD minibatch size B (None = full batch).
+        lr: local SGD learning rate.
+        momentum: local SGD momentum.
+        weight_decay: local SGD weight decay.
         engine: the local training engine; ``"auto"`` picks the vectorised one when a chunk
             of stacked clients fits in ``engine_memory_budget_gb``.
         eval_every: evaluate every client every this many rounds (and after the last).
@@ -135,7 +140,8 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             ``None`` = the parameters' dtype.
         history_device: ``"model"`` (with the model) or ``"cpu"`` (pinned host memory).
         attack: one malicious client that takes part in every round (``core.simulation``).
-        attack_client, attack_strength: its id, and the bias added or the factor applied.
+        attack_client: the malicious client's id.
+        attack_strength: the bias it adds or the factor it applies.
         threads: the fit's intra-op CPU threads (``core.threads``). Part of the run's numbers
             (MKL's products round differently at another count), so a setting of the run: fixed
             from its start, logged, kept by a resume; 1 by default, so fits side by side do not

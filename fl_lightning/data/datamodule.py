@@ -133,7 +133,8 @@ class FederatedDataModule(LightningDataModule):
         global_test_fraction: share of the pool held out as the shared test set in global
             mode when the source has no official test split.
         source_params: the source's parameters, e.g. ``{"split": "letters"}`` for EMNIST.
-        data_dir, download: where torchvision sources live; whether to download them.
+        data_dir: where torchvision sources live.
+        download: whether to download them.
         seed: seeds the source (synthetic), the partition and the train/test splits;
             ``None`` (the default) takes the run's seed (``seed_everything``), else 0.
             Logged as the hyper-parameter ``data_seed``.

@@ -126,11 +126,16 @@ class CompactTransformer(nn.Module):
     Args:
         num_classes: number of output logits.
         input_shape: ``(C, H, W)`` of one image (fixes the positional embedding's length).
-        embed_dim, depth, num_heads, mlp_ratio: transformer size.
-        kernel_size, n_conv_layers: tokenizer (CCT-7/3x1: 3 and 1).
+        embed_dim: transformer width.
+        depth: transformer layers.
+        num_heads: attention heads.
+        mlp_ratio: MLP width over ``embed_dim``.
+        kernel_size: tokenizer kernel (CCT-7/3x1: 3).
+        n_conv_layers: tokenizer convolutions (CCT-7/3x1: 1).
         positional_embedding: "learnable", "sine" (a fixed, non-persistent buffer) or "none".
-        drop_rate, attn_drop_rate, drop_path_rate: dropout after the embedding/projections,
-            attention dropout, stochastic depth (rising linearly over the layers).
+        drop_rate: dropout after the embedding and projections.
+        attn_drop_rate: attention dropout.
+        drop_path_rate: stochastic depth (rising linearly over the layers).
         fused_attn: use ``F.scaled_dot_product_attention`` (fast, but not vmap-batched).
     """
 

@@ -69,7 +69,9 @@ class CharLstm(nn.Module):
         num_classes: output logits (the vocabulary of the next character).
         input_shape: ``(sequence_length,)``, character indices stored as floats.
         vocab_size: embedding rows (default: ``num_classes``).
-        embedding_dim, hidden_size, num_layers: 8, 256 and 2 in FedMGDA+ Sec. 6.1.3.
+        embedding_dim: character embedding width (FedMGDA+ Sec. 6.1.3: 8).
+        hidden_size: LSTM width (FedMGDA+ Sec. 6.1.3: 256).
+        num_layers: LSTM layers (FedMGDA+ Sec. 6.1.3: 2).
     """
 
     def __init__(

@@ -46,7 +46,10 @@ class TextCnn(nn.Module):
         num_classes: output logits (2 for MR, 5 for SST-5).
         input_shape: ``(max_length,)``, token ids as floats; at least the widest filter.
         vocab_size: embedding rows (the source's ``max_vocab``; default 20,000).
-        embedding_dim, kernel_sizes, num_filters, drop_rate: 300, (3, 4, 5), 100, 0.5 (Kim).
+        embedding_dim: embedding width (Kim: 300).
+        kernel_sizes: filter widths (Kim: 3, 4, 5).
+        num_filters: filters per width (Kim: 100).
+        drop_rate: dropout before the classifier (Kim: 0.5).
     """
 
     def __init__(

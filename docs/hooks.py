@@ -1,24 +1,23 @@
 """mkdocs hook: the published site carries the leaderboard (the committed ``leaderboard/site``,
-built from the exported results) under ``leaderboard/``, so one static site holds both. The copy
-goes to a temporary folder first and is renamed into place (a build stopped half-way leaves no
-half-copied leaderboard)."""
+built from the exported results) under ``leaderboard/``, so one static site holds both and the
+docs' links into it are checked like any other. Its files are static files of the build; its
+Markdown twins (``*.md``, for reading on GitHub) are left out, or mkdocs would render them as pages."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
+
+from mkdocs.structure.files import File, Files
 
 LEADERBOARD = Path(__file__).resolve().parents[1] / "leaderboard" / "site"
 
 
-def on_post_build(config: Any, **_: Any) -> None:
+def on_files(files: Files, config: Any) -> Files:
     if not (LEADERBOARD / "index.html").is_file():
-        return  # a checkout without the published results: the docs alone
-    target = Path(config["site_dir"]) / "leaderboard"
-    partial = target.with_name(".leaderboard-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(LEADERBOARD, partial)
-    if target.exists():
-        shutil.rmtree(target)
-    partial.rename(target)
+        return files  # a checkout without the published results: the docs alone
+    for path in sorted(LEADERBOARD.rglob("*")):
+        if path.is_file() and path.suffix != ".md":
+            uri = f"leaderboard/{path.relative_to(LEADERBOARD).as_posix()}"
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files

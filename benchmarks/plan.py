@@ -213,12 +213,20 @@ def _published_durations_by_suite(path: Path) -> dict[str, dict[str, list[float]
 def cell_estimates(cells: list, durations: dict[str, list[float]],
                    published: dict[str, list[float]] | None = None) -> list[tuple[float | None, str]]:
     """Each cell's estimated seconds and where the figure comes from: the median of its finished
-    runs in the store (``store``), else of the published ledger's (``published``), else the perf
-    figures (``perf``; None where its model has none)."""
+    runs in the store (``store``), else of the published ledger's (``published``), else of the
+    finished runs of the same benchmark's other configurations, store and published together
+    (``benchmark``: same data, model and rounds; the perf figures can be far off for a model they
+    do not time, e.g. 12 min against a measured 1-2 min for the text CNN), else the perf figures
+    (``perf``; None where its model has none)."""
     throughput = model_throughput()
+    per_benchmark: dict[str, list[float]] = {}
+    for seen in (durations, published or {}):
+        for cell_name, times in seen.items():
+            per_benchmark.setdefault(cell_name.split("|", 1)[0], []).extend(times)
     estimates: list[tuple[float | None, str]] = []
     for cell in cells:
-        for basis, seen in (("store", durations.get(cell.cell)), ("published", (published or {}).get(cell.cell))):
+        for basis, seen in (("store", durations.get(cell.cell)), ("published", (published or {}).get(cell.cell)),
+                            ("benchmark", per_benchmark.get(cell.cell.split("|", 1)[0]))):
             if seen:
                 estimates.append((statistics.median(seen), basis))
                 break
@@ -237,7 +245,7 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int,
         lines.append(f"  data missing for {entry.runs} run(s): {entry.source} needs {shown}"
                      + (f"; get them with {entry.obtain}" if entry.obtain else ""))
     total, estimated, unknown_models = 0.0, 0, set()
-    basis = {"store": 0, "published": 0, "perf": 0}
+    basis = {"store": 0, "published": 0, "benchmark": 0, "perf": 0}
     per_model: dict[str, float] = {}
     per_row: dict[str, list[float]] = {}
     for cell, (seconds, source) in zip(cells, cell_estimates(cells, durations, published)):
@@ -254,7 +262,8 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int,
         how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)
         lines.append(f"  estimated time: {_duration(total / jobs)} with {jobs} job(s) for {estimated} of "
                      f"{len(cells)} run(s) ({how or 'none'}; store: this store's finished runs of the cell; published: "
-                     f"the published ledger's, leaderboard/site/runs.csv; perf: the CPU figures in "
+                     f"the published ledger's, leaderboard/site/runs.csv; benchmark: the same benchmark's other "
+                     f"configurations' runs; perf: the CPU figures in "
                      f"benchmarks/perf/results/{PERF_FILES})")
     if len(per_model) > 1:
         largest = sorted(per_model.items(), key=lambda item: -item[1])[:3]

@@ -1,6 +1,7 @@
 """What a dry run plans: the data files that are missing and the estimated time."""
 
 import json
+import statistics
 
 import pytest
 import yaml
@@ -117,10 +118,12 @@ def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_p
         def __init__(self, cell):
             self.cell, self.config = cell, cell_config()
 
-    cells = [Cell("mnist/iid|FedAvg"), Cell("mnist/iid|FedProx"), Cell("mnist/iid|FedFV")]
+    cells = [Cell("mnist/iid|FedAvg"), Cell("mnist/iid|FedProx"), Cell("mnist/iid|FedFV"), Cell("cifar/iid|FedFV")]
     estimates = plan.cell_estimates(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, durations)
     assert estimates[0] == (40.0, "published") and estimates[1] == (9.0, "store")
-    assert estimates[2][1] == "perf" and estimates[2][0] == plan.estimate_seconds(cell_config(), plan.model_throughput())
+    # no run of its own: the same benchmark's other configurations (store and published together)
+    assert estimates[2] == (statistics.median([7.0, 9.0, 100.0, 30.0, 50.0]), "benchmark")
+    assert estimates[3][1] == "perf" and estimates[3][0] == plan.estimate_seconds(cell_config(), plan.model_throughput())
     lines = plan.plan_lines(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, 1, durations)
-    assert any("1 from store, 1 from published, 1 from perf" in line for line in lines)
+    assert any("1 from store, 1 from published, 1 from benchmark, 1 from perf" in line for line in lines)
     assert any(line.startswith("  longest rows") and "mnist/iid|FedAvg 1 x 40 s = 40 s" in line for line in lines)

@@ -7,8 +7,8 @@
   exists, every value validates), ``config`` (a whole fit config, checked the same way), ``suite``
   (a whole benchmark suite, loaded by the runner), ``output`` (what a command prints) or ``skip``.
   ``parse`` and ``skip`` say why the block is not run.
-- Every ``--flag`` the docs name, in a block or in the prose, is one of our commands' flags (or
-  one of the few other tools' flags they show).
+- Every ``--flag`` the docs and the README name, in a block or in the prose, is one of our
+  commands' flags (or one of the few other tools' flags they show).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ OTHER_TOOLS_FLAGS = {
     "--strict", "--serve", "--dev-addr",  # mkdocs
     "--version", "--help", "--nproc_per_node", "--nnodes", "--node_rank", "--master_addr",
     "--master_port", "--ntasks-per-node", "--gpus-per-node", "--nodes",  # torchrun, SLURM
+    "--model.smoothing",  # the setting of the docs' own example algorithm (Writing an algorithm)
+    "--sf", "--iu", "--tf", "--k", "--smplseed", "--spltseed",  # LEAF's preprocess.sh (FEMNIST, Shakespeare)
 }
 
 
@@ -232,16 +234,18 @@ def known_flags() -> frozenset[str]:
     flags |= help_flags(lambda: leaderboard_main(["build", "--help"]))
     flags |= help_flags(lambda: leaderboard_main(["export", "--help"]))
     flags |= help_flags(lambda: replay_main(["--help"]))
+    for script in (ROOT / "benchmarks" / "perf").glob("*.py"):  # the speed benchmarks' own flags, read from
+        flags |= set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))  # the source (no torch import)
     return frozenset(flags | OTHER_TOOLS_FLAGS)
 
 
 def named_flags() -> dict[str, list[str]]:
-    """Every ``--flag`` in the docs (blocks and inline code), with where it is."""
+    """Every ``--flag`` in the docs and the README (blocks and inline code), with where it is."""
     where: dict[str, list[str]] = {}
-    for page in pages():
+    for page in [*pages(), ROOT / "README.md"]:
         for number, line in enumerate(page.read_text().splitlines(), 1):
             for flag in re.findall(r"(?<![\w/-])--[A-Za-z][\w.-]*[\w]", line):
-                where.setdefault(flag, []).append(f"{page.relative_to(DOCS)}:{number}")
+                where.setdefault(flag, []).append(f"{page.relative_to(ROOT)}:{number}")
     return where
 
 

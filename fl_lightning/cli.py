@@ -77,7 +77,8 @@ commands:
 settings, and where to see them:
   fl-lightning fit --help                   every setting of fit: --data.*, --trainer.*,
                                             --seed_everything, --ckpt_path
-  fl-lightning fit --model.help FedLF       one algorithm's settings (--model.*)
+  fl-lightning fit --model.help FedLF       one algorithm's settings (--model.*), each with
+                                            the default a fit of it gets
   fl-lightning fit --print_config           the resolved config: the default below plus
                                             your --config files and settings
   fl-lightning fit --ckpt_path .../last.ckpt  resume a stopped fit (in its MLflow run)

@@ -79,6 +79,7 @@ from fl_lightning.seeding import SEED_ENV
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
+DATA_LINKS = ("num_classes", "input_shape")  # model settings the data module fills in (data.X -> model X)
 
 
 def config_paths(args: list[str]) -> list[str]:
@@ -133,6 +134,16 @@ def default_config_settings() -> set[str]:
     return set(init_args)
 
 
+def algorithm_class(class_path: Any) -> type | None:
+    """The class a ``model.class_path`` names, or None when it does not import."""
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return cls if inspect.isclass(cls) else None
+
+
 def restore_own_defaults(model: Any, given: dict[str, Any]) -> list[str]:
     """Give the chosen algorithm its own defaults where the parse carried the base class's.
 
@@ -145,10 +156,8 @@ def restore_own_defaults(model: Any, given: dict[str, Any]) -> list[str]:
     init_args = model.get("init_args") if isinstance(model, Namespace) else None
     if not class_path or class_path in BASE_MODULE_PATHS or not isinstance(init_args, Namespace):
         return []
-    module, _, name = str(class_path).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
+    cls = algorithm_class(class_path)
+    if cls is None:
         return []
     base, own = signature_defaults(FederatedModule), signature_defaults(cls)
     fixed = set(given) | default_config_settings()
@@ -160,6 +169,64 @@ def restore_own_defaults(model: Any, given: dict[str, Any]) -> list[str]:
             setattr(init_args, key, own[key])
             reset.append(key)
     return reset
+
+
+def model_help_request(words: list[str]) -> tuple[list[str], str] | None:
+    """``(the words before it, the class asked)`` of a command line's ``--model.help CLASS``, else None."""
+    for i, word in enumerate(words):
+        if word == "--model.help" and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            return words[:i], words[i + 1]
+        if word.startswith("--model.help="):
+            return words[:i], word.split("=", 1)[1]
+    return None
+
+
+def print_config_words(words: list[str]) -> list[str]:
+    """The ``--print_config`` words of a command line (``--print_config`` or ``--print_config=FLAGS``)."""
+    return [word for word in words if word == "--print_config" or word.startswith("--print_config=")]
+
+
+def given_model_settings(parser: Any, words: list[str]) -> dict[str, Any]:
+    """The model settings (``init_args``) a command line and its ``--config`` files give."""
+    model = given_settings(parser, words).get("model")
+    init_args = model.get("init_args") if isinstance(model, Namespace) else None
+    return init_args.as_dict() if isinstance(init_args, Namespace) else {}
+
+
+def linked_help_defaults(data: Any) -> dict[str, str]:
+    """What the help gives as the default of each model setting the data fills in (``DATA_LINKS``):
+    the data setting it comes from and its value for the configured data, ``data.num_classes = 10
+    for mnist5k`` (the data module built as a fit builds it, without loading its samples)."""
+    data = data.as_dict() if isinstance(data, Namespace) else {}
+    try:
+        module = FederatedDataModule(**data)
+    except (TypeError, ValueError):  # data a fit would refuse: the link alone
+        return {key: f"data.{key}" for key in DATA_LINKS}
+    return {key: f"data.{key} = {getattr(module, key)} for {data.get('source')}" for key in DATA_LINKS}
+
+
+def fit_model_defaults(parser: Any, words: list[str]) -> tuple[type, dict[str, Any]] | None:
+    """The algorithm and the settings a fit of ``words`` (a ``fit`` command line with a ``--model``)
+    gives it, as :meth:`FederatedCLI.parse_arguments` resolves them: the parse (the default config,
+    ``--config`` files, the command line), then the algorithm's own defaults restored
+    (:func:`restore_own_defaults`); the data's settings for ``DATA_LINKS``. None when the command
+    line does not parse (its own parse reports why) or resumes a checkpoint (whose settings win)."""
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            parsed = parser.parse_args(words)
+    except (Exception, SystemExit):  # noqa: BLE001
+        return None
+    subcommand = parsed.get("subcommand")
+    config = parsed.get(subcommand) if subcommand else parsed
+    model = config.get("model") if isinstance(config, Namespace) else None
+    if not isinstance(model, Namespace) or config.get("ckpt_path"):
+        return None
+    cls = algorithm_class(model.get("class_path"))
+    if cls is None or not isinstance(model.get("init_args"), Namespace):
+        return None
+    restore_own_defaults(model, given_model_settings(parser, words))
+    return cls, {**model.init_args.as_dict(), **linked_help_defaults(config.get("data"))}
 
 
 def refused_subcommand(args: list[str]) -> str | None:
@@ -195,6 +262,9 @@ class ReadableArgumentParser(LightningArgumentParser):
     not from jsonargparse's text; ``command_words`` is the command line being parsed."""
 
     command_words: list[str] = []
+    # set by FederatedCLI.parse_arguments for the one parse of a command line that asks for them:
+    fit_help_defaults: tuple[type, dict[str, Any]] | None = None  # --model.help X: X and a fit's settings of it
+    printed_model_settings: dict[str, Any] | None = None  # --print_config: the model settings given
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["formatter_class"] = NarrowHelpFormatter
@@ -217,7 +287,28 @@ class ReadableArgumentParser(LightningArgumentParser):
             if rule and "Must be " not in (action.help or ""):
                 said = f"Must be {rule.replace('%', '%%')}."  # argparse %-formats a help
                 action.help = f"{action.help.rstrip()} {said}" if action.help else said
+        if nested_key == "model" and self.fit_help_defaults is not None and self.fit_help_defaults[0] is class_type:
+            self.show_fit_defaults(self.fit_help_defaults[1])
         return added
+
+    def show_fit_defaults(self, settings: dict[str, Any]) -> None:
+        """``--model.help X``'s defaults made the ones a fit of X gets (``fit_model_defaults``):
+        jsonargparse's help parser shows the class's signature, not the default config's values
+        (lr 0.05, eval_every 5) nor the data's (num_classes). Only the help's own parser is changed."""
+        for action in self._actions:
+            name = action.dest.removeprefix("model.")
+            if action.dest.startswith("model.") and name in settings:
+                action.default = settings[name]
+
+    def dump(self, namespace: Namespace, *args: Any, **kwargs: Any) -> str:
+        """jsonargparse's dump; for ``--print_config`` (printed inside the parse, before
+        :meth:`FederatedCLI.parse_arguments` restores the algorithm's own defaults), the config with
+        them restored, as the fit gets it (AFL's fraction 1.0, not FedAvg's 0.1 carried over)."""
+        given = self.printed_model_settings
+        if given is not None and isinstance(namespace, Namespace) and not namespace.get("ckpt_path"):
+            namespace = namespace.clone()
+            restore_own_defaults(namespace.get("model"), given)
+        return super().dump(namespace, *args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         if not self.exit_on_error:  # jsonargparse trying an alternative: it catches the error
@@ -252,7 +343,17 @@ class FederatedCLI(LightningCLI):
             check_config_files(config_paths(command_args))
         except PreflightError as error:
             refuse(str(error))
-        super().parse_arguments(parser, args)
+        help_asked, printed = model_help_request(command_args), print_config_words(command_args)
+        try:  # what jsonargparse prints inside the parse (--model.help, --print_config) is what the fit gets
+            if help_asked is not None:
+                before, name = help_asked
+                ReadableArgumentParser.fit_help_defaults = fit_model_defaults(parser, [*before, "--model", name])
+            if printed:
+                words = [word for word in command_args if word not in printed]
+                ReadableArgumentParser.printed_model_settings = given_model_settings(parser, words)
+            super().parse_arguments(parser, args)
+        finally:
+            ReadableArgumentParser.fit_help_defaults = ReadableArgumentParser.printed_model_settings = None
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
         given = given_settings(parser, args)
@@ -282,8 +383,8 @@ class FederatedCLI(LightningCLI):
             refuse(str(error))
 
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
+        for name in DATA_LINKS:
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         """The MLflow stores and the run a checkpoint continues, before the loggers are built."""

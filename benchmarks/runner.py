@@ -770,9 +770,19 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
     if failed:
         print(f"\n{failed} run(s) failed: their errors are in the store (tag '{Tag.ERROR}') and in {log_dir}")
+    print(f"\nStore: {tracking_uri}\nBuild the leaderboard from it:  {leaderboard_command(tracking_uri)}", flush=True)
     if STOPPED.is_set():
         return 128 + signal.SIGINT
     return 1 if failed else 0
+
+
+def leaderboard_command(tracking_uri: str) -> str:
+    """The command that builds the leaderboard from ``tracking_uri``, as it runs from the folder
+    the suite ran in: this installation's ``fl-leaderboard`` (its bare name where ``PATH`` finds
+    it, else its path), else ``python -m leaderboard``."""
+    from fl_lightning.callbacks.fit_report import console_command, shell_command
+
+    return shell_command([*console_command("fl-leaderboard", "leaderboard"), "build", "--tracking-uri", tracking_uri])
 
 
 LIST_WIDTH = 100

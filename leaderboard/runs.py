@@ -97,6 +97,18 @@ def status_as_read(status: str, tags: dict[str, str]) -> str:
     return status
 
 
+CLI_EXPERIMENT = "fl-lightning"
+"""The experiment ``fl-lightning fit`` logs to unless told another (``lightning_cli.trainer_defaults``)."""
+PLAIN_FITS = "Your fits (not from a suite)"
+"""Where the leaderboard groups the runs no suite made (``fl-lightning fit`` alone, a Trainer script)."""
+
+
+def plain_fits(experiment: str) -> str:
+    """The group, named for a reader, of the runs in ``experiment`` that no suite made: the
+    CLI's default experiment's are :data:`PLAIN_FITS`, another experiment's say its name."""
+    return PLAIN_FITS if experiment == CLI_EXPERIMENT else f"Your fits in {experiment} (not from a suite)"
+
+
 @dataclass
 class RunRecord:
     """One MLflow run, with what the leaderboard needs from it."""
@@ -118,12 +130,20 @@ class RunRecord:
         return self.status == FINISHED
 
     @property
+    def from_suite(self) -> bool:
+        """Whether the benchmark runner made the run (its ``suite`` tag); else it is a plain fit."""
+        return bool(self.tags.get(Tag.SUITE))
+
+    @property
     def suite(self) -> str:
-        return self.tags.get(Tag.SUITE) or self.experiment
+        """The ``suite`` tag; for a plain fit, :func:`plain_fits` of its experiment."""
+        return self.tags[Tag.SUITE] if self.from_suite else plain_fits(self.experiment)
 
     @property
     def scale(self) -> str:
-        return self.tags.get(Tag.SCALE) or "unknown"
+        """offline / paper (tag ``scale``), "unknown" for a suite's run without one, "" for a
+        plain fit (no scale to show: it ran whatever the user chose)."""
+        return self.tags.get(Tag.SCALE) or ("unknown" if self.from_suite else "")
 
     @property
     def benchmark(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -96,7 +97,7 @@ def provenance(store: StoreContents) -> Provenance:
         suites.append(SuiteInfo(
             name=name,
             description=max(described, key=run_time).suite_description if described else "",
-            scale=", ".join(sorted({r.scale for r in suite_runs})),
+            scale=", ".join(sorted({r.scale for r in suite_runs} - {""})),  # a plain fit has none
             papers=sorted({r.tags.get(Tag.PAPER, "") for r in suite_runs} - {""}),
             runs=len(suite_runs),
             status_counts=dict(sorted(Counter(r.status for r in suite_runs).items())),
@@ -111,9 +112,15 @@ def provenance(store: StoreContents) -> Provenance:
         untagged_machine_runs=sum(1 for r in runs if not r.tags.get(Tag.MACHINE)),
         builder_machine=f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         suites=suites,
-        scales=sorted({r.scale for r in runs}),
+        scales=sorted({r.scale for r in runs} - {""}),
         mlflow_version=mlflow.__version__,
     )
+
+
+def anchor(name: str) -> str:
+    """``name`` as an HTML id: runs of characters other than letters, digits, ``_ . -`` become one
+    ``-`` (a suite's name stays as it is; "Your fits (not from a suite)" -> "Your-fits-not-from-a-suite")."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
 
 
 def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
@@ -127,6 +134,7 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
                            NO_FAIRNESS_NOTE=NO_FAIRNESS_NOTE, SIGNIFICANCE=SIGNIFICANCE, SOURCE_TEXT=SOURCE_TEXT,
                            task_lines=task_lines, versions_text=versions_text, short_name=short_name,
                            replay_text=replay_text)
+    html.filters["anchor"] = anchor
     markdown.filters["md_table"] = markdown_table
     return html, markdown
 

@@ -310,7 +310,7 @@ class BenchmarkTable:
 
     @property
     def scales(self) -> list[str]:
-        return sorted({r.scale for r in self.runs})
+        return sorted({r.scale for r in self.runs} - {""})  # a plain fit has none
 
     @property
     def papers(self) -> list[str]:

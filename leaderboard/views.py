@@ -414,7 +414,7 @@ def index_view(tables: list[BenchmarkTable]) -> TableView:
                       "and how many gave every number of every round again", key="replayed")]
     view = TableView("benchmarks", headers)
     for table in tables:
-        scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales)
+        scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales) or "—"
         status = ", ".join(f"{k} {v}" for k, v in table.status_counts.items())
         task = ("main" if table.main else "other task") + (f": {table.difference}" if table.difference else "")
         versions = versions_text(table)

@@ -1176,3 +1176,33 @@ def test_an_attacked_configuration_is_compared_with_the_same_algorithm_unattacke
     assert without_attack("FedMGDAPlus(attack=bias,attack_client=0,attack_strength=30.0)") == "FedMGDAPlus"
     assert without_attack("FedFV(alpha=0.1,tau=1)") == "FedFV(alpha=0.1,tau=1)"
     assert without_attack("FedAvg") == "FedAvg"
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_plain_fits_are_grouped_as_your_fits_without_a_scale_badge(tmp_path, monkeypatch):
+    """A run no suite made (``fl-lightning fit`` alone: experiment fl-lightning, no suite or scale
+    tag) is listed under "Your fits (not from a suite)" with no scale badge, never as a suite
+    called fl-lightning of unknown scale; a plain run in another experiment says that experiment."""
+    from fl_lightning.cli import main as fit_main
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.chdir(tmp_path)
+    fit_main(["fit", f"--trainer.logger.init_args.tracking_uri={uri}", "--model.num_rounds=1",
+              "--model.backbone=fl_logreg", "--model.fraction=1.0", "--data.source=digits", "--data.num_clients=6",
+              "--data.partition=iid", "--data.partition_params={}"])
+    client = MlflowClient(tracking_uri=uri)
+    other = client.create_run(client.create_experiment("my-study"), tags={"algorithm": "FedAvg"})
+    client.log_metric(other.info.run_id, "test_acc_mean", 0.5, step=1)
+    client.set_terminated(other.info.run_id, "FINISHED")
+
+    out = tmp_path / "site"
+    build(uri, out, tmp_path / "no-paper-numbers")
+    index, html = (out / "index.md").read_text(), (out / "index.html").read_text()
+    assert index.splitlines()[0] == "# fl-lightning leaderboard"  # no scale badge
+    assert "## Your fits (not from a suite)\n" in index and "## Your fits in my-study (not from a suite)\n" in index
+    assert "| Your fits (not from a suite) | — |" in index and "| fl-lightning |" not in index
+    pages = "".join(page.read_text() for page in (out / "benchmarks").glob("*.*"))
+    for text in (index, html, pages):
+        assert not re.search(r"unknown[- ]scale|scale unknown", text, flags=re.I)
+    assert 'id="suite-Your-fits-not-from-a-suite"' in html and 'href="#suite-Your-fits-not-from-a-suite"' in html
+    assert "Suite **Your fits (not from a suite)**" in pages

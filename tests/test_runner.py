@@ -429,3 +429,25 @@ def test_ctrl_c_ends_the_cell_in_flight_killed_prints_the_summary_and_a_rerun_re
     assert sorted(steps) == list(range(1, 1001))
     log = next((tmp_path / "benchmark_logs" / "tiny-offline").glob("*.log")).read_text()
     assert "Resuming from" in log
+
+
+def test_the_summary_names_the_store_and_the_command_that_builds_its_leaderboard(tmp_path, monkeypatch, capsys):
+    """The last lines: the store the suite wrote and the leaderboard command for it, which runs as
+    printed from the suite's folder."""
+    import shlex
+
+    from leaderboard.__main__ import main as leaderboard_main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    one_round = deep_merge(SUITE["base"], {"model": {"init_args": {"num_rounds": 1}}})
+    path.write_text(yaml.safe_dump(dict(SUITE, base=one_round, algorithms=SUITE["algorithms"][:1])))
+    uri = "sqlite:///my runs.db"  # relative to the suite's folder, as the default store is
+    assert main(["run", str(path), "--tracking-uri", uri]) == 0
+    store, command = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert store == f"Store: {uri}"
+    assert command.startswith("Build the leaderboard from it:  ")
+    words = shlex.split(command.split(":  ", 1)[1])
+    assert Path(words[0]).name == "fl-leaderboard" and words[1:] == ["build", "--tracking-uri", uri]
+    assert leaderboard_main(words[1:]) == 0
+    assert (tmp_path / "leaderboard_build" / "index.html").is_file()

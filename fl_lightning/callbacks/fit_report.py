@@ -15,11 +15,10 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
@@ -32,6 +31,7 @@ from fl_lightning.callbacks.signals import (
     interrupted,
     release_interrupted_calls,
 )
+from fl_lightning.core.progress import FitSummary, summary_line
 from fl_lightning.faults import FitFaults, fault_line
 
 
@@ -56,27 +56,15 @@ def shell_command(words: list[str]) -> str:
     return f"PYTHONPATH={shlex.quote(path)} {line}" if path else line
 
 
-def final_accuracy(trainer: pl.Trainer, logged: Mapping[str, float], key: str) -> float | None:
-    """The fit's last value of ``key`` (a client-accuracy metric): the trainer's, else the run's
-    latest ``logged`` one."""
-    metric = trainer.callback_metrics.get(key)
-    if metric is not None:
-        return float(metric)
-    value = logged.get(key)
-    return None if value is None else float(value)
-
-
 def results_text(trainer: pl.Trainer, logger: MLFlowLogger) -> str:
     """What a finished fit says: one summary line (rounds, the mean and worst-10 % client
-    accuracy, the run's name), then how to look at the run in the MLflow UI."""
+    accuracy, the run's name: :func:`~fl_lightning.core.progress.summary_line`), then how to look
+    at the run in the MLflow UI."""
     client, run_id = logger.experiment, str(logger.run_id)
     uri = client.tracking_uri
     run = client.get_run(run_id)
     runs_view, run_page = ui_links(uri, run.info.experiment_id, run_id)
-    accuracies = [(label, final_accuracy(trainer, run.data.metrics, key))
-                  for label, key in (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))]
-    scores = ", ".join(f"{label} {100 * value:.2f}%" for label, value in accuracies if value is not None)
-    summary = f"Done: {trainer.current_epoch} rounds, {scores or 'no evaluation logged'}; run '{run.info.run_name}'"
+    summary = summary_line(trainer, run.data.metrics, run.info.run_name)
     if uri.startswith(("http://", "https://")):
         return f"\n{summary}\nOpen it: {run_page}\n(the experiment's runs: {runs_view})"
     ui = shell_command([*console_command("mlflow", "mlflow"), "ui", "--backend-store-uri", uri])
@@ -109,11 +97,12 @@ def last_checkpoint(trainer: pl.Trainer) -> Path | None:
     return (Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}").absolute()
 
 
-class FitReport(Callback):
+class FitReport(FitSummary):
     """What a command-line fit says (rank 0): at the start, the checkpoint a stopped or killed
     fit resumes from and the command that resumes it; when it stops, the command again; at the
     end, one summary line per run (rounds, mean and worst-10 % client accuracy, the run's name)
-    and how to open it in the MLflow UI. The checkpoint is the CLI's
+    and how to open it in the MLflow UI. A ``FitSummary``, so that the module adds no second
+    closing line. The checkpoint is the CLI's
     :class:`~fl_lightning.callbacks.checkpointing.RoundCheckpoint` (``last.ckpt`` every N rounds;
     a stopping fit first writes the last round it completed), or the ``ModelCheckpoint`` the user
     configured, as configured.

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, cast
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.parsing import AttributeDict
 
 from fl_lightning import private_api
@@ -57,7 +57,7 @@ from fl_lightning.core.payload import (
     as_server_step,
     finite_rows,
 )
-from fl_lightning.core.progress import RoundProgressBar
+from fl_lightning.core.progress import console_callbacks
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import ClientStateMixin
@@ -374,14 +374,13 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The fit's CPU threads (``core.threads``: part of its numbers), the diagnostics every
-        run logs (``core.diagnostics``) and, in place of Lightning's default per-epoch bar, one
-        bar over the rounds (``core.progress``): in a Trainer script as through the CLI. A bar
-        the user chose (another class, or ``enable_progress_bar=False``) is left alone."""
-        trainer = private_api.attached_trainer(self)
-        default_bar = trainer is not None and type(trainer.progress_bar_callback) is TQDMProgressBar
+        run logs (``core.diagnostics``) and what the CLI prints (``core.progress``): in place of
+        Lightning's default per-epoch bar, one bar over the rounds and the closing line; in place
+        of its default model table, none. A bar or summary the user chose (another class, or
+        ``enable_progress_bar=False``) is left alone."""
         return ([self.fit_threads, ConflictCounts(), QPFallbackTotal()]
                 + ([ImprovementShare()] if self.hparams.track_improvement else [])
-                + ([RoundProgressBar()] if default_bar else []))
+                + console_callbacks(private_api.attached_trainer(self)))
 
     def setup(self, stage: str) -> None:
         self.materialise_client_states(self.num_clients_total)

@@ -1,18 +1,25 @@
-"""A progress bar over communication rounds (one Lightning epoch = one round).
+"""What a fit prints: one progress bar over communication rounds (one Lightning epoch = one
+round), no model table, and the line it ends with.
 
-A ``TQDMProgressBar`` in type, so that a ``FederatedModule`` can return it from
-``configure_callbacks`` and Lightning puts it in place of a Trainer's default bar (a callback
-the module returns replaces the Trainer's of the same class or a parent class); in behaviour one
-bar for the whole fit instead of a bar per epoch and per validation.
+:class:`RoundProgressBar` is a ``TQDMProgressBar`` in type, so that a ``FederatedModule`` can
+return it from ``configure_callbacks`` and Lightning puts it in place of a Trainer's default bar
+(a callback the module returns replaces the Trainer's of the same class or a parent class); in
+behaviour one bar for the whole fit instead of a bar per epoch and per validation.
+:class:`NoModelSummary` takes the place of the default ``ModelSummary`` the same way,
+:class:`FitSummary` prints the closing line (the CLI's ``FitReport`` is one), and
+:class:`QuietLightningWarnings` hides a deprecation warning Lightning's own code raises.
+:func:`console_callbacks` is what a module returns of these for a given Trainer.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelSummary, TQDMProgressBar
 from tqdm.auto import tqdm
 
 _SHOWN = {"test_acc_mean_now": "mean acc", "global_test_acc_now": "global acc", "train_loss": "loss"}
@@ -77,3 +84,74 @@ class RoundProgressBar(TQDMProgressBar):
     on_validation_start = on_validation_batch_start = on_validation_batch_end = on_validation_end = _nothing
     on_test_start = on_test_batch_start = on_test_batch_end = on_test_end = _nothing
     on_predict_start = on_predict_batch_start = on_predict_batch_end = on_predict_end = _nothing
+
+
+class NoModelSummary(ModelSummary):
+    """In place of Lightning's default model summary: no table (``max_depth=0``, Lightning's
+    own off switch). A federated fit names its model by ``backbone``; the CLI prints none either."""
+
+    def __init__(self) -> None:
+        super().__init__(max_depth=0)
+
+
+ACCURACIES = (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))
+"""The client accuracies a finished fit reports: (label, metric)."""
+
+
+def final_accuracy(trainer: pl.Trainer, logged: Mapping[str, float], key: str) -> float | None:
+    """The fit's last value of ``key`` (a client-accuracy metric): the trainer's, else the run's
+    latest ``logged`` one."""
+    metric = trainer.callback_metrics.get(key)
+    if metric is not None:
+        return float(metric)
+    value = logged.get(key)
+    return None if value is None else float(value)
+
+
+def summary_line(trainer: pl.Trainer, logged: Mapping[str, float] | None = None, run_name: str | None = None) -> str:
+    """The line a finished fit ends with: rounds, the mean and worst-10 % client accuracy and,
+    for a logged run, its name."""
+    accuracies = [(label, final_accuracy(trainer, logged or {}, key)) for label, key in ACCURACIES]
+    scores = ", ".join(f"{label} {100 * value:.2f}%" for label, value in accuracies if value is not None)
+    line = f"Done: {trainer.current_epoch} rounds, {scores or 'no evaluation logged'}"
+    return f"{line}; run '{run_name}'" if run_name is not None else line
+
+
+class FitSummary(Callback):
+    """Prints :func:`summary_line` when the fit ends (rank 0). The CLI's ``FitReport`` is a
+    ``FitSummary`` that adds the run's name and how to open it in the MLflow UI."""
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            print(summary_line(trainer), flush=True)
+
+
+LIGHTNING_DEPRECATIONS = (r".*isinstance\(treespec, LeafSpec\)",)
+"""Deprecation warnings that Lightning's own code raises and no user of fl-lightning can act on:
+torch (2.14) deprecates ``LeafSpec``, which ``lightning/pytorch/utilities/_pytree.py`` (Lightning
+2.6) builds for every fit's ``CombinedLoader``."""
+
+
+class QuietLightningWarnings(Callback):
+    """Hides :data:`LIGHTNING_DEPRECATIONS` from the fit's start on: a process-wide ``warnings``
+    filter on those messages only, as the CLI sets."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for message in LIGHTNING_DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+
+
+def console_callbacks(trainer: pl.Trainer | None) -> list[Callback]:
+    """What a fit through ``trainer`` prints, as the module's callbacks: with Lightning's default
+    bar (a plain ``TQDMProgressBar``), the rounds bar and, unless the Trainer already has one, the
+    closing line; in place of the default ``ModelSummary`` (a plain one), no table; Lightning's
+    deprecation warnings hidden. A bar or summary of another class, or none, is left alone."""
+    callbacks = trainer.callbacks if trainer is not None else []  # type: ignore[attr-defined]
+    own: list[Callback] = [QuietLightningWarnings()]
+    if trainer is not None and type(trainer.progress_bar_callback) is TQDMProgressBar:
+        own.append(RoundProgressBar())
+        if not any(isinstance(callback, FitSummary) for callback in callbacks):
+            own.append(FitSummary())
+    if any(type(callback) is ModelSummary for callback in callbacks):
+        own.append(NoModelSummary())
+    return own

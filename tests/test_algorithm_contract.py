@@ -1,4 +1,4 @@
-"""Issue 23, the contract is a test: every registered algorithm keeps the README's "Writing an
+"""Issue 23, the contract is a test: every registered algorithm keeps the docs' "Writing an
 algorithm" contract.
 
 - ``aggregate(payload)`` changes no state and logs nothing: run inside a real fit, every
@@ -32,7 +32,7 @@ from tests.test_all_algorithms import FULL_PARTICIPATION
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# The README's "Writing an algorithm" contract: what a subclass may define.
+# The docs' "Writing an algorithm" contract: what a subclass may define.
 DOCUMENTED_HOOKS = {
     "__init__",  # validate and save the hyper-parameters, declare per-client state
     "aggregate",  # the server step, as a ServerStep (or a tensor)

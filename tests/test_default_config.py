@@ -1,5 +1,5 @@
 """The main job (``fl-lightning fit``: ``configs/default.yaml``) measures its clients' accuracy in
-the test mode the README recommends for its partition ("How client accuracy is measured")."""
+the test mode the docs recommend for its partition (Datasets and partitions, "How client accuracy is measured")."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import yaml
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.data.datamodule import FederatedDataModule
 
-# The README's recommendation (not kept as data in the package): ``matched`` for label-skewed
+# The docs' recommendation (not kept as data in the package): ``matched`` for label-skewed
 # partitions, whose clients differ in their labels only, so each client's accuracy is its model's
 # class-wise accuracy on the shared pool weighted by its own label distribution, instead of a
 # local test set of about 10 samples that quantises it in 10-point steps and turns the spread
 # across clients (std, worst 10%) into sampling noise; ``local`` for clients that differ in their
 # inputs too (natural clients: ``matched`` is refused there).
 RECOMMENDED_TEST_MODE = {
-    "dirichlet": "matched", "shards": "matched", "pathological": "matched",  # label skew (the README's list)
+    "dirichlet": "matched", "shards": "matched", "pathological": "matched",  # label skew (the docs' list)
     "natural": "local",  # feature skew
 }
 

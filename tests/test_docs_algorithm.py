@@ -1,4 +1,4 @@
-"""The algorithm of the README's "Writing an algorithm" section, written to a file exactly as
+"""The algorithm of the docs' "Writing an algorithm" section, written to a file exactly as
 printed there, runs through the CLI by class path, and a run interrupted after round 2 and
 resumed from its checkpoint ends bit for bit like an uninterrupted one."""
 
@@ -12,7 +12,7 @@ from fl_lightning.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 ROUNDS = 4
 CRASH = '''
 from lightning.pytorch.callbacks import Callback
@@ -30,16 +30,17 @@ class CrashAtRound(Callback):
 '''
 
 
-def readme_block(first_line: str) -> str:
-    """The README's fenced python block that starts with ``first_line``."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    matching = [b for b in blocks if b.startswith(first_line)]
-    assert len(matching) == 1, f"the README has {len(matching)} python blocks starting {first_line!r}"
+def docs_block(start: str) -> str:
+    """The documentation's one fenced python block that starts with ``start``."""
+    blocks = [block for page in sorted(DOCS.rglob("*.md"))
+              for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
+    matching = [b for b in blocks if b.startswith(start)]
+    assert len(matching) == 1, f"the docs have {len(matching)} python blocks starting {start!r}"
     return matching[0]
 
 
 def fit(workdir: Path, monkeypatch, *extra: str) -> Path:
-    """A fit of the README's algorithm in ``workdir`` (its own MLflow store); returns last.ckpt."""
+    """A fit of the docs' algorithm in ``workdir`` (its own MLflow store); returns last.ckpt."""
     workdir.mkdir(exist_ok=True)
     monkeypatch.chdir(workdir)
     main([
@@ -52,10 +53,10 @@ def fit(workdir: Path, monkeypatch, *extra: str) -> Path:
     return max(workdir.rglob("last.ckpt"), key=lambda path: path.stat().st_mtime_ns)
 
 
-def test_readme_algorithm_runs_by_class_path_and_resumes_bit_for_bit(tmp_path, monkeypatch):
+def test_docs_algorithm_runs_by_class_path_and_resumes_bit_for_bit(tmp_path, monkeypatch):
     code = tmp_path / "code"
     code.mkdir()
-    (code / "my_algorithms.py").write_text(readme_block("# my_algorithms.py"))
+    (code / "my_algorithms.py").write_text(docs_block("# my_algorithms.py"))
     (code / "crash_at_round.py").write_text(CRASH)
     monkeypatch.syspath_prepend(str(code))
 
@@ -77,22 +78,22 @@ def test_readme_algorithm_runs_by_class_path_and_resumes_bit_for_bit(tmp_path, m
         assert torch.equal(state[name], state_resumed[name]), name
 
 
-def test_readme_python_snippet_runs_quietly_and_writes_nothing(tmp_path, monkeypatch, recwarn):
-    """The README's "From Python" block, as printed: no Lightning warning about the fit's length,
+def test_docs_python_snippet_runs_quietly_and_writes_nothing(tmp_path, monkeypatch, recwarn):
+    """The docs' "From Python" block, as printed: no Lightning warning about the fit's length,
     and no checkpoints/ (or any other file) left in the working folder."""
     monkeypatch.chdir(tmp_path)
-    snippet = readme_block("import lightning.pytorch as pl")
-    exec(compile(snippet.replace("num_rounds=50", "num_rounds=3"), "README.md", "exec"), {})
+    snippet = docs_block("import lightning.pytorch as pl\nfrom fl_lightning.algorithms import FedAvg\n")
+    exec(compile(snippet.replace("num_rounds=50", "num_rounds=3"), "trainer-scripts.md", "exec"), {})
     assert list(tmp_path.iterdir()) == []
     assert not [w for w in recwarn if "max_epochs" in str(w.message)], [str(w.message) for w in recwarn]
 
 
-def test_readme_algorithm_setting_is_checked_by_its_type(tmp_path, monkeypatch, capsys):
-    """The README's algorithm declares ``smoothing: Probability`` and no check of its own: a value
+def test_docs_algorithm_setting_is_checked_by_its_type(tmp_path, monkeypatch, capsys):
+    """The docs' algorithm declares ``smoothing: Probability`` and no check of its own: a value
     outside [0, 1) is refused in Python and, in one line, by the CLI before any run exists."""
     code = tmp_path / "code"
     code.mkdir()
-    (code / "my_algorithms.py").write_text(readme_block("# my_algorithms.py"))
+    (code / "my_algorithms.py").write_text(docs_block("# my_algorithms.py"))
     monkeypatch.syspath_prepend(str(code))
     import my_algorithms
 

@@ -8,7 +8,7 @@
   the store to pass.
 * Ctrl-C or SIGTERM ends the run KILLED with its metrics and exits 130 or 143, prints the resume
   command, and that command, run as printed in a shell with no PYTHONPATH and no activated
-  virtual environment, resumes the run (the README's own algorithm, by class path) to FINISHED;
+  virtual environment, resumes the run (the docs' own algorithm, by class path) to FINISHED;
   the ``mlflow ui`` command the finished fit prints serves the store, as printed.
 """
 
@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 from printed import printed_line, run_as_printed, user_shell_env, words  # tests/ is on the path
-from test_readme_algorithm import readme_block
+from test_docs_algorithm import docs_block
 from test_resume_cli import dying_logger
 
 from fl_lightning import cli
@@ -241,7 +241,7 @@ def test_a_stopped_fit_ends_killed_with_its_metrics_and_resumes(signum, store, t
     code = tmp_path / "code"
     code.mkdir()
     (code / "slow_rounds.py").write_text(SLOW_ROUNDS)
-    (code / "my_algorithms.py").write_text(readme_block("# my_algorithms.py"))  # the README's own algorithm
+    (code / "my_algorithms.py").write_text(docs_block("# my_algorithms.py"))  # the docs' own algorithm
     rounds = 12
     args = fit_args(store, rounds, "--model=my_algorithms.LossWeightedAvg", "--model.smoothing=0.3",
                     "--trainer.callbacks+=slow_rounds.SlowRounds", "--trainer.callbacks.init_args.seconds=0.3")

@@ -92,8 +92,12 @@ def test_home_page_gives_the_two_commands_and_links_every_guide(browser, site_ur
 
 def test_an_algorithm_page_renders_its_equations(browser, site_url, shots):
     page, errors = visit(browser, f"{site_url}/algorithms/fedlf/")
-    assert page.locator("h1").first.inner_text().startswith("FedLF")
-    assert page.locator(".arithmatex").count() > 0, "no equation on the FedLF page"
+    assert "FedLF" in page.locator("h1").first.inner_text()
+    formulas = page.locator(".arithmatex math")
+    assert formulas.count() > 10, "the FedLF page's equations are not rendered (MathML)"
+    assert page.locator(".arithmatex", has_text="\\(").count() == 0, "a formula is left as raw TeX"
+    box = formulas.first.bounding_box()
+    assert box is not None and box["width"] > 0 and box["height"] > 0
     page.screenshot(path=str(shots / "docs_fedlf.png"), full_page=True)
     assert not errors
 

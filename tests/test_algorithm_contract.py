@@ -309,3 +309,26 @@ def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand
         hand_built.context  # noqa: B018
     trained = context.local_train(probe.client_shards(torch.arange(2)))
     assert trained[probe.layout.names[0]].shape[0] == 2  # one model per client, this round's lr
+
+
+BARE_TYPES = {"float", "int", "bool", "float | None", "int | None", "Optional[float]", "Optional[int]"}  # no rule
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_setting_declared_again_keeps_a_rule(name):
+    """A subclass that declares a base setting again with its own default (FedMGDA's ε = 1,
+    MGDA-Prox's μ = 0.1, AFL's fraction 1.0) keeps a typed rule: a plain ``float`` there would let
+    ``MGDAProx(mu=-1)`` build and train with a negative proximal weight."""
+    import inspect
+
+    cls = ALGORITHMS[name]
+    own = inspect.signature(cls.__init__).parameters
+    for base in cls.__mro__[1:]:
+        if "__init__" not in vars(base) or not issubclass(base, FederatedModule):
+            continue
+        for setting, parameter in inspect.signature(vars(base)["__init__"]).parameters.items():
+            if setting in own and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+                ruled = parameter.annotation not in BARE_TYPES
+                assert not ruled or own[setting].annotation not in BARE_TYPES, (
+                    f"{name}.{setting}: {own[setting].annotation!r} has no rule, while {base.__name__} declares "
+                    f"{parameter.annotation!r}")

@@ -52,7 +52,7 @@ class AFL(FederatedModule):
         lr_lambda: Annotated[settings.StepSize, Field(description="> 0 (FedFV's grid: 0.01, 0.1, 0.5)")] = 0.1,
         server_lr: Annotated[
             settings.StepSize, Field(description="> 0 (a multiple of the local lr; 1.0 = Σ λ_k g_k)")] = 1.0,
-        fraction: float = FULL_PARTICIPATION,
+        fraction: settings.Participation = FULL_PARTICIPATION,
         **kwargs: Any,
     ) -> None:
         kwargs[FRACTION] = fraction

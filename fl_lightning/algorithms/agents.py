@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
+from fl_lightning.core import settings
 from fl_lightning.core.federation_evaluation import FederationEvaluator
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.simulation import round_generator
@@ -40,7 +41,7 @@ class AgentModels(FederatedModule):
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     agent_models: torch.Tensor
 
-    def __init__(self, *args: Any, fraction: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fraction: settings.Participation = 1.0, **kwargs: Any) -> None:
         kwargs[FRACTION] = fraction
         super().__init__(*args, **kwargs)
         if fraction != 1.0:

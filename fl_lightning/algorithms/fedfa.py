@@ -59,7 +59,7 @@ class FedFa(FederatedModule):
         gamma: Annotated[settings.Probability, Field(description="in [0, 1) (momentum)")] = 0.9,
         eta: Annotated[settings.StepSize | None, Field(
             description="> 0, or null for the local learning rate")] = None,
-        momentum: float | None = None,
+        momentum: settings.Probability | None = None,
         **kwargs: Any,
     ) -> None:
         momentum = gamma if momentum is None else momentum  # clients: SGD with momentum γ (saved resolved)

@@ -20,6 +20,11 @@ from fl_lightning.core.local import with_proximal_term
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 from fl_lightning.core.qp import box_around, min_norm_simplex
 
+# the settings the variants below declare again with their own defaults, checked as FedMGDA+'s are
+BoxHalfWidth = Annotated[float, Field(ge=0, allow_inf_nan=False, description=(
+    "a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA)"))]
+ProximalWeight = Annotated[settings.Penalty, Field(description=">= 0 (0 = no proximal term)")]
+
 
 @register_algorithm
 class FedMGDAPlus(FederatedModule):
@@ -39,8 +44,8 @@ class FedMGDAPlus(FederatedModule):
     defaults to True here).
 
     Args:
-        epsilon: ε >= 0, half-width of the box around λ0 (paper grid {0.01, 0.05, 0.1, 0.5, 1};
-            default 0.1).
+        epsilon: ε >= 0, half-width of the box around λ0 (default 0.1; FedFV's Table 1 runs
+            FedMGDA+ at {0.01, 0.05, 0.1, 0.5, 1}).
         normalize: normalise every update to unit length before the QP (FedMGDA+: True).
         global_lr: η > 0, the server step size (default 1.0), or None for this round's
             local lr (the FedLF repository's FedMGDA+ steps w <- w - lr·d).
@@ -53,14 +58,13 @@ class FedMGDAPlus(FederatedModule):
     def __init__(
         self,
         *args: Any,
-        epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False, description=(
-            "a finite number >= 0 (0 = FedAvg weights, >= 1 = MGDA)"))] = 0.1,
+        epsilon: BoxHalfWidth = 0.1,
         normalize: bool = True,
         global_lr: Annotated[settings.StepSize | None, Field(
             description="> 0, or null for the local learning rate")] = 1.0,
         decay: Annotated[settings.Decay, Field(
             description="in (0, 1] (1.0 = no decay; the paper uses 1/10 or 1/40)")] = 1.0,
-        mu: Annotated[settings.Penalty, Field(description=">= 0 (0 = no proximal term)")] = 0.0,
+        mu: ProximalWeight = 0.0,
         track_improvement: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -97,23 +101,37 @@ class FedMGDAPlus(FederatedModule):
 
 @register_algorithm
 class FedMGDA(FedMGDAPlus):
-    """FedMGDA, the vanilla extension of MGDA to FL: ε = 1 (no box) and no normalisation."""
+    """FedMGDA, the vanilla extension of MGDA to FL: ε = 1 (no box) and no normalisation.
 
-    def __init__(self, *args: Any, epsilon: float = 1.0, normalize: bool = False, **kwargs: Any) -> None:
+    Args:
+        epsilon: ε >= 0, half-width of the box around λ0 (default 1.0: no box).
+        normalize: normalise every update to unit length before the QP (default False).
+    """
+
+    def __init__(self, *args: Any, epsilon: BoxHalfWidth = 1.0, normalize: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, epsilon=epsilon, normalize=normalize, **kwargs)
 
 
 @register_algorithm
 class FedAvgN(FedMGDAPlus):
-    """FedAvg-n: FedAvg with weights λ0 = n_i / n on the normalised updates (ε = 0)."""
+    """FedAvg-n: FedAvg with weights λ0 = n_i / n on the normalised updates (ε = 0).
 
-    def __init__(self, *args: Any, epsilon: float = 0.0, normalize: bool = True, **kwargs: Any) -> None:
+    Args:
+        epsilon: ε >= 0, half-width of the box around λ0 (default 0.0: the weights λ0).
+        normalize: normalise every update to unit length before the QP (default True).
+    """
+
+    def __init__(self, *args: Any, epsilon: BoxHalfWidth = 0.0, normalize: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, epsilon=epsilon, normalize=normalize, **kwargs)
 
 
 @register_algorithm
 class MGDAProx(FedMGDAPlus):
-    """MGDA-Prox: FedMGDA+ whose clients add FedProx's (μ/2)||w_i - w||² (μ = 0.1, Table 5)."""
+    """MGDA-Prox: FedMGDA+ whose clients add FedProx's (μ/2)||w_i - w||² (μ = 0.1, Table 5).
 
-    def __init__(self, *args: Any, mu: float = 0.1, **kwargs: Any) -> None:
+    Args:
+        mu: μ >= 0, the proximal weight (default 0.1).
+    """
+
+    def __init__(self, *args: Any, mu: ProximalWeight = 0.1, **kwargs: Any) -> None:
         super().__init__(*args, mu=mu, **kwargs)

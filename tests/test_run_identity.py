@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFV
+from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedFa, FedFV
 from fl_lightning.callbacks import LogHyperparameters
 from fl_lightning.callbacks import run_identity as identity
 from fl_lightning.callbacks.fit_runs import run_name_for
@@ -55,6 +55,10 @@ def test_algorithm_config_shows_the_algorithms_own_settings_that_differ_from_its
     assert identity.algorithm_config(tiny(FedAvg, eval_every=3, clients_per_chunk=4, track_improvement=True)) == "FedAvg"
     assert identity.algorithm_config(tiny(FedFV, tau=1)) == "FedFV(tau=1)"
     assert identity.algorithm_config(tiny(FedFV, alpha=0.2, tau=1)) == "FedFV(alpha=0.2,tau=1)"
+    # FedFa's client momentum defaults to its gamma: shown only where it differs (two computations, two labels)
+    assert identity.algorithm_config(tiny(FedFa, gamma=0.5)) == "FedFa(gamma=0.5)"
+    assert identity.algorithm_config(tiny(FedFa, gamma=0.5, momentum=0.5)) == "FedFa(gamma=0.5)"
+    assert identity.algorithm_config(tiny(FedFa, gamma=0.5, momentum=0.9)) == "FedFa(gamma=0.5,momentum=0.9)"
     runner = {"algorithm_config": "FedFV(alpha=0.1,tau=10)"}  # the benchmark runner's tag wins
     assert identity.algorithm_config(tiny(FedFV, tau=1), runner) == "FedFV(alpha=0.1,tau=10)"
 
@@ -326,8 +330,8 @@ def test_cli_runs_carry_the_task_tags(three_runs):
         task = json.loads(tag["task"])
         assert tag["task_key"] == identity.task_key(tag["task"])
         assert task["partition_params"]["alpha"] == 0.5 and task["num_clients"] == 10
-        assert tag["client_test"] == "local" and tag["per_client_models"] == "false"
-        assert tag["client_test_size"].startswith("local: ")  # the data module's own description
+        assert tag["client_test"] == "matched" and tag["per_client_models"] == "false"  # the default config's
+        assert tag["client_test_size"].startswith("matched: ")  # the data module's own description
         assert tag["seed"] == tag["data_seed"] == ("1" if label == "seed1" else "0")
     assert tags["first"]["task_key"] == tags["seed1"]["task_key"]  # seeds of one task
     assert tags["first"]["task_key"] != tags["again"]["task_key"]  # num_rounds defines the task

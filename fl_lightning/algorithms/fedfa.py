@@ -49,6 +49,9 @@ class FedFa(FederatedModule):
 
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     server_momentum: torch.Tensor
+    # shared settings whose default is derived from one of the algorithm's own (the run's label
+    # shows them only where they differ from it: FedFa(gamma=0.5,momentum=0.9) is not FedFa(gamma=0.5))
+    derived_settings = {"momentum": "gamma"}
     participation: torch.Tensor
 
     def __init__(

@@ -161,7 +161,10 @@ def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, An
                 if not name.startswith("track_")} | shared_defaults(type(pl_module))
     changed = {name: hparams[name] for name, default in sorted(defaults.items())
                if name in hparams and hparams[name] != default and not (default is None and not hparams[name])}
-    return call_text(type(pl_module).__name__, changed)
+    for name, source in getattr(type(pl_module), "derived_settings", {}).items():  # FedFa's momentum = gamma
+        if name in hparams and source in hparams and hparams[name] != hparams[source]:
+            changed[name] = hparams[name]
+    return call_text(type(pl_module).__name__, dict(sorted(changed.items())))
 
 
 # --------------------------------------------------------------------------- the data

@@ -454,12 +454,12 @@ def typo_config(tmp: Path) -> str:
 FIT_REFUSALS = [  # (id, extra arguments given tmp_path, the one line it must print)
     ("shards-more-than-samples", lambda tmp: ["--data.partition", "shards", "--data.partition_params",
                                               '{"num_shards": 100000, "shards_per_client": 1000}'],
-     r"cannot build 100 clients from 'mnist5k' \(5000 samples\).*shards"),
+     r"cannot build 100 clients from 'mnist5k' \(4000 samples\).*shards"),  # 1,000 held out: the matched test pool
     ("shards-not-clients-times-per-client", lambda tmp: ["--data.partition", "shards", "--data.partition_params",
                                                          '{"num_shards": 300, "shards_per_client": 2}'],
      r"num_shards \(300\) must equal num_clients \* shards_per_client"),
     ("more-clients-than-samples", lambda tmp: ["--data.num_clients", "100000"],
-     r"num_clients=100000 is more than the 5000 samples to share; use fewer clients"),
+     r"num_clients=100000 is more than the 4000 samples to share; use fewer clients"),
     ("data-files-missing", lambda tmp: ["--data.source", "mnist", "--data.data_dir", str(tmp / "nothing")],
      r"MNIST not found: .*copy the files there"),
     ("checkpoint-missing", lambda tmp: ["--ckpt_path", str(tmp / "nope.ckpt")],

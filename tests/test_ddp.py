@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 pytestmark = pytest.mark.integration
 
 COMMON = [
-    "--data.source=synthetic", "--data.num_clients=10", "--data.partition=natural",
+    "--data.source=synthetic", "--data.num_clients=10", "--data.partition=natural", "--data.test_mode=local",
     "--model.backbone=fl_logreg", "--model.num_rounds=3", "--model.fraction=0.7",
     "--model.dropout_prob=0.2", "--model.momentum=0.5", "--trainer.accelerator=cpu",
 ]

@@ -802,7 +802,8 @@ def first_sentence(text: str) -> str:
 
 def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
     """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
-    store's runs: the published ledger's run times where it has the cell, else the perf figures."""
+    store's runs: the published ledger's run times where it has the cell, else its benchmark's other
+    configurations' there, else the perf figures (``plan.cell_estimates``)."""
     from benchmarks.plan import cell_estimates, published_durations
 
     published = published_durations(cells[0].suite) if cells else {}
@@ -835,8 +836,9 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
 
     lines = [line(*header)] + [line(*row) for row in rows]
     notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
-             "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from the",
-             "CPU throughput figures in benchmarks/perf/results; a GPU is faster for the large models."]
+             "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from its",
+             "benchmark's other configurations' runs there, else from the CPU throughput figures in",
+             "benchmarks/perf/results; a GPU is faster for the large models."]
     if partial:
         notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")
     notes += [f"`{prog} run SUITE --dry-run --jobs N` also counts the runs finished in your store",
@@ -896,8 +898,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="the SLURM partition to submit to (--cluster slurm; default: the cluster's default)")
     run.add_argument("--timeout-min", type=int, default=24 * 60,
                      help="a job's time limit in minutes (--cluster; default: %(default)s, one day)")
-    run.add_argument("--cpus-per-job", type=int, help="cores (and torch threads) of a job (--cluster; "
-                                                      "default: this machine's cores / --jobs)")
+    run.add_argument("--cpus-per-job", type=int, help="cores of a job, and its OpenMP/MKL threads (--cluster; "
+                                                      "default: this machine's cores / --jobs); a run's torch "
+                                                      "threads are its model.threads (1 by default)")
     sub.add_parser("list", help="list the suites: runs, estimated time, description",
                    description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
                                "--jobs 1 and the first sentence of its description.")

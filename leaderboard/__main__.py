@@ -64,8 +64,8 @@ def parser() -> argparse.ArgumentParser:
     exporting.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI,
                            help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else %(default)s)")
     exporting.add_argument("--out", type=Path, required=True, metavar="DIR",
-                           help="folder to write the tables into (created if missing; files of the same names "
-                                "are replaced, nothing else is touched; required)")
+                           help="folder to write the tables into (created if missing; tables already there "
+                                "are replaced only with --overwrite, nothing else is touched; required)")
     exporting.add_argument("--experiments", nargs="+", metavar="NAME",
                            help="experiment (suite) names to read (default: every experiment in the store)")
     exporting.add_argument("--tag", action="append", metavar="KEY=VALUE", dest="tags",

@@ -70,19 +70,33 @@ class Cell:
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     @property
+    def config_tag(self) -> str:
+        """The digest as the run's ``cell_config`` tag: :func:`digest_tag`."""
+        return digest_tag(self.config_digest)
+
+    @property
     def tags(self) -> dict[str, str]:
         """The run's tags, set through the logger of the cell's config (so a fit in any launcher,
         a plain ``fl-lightning fit --config`` included, carries them)."""
         tags = {
             Tag.SUITE: self.suite, Tag.PAPER: self.paper, Tag.SCALE: self.scale, Tag.BENCHMARK: self.benchmark,
             Tag.CELL: self.cell, Tag.ALGORITHM_CONFIG: self.algorithm_config, Tag.SEED: str(self.seed),
-            Tag.CELL_CONFIG: self.config_digest,
+            Tag.CELL_CONFIG: self.config_tag,
         }
         if self.description:
             tags[Tag.SUITE_DESCRIPTION] = self.description
         if self.control:
             tags[Tag.CONTROL] = self.control
         return tags
+
+
+def digest_tag(digest: str) -> str:
+    """A config digest as a tag that reaches the store unchanged. The tags travel in the logger's
+    config, which LightningCLI reads as YAML even when quoted: a digest that reads as a number
+    (``5e8736190253``: a float that overflows to inf; ``123456789012``: an int) was stored as that
+    number ("Inf"), so its run never counted as done and ran again on every resume. Such a digest
+    gets the prefix ``cfg-``; every other one is the digest itself (the tags of stored runs)."""
+    return f"cfg-{digest}" if re.fullmatch(r"[0-9]+|[0-9]+e[0-9]+", digest) else digest
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -265,7 +279,7 @@ def latest_unfinished_run(tracking_uri: str, cell: Cell) -> Any:
     runs = client.search_runs(
         [experiment.experiment_id],
         filter_string=(f"tags.{Tag.CELL} = '{cell.cell}' and tags.{Tag.SEED} = '{cell.seed}' "
-                       f"and tags.{Tag.CELL_CONFIG} = '{cell.config_digest}'"),
+                       f"and tags.{Tag.CELL_CONFIG} = '{cell.config_tag}'"),
         order_by=["attributes.start_time DESC"], max_results=1,
     )
     return runs[0] if runs and runs[0].info.status != "FINISHED" else None
@@ -710,7 +724,7 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
     else:
         check_store(tracking_uri)
         done, note = finished_runs_or_exit(tracking_uri, suite), ""
-    todo = [c for c in cells if (c.cell, str(c.seed), c.config_digest) not in done]
+    todo = [c for c in cells if (c.cell, str(c.seed), c.config_tag) not in done]
     print(f"suite {suite}: {len(cells)} runs ({len({c.cell for c in cells})} cells x seeds), "
           f"{len(cells) - len(todo)} already finished, {len(todo)} to run with {jobs} job(s)", flush=True)
     if note:

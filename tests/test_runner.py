@@ -1,6 +1,7 @@
 """The benchmark runner: grid expansion, tags, resuming, failed cells recorded, summary."""
 
 import os
+import re
 from pathlib import Path
 
 import mlflow
@@ -451,3 +452,23 @@ def test_the_summary_names_the_store_and_the_command_that_builds_its_leaderboard
     assert Path(words[0]).name == "fl-leaderboard" and words[1:] == ["build", "--tracking-uri", uri]
     assert leaderboard_main(words[1:]) == 0
     assert (tmp_path / "leaderboard_build" / "index.html").is_file()
+
+
+@pytest.mark.parametrize("digest", ["5e8736190253", "123456789012", "0e1234567890", "abc123def456", "12e4a5b6c7d8"])
+def test_a_cell_config_tag_reaches_the_store_as_written(digest, tmp_path):
+    """The cell_config tag goes through the logger's config, which jsonargparse reads as YAML: a
+    digest that reads as a number ('5e8736190253' became 'Inf') must still arrive as the tag the
+    runner looks for, or the run never counts as done and runs again on every resume."""
+    from typing import Any
+
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    from benchmarks.runner import digest_tag
+
+    tag = digest_tag(digest)
+    assert digest in tag and (tag == digest) == (not re.fullmatch(r"[0-9]+|[0-9]+e[0-9]+", digest))
+    parser = ArgumentParser()
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_argument("--tags", type=dict[str, Any] | None)  # MLFlowLogger's tags
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"tags": {"cell_config": tag}}))
+    assert str(parser.parse_args(["--config", str(tmp_path / "c.yaml")]).tags["cell_config"]) == tag

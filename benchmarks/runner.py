@@ -851,8 +851,8 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
     lines = [line(*header)] + [line(*row) for row in rows]
     notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
              "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from its",
-             "benchmark's other configurations' runs there, else from the CPU throughput figures in",
-             "benchmarks/perf/results; a GPU is faster for the large models."]
+             "benchmark's other configurations' runs there, else from the CPU throughput figures (in",
+             "the folder benchmarks/perf/results); a GPU is faster for the large models."]
     if partial:
         notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")
     notes += [f"`{prog} run SUITE --dry-run --jobs N` also counts the runs finished in your store",

@@ -57,6 +57,7 @@ from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
+from fl_lightning.core.progress import LIGHTNING_DEPRECATIONS
 from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -478,7 +479,7 @@ QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric", "mlflow.store.db.utils
 # loggers that log an error's traceback before raising it: the error reaches the CLI, which says
 # it in one line and saves its traceback (``faults``); their copy would be a second, longer report
 RAISING_LOGGERS = ("mlflow.store.db.utils",)
-QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)",)
+QUIET_WARNINGS = LIGHTNING_DEPRECATIONS  # one list with the module's own filter (core.progress)
 
 
 def quiet_library_output() -> None:

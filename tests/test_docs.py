@@ -114,6 +114,7 @@ def test_every_block_says_what_the_tests_do_with_it():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     if mkdocs is None:

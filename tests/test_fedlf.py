@@ -156,6 +156,7 @@ def test_step_has_the_norm_of_the_mean_gradient_times_the_decayed_lr():
 
 
 # ------------------------------------------------------------------ the guarantee
+@pytest.mark.slow
 def test_property_no_online_client_conflicts_at_any_layer_unless_stationary():
     gen = np.random.default_rng(0)
     nonzero = 0

@@ -48,6 +48,7 @@ def test_a_lock_is_taken_refused_while_its_fit_lives_and_taken_over_when_stale(t
     RunLock.acquire(tmp_path).release()
 
 
+@pytest.mark.slow
 def test_the_same_resume_twice_at_once_the_second_is_refused_and_logs_nothing(store, capsys, monkeypatch):
     run, command = interrupted_fit(store, capsys, monkeypatch)
     client = MlflowClient(store)

@@ -68,6 +68,7 @@ def test_fl_benchmarks_list_shows_every_suite_with_runs_and_time(tmp_path):
     assert "quickstart/offline" in rows
 
 
+@pytest.mark.slow
 def test_fl_leaderboard_help(tmp_path):
     leaderboard = script("fl-leaderboard")
     assert "build" in run_outside(tmp_path, leaderboard, "--help").stdout

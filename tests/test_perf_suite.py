@@ -35,6 +35,7 @@ def test_cifar_shaped_models_get_random_images_of_that_shape():
     assert data.train_sizes.tolist() == [5, 5, 5] and data.train_index[2].tolist() == list(range(10, 15))
 
 
+@pytest.mark.slow
 def test_entry_point_records_a_failing_cell_and_runs_the_others(tmp_path, capsys):
     out = tmp_path / "perf.json"
     code = suite.main([

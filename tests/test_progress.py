@@ -101,6 +101,7 @@ LIGHTNING_LINES = ("GPU available: ", "TPU available: ", "\N{ELECTRIC LIGHT BULB
                    "`Trainer.fit` stopped: `max_epochs=3` reached.")
 
 
+@pytest.mark.slow
 def test_a_trainer_script_prints_the_rounds_bar_and_one_closing_line(tmp_path):
     """A plain Trainer (default bar and model summary) run as a script, as a user runs the
     README's: besides Lightning's own lines, only the rounds bar and the CLI's closing line; no

@@ -24,6 +24,7 @@ def test_every_data_configuration_is_accepted():
         FederatedDataModule(**data, seed=0)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_every_algorithm_configuration_constructs():
     checked = 0

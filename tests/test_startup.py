@@ -90,6 +90,7 @@ def test_a_command_goes_to_lightning_cli(capsys):
     assert "not a command here" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_only_the_console_script_freezes_the_collector(capsys):
     """``main()`` (the console script) freezes the objects made by its imports and its fit
     (gc.freeze: no collection walks them again, nor the exit); ``main(args)`` in-process does not."""
@@ -116,6 +117,7 @@ print("TORCH_IMPORTED", "torch" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_fit_help_is_written_once_then_printed_without_torch(tmp_path):
     """Issue 24: ``fl-lightning fit --help`` needs torch and Lightning to write (seconds); the
     text is kept in the cache, so the next call prints the same text without importing them."""
@@ -143,6 +145,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_fit_of_the_console_script_keeps_the_fit_help(tmp_path):
     """The first ``fit --help`` after an install needs torch and Lightning (seconds); a fit has
     them imported already, so it writes the text at its end and that first call is quick too."""
@@ -229,6 +232,7 @@ print("TORCH_IMPORTED", "torch" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_model_help_of_a_builtin_algorithm_is_kept_like_the_fit_help(tmp_path):
     """``fit --model.help FedLF`` is written once (torch and Lightning imported), then printed
     from the cache without them; a user's own class, or a mistyped name, is never kept."""

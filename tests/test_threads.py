@@ -87,6 +87,7 @@ def same_bits(first, second):
     return calls == other_calls and all(torch.equal(a, b) for a, b in zip(params, other_params))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["vectorised", "sequential"])
 @pytest.mark.parametrize("cls", [FedAvg, FedFV, FedLF, CGSV], ids=lambda c: c.__name__)
 def test_the_process_thread_count_changes_no_bit(data, cls, engine):

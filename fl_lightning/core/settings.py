@@ -217,7 +217,9 @@ def signature_types(cls: type, base: type = object) -> dict[str, Any]:
             continue
         try:
             parameters = inspect.signature(init).parameters.values()
-            hints = typing.get_type_hints(init, include_extras=True)
+            # not typing.get_type_hints: on Python 3.10 it wraps a parameter whose default is None
+            # in Optional[...], which hides the Field of an ``Annotated[X | None, Field(...)]``
+            hints = inspect.get_annotations(init, eval_str=True)
         except (NameError, TypeError, ValueError) as error:
             raise TypeError(f"{klass.__qualname__}.__init__'s annotations must be importable at run time "
                             f"(not only under TYPE_CHECKING): {error}") from None

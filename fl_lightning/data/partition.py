@@ -219,7 +219,7 @@ def check_partition_values(name: str, params: Mapping) -> None:
                 raise error["ctx"]["error"] from None
             example = _defaults(fn).get(param)
             if example is None:
-                example = _first_example(typing.get_type_hints(fn, include_extras=True)[param])
+                example = _first_example(inspect.get_annotations(fn, eval_str=True)[param])
             raise ValueError(
                 f"{name}: {param} must be {_requirement(types[param].core_schema)}, "
                 f"got {value!r}; fix it in partition_params, e.g. "
@@ -230,7 +230,9 @@ def check_partition_values(name: str, params: Mapping) -> None:
 @functools.cache
 def _parameter_types(fn: Partitioner) -> dict[str, TypeAdapter[Any]]:
     """A validator for each annotated keyword parameter of partitioner ``fn``."""
-    hints = typing.get_type_hints(fn, include_extras=True)
+    # not typing.get_type_hints: on Python 3.10 it wraps a parameter whose default is None in
+    # Optional[...], around the Annotated type that carries the Field
+    hints = inspect.get_annotations(fn, eval_str=True)
     params = list(inspect.signature(fn).parameters)[3:]  # after labels, K, seed
     return {p: TypeAdapter(hints[p]) for p in params if p in hints}
 
@@ -243,12 +245,17 @@ def _as_python(value: Any) -> Any:
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
+def _bound(value: Any) -> Any:
+    """A bound as its ``Field`` wrote it: pydantic before 2.6 stores ``gt=0`` of a float as 0.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _requirement(schema: Mapping[str, Any]) -> str:
     """What a value of core schema ``schema`` must be, in words."""
     kind = schema["type"]
     if kind == "nullable":
         return f"{_requirement(schema['schema'])} (or null)"
-    bounds = " and ".join(f"{op} {schema[key]}" for key, op in _BOUNDS.items() if key in schema)
+    bounds = " and ".join(f"{op} {_bound(schema[key])}" for key, op in _BOUNDS.items() if key in schema)
     if kind == "int":
         return f"an integer {bounds}".rstrip()
     if kind == "float":

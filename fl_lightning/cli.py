@@ -14,10 +14,14 @@ below, which ``tests/test_startup.py`` keeps equal to the registries).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +159,30 @@ def quietly_imported_run() -> Any:
     """``lightning_cli.run``, imported with the warnings of the third parties it imports silenced
     (pynvml's deprecation under ``torch.cuda``, common on GPU machines): not the user's business,
     and a refusal stays one line."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), ctrl_c_held_while("torch"):
         warnings.simplefilter("ignore")
         from fl_lightning.lightning_cli import run
     return run
+
+
+@contextlib.contextmanager
+def ctrl_c_held_while(module: str) -> Iterator[None]:
+    """Ctrl-C held back while ``module`` is first imported, and delivered right after. torch 2.4's
+    C extension swallows a KeyboardInterrupt raised while it initialises, so a Ctrl-C in that
+    second went unnoticed and the fit ran on. Held (POSIX ``pthread_sigmask``), the signal waits
+    for the import to end and then interrupts as usual. Elsewhere, or when already imported or not
+    on the main thread, nothing is held."""
+    hold = (module not in sys.modules and hasattr(signal, "pthread_sigmask")
+            and threading.current_thread() is threading.main_thread())
+    if hold:
+        import importlib
+
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            importlib.import_module(module)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
+    yield
 
 
 def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:

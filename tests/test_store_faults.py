@@ -39,14 +39,24 @@ def test_a_locked_store_is_waited_for_with_one_line_then_refused_with_one_more(s
 
 
 def test_a_lock_that_goes_away_is_waited_out(store, tmp_path, capsys, monkeypatch):
-    import threading
+    import builtins
 
     main(fit_args(store))
-    holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None, check_same_thread=False)
+    holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    threading.Timer(1.0, lambda: (holder.execute("ROLLBACK"), holder.close())).start()
+
+    def say_then_let_go(*args, **kwargs):
+        """The other process lets go once the fit has said it waits (not after a fixed time: a
+        loaded machine may take longer than that to reach the store)."""
+        builtins.print(*args, **kwargs)
+        if holder.in_transaction:
+            holder.execute("ROLLBACK")
+
+    monkeypatch.setattr(preflight, "print", say_then_let_go, raising=False)
     main(fit_args(store))
+    holder.close()
     assert "waiting up to 60 s" in capsys.readouterr().err
+    assert len(list(tmp_path.glob("checkpoints/*/*"))) == 2  # the waiting fit ran
 
 
 @pytest.mark.parametrize(("content", "says"), [

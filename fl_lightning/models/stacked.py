@@ -367,9 +367,7 @@ def _compact_transformer(call: StackedCall, module: nn.Module, prefix: str, x: t
 
 
 def _check_attention(module: nn.Module) -> str | None:
-    return None if hasattr(module, "attn_dim") and hasattr(module, "head_dim") else (
-        "this timm Attention has no attn_dim/head_dim (another timm version)"
-    )
+    return None if hasattr(module, "head_dim") else "this timm Attention has no head_dim (another timm version)"
 
 
 @register_stacked_rule(Attention, check=_check_attention)
@@ -378,7 +376,9 @@ def _attention(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tenso
     assert isinstance(module, Attention)
     m, batch, tokens = x.shape[:3]
     heads, head_dim = module.num_heads, module.head_dim
-    gate = call.child(module, prefix, "gate", x).sigmoid() if module.gate is not None else None
+    # timm before 1.0.23 has no attn_dim (it is the model width) and no gate
+    attn_dim = getattr(module, "attn_dim", heads * head_dim)
+    gate = call.child(module, prefix, "gate", x).sigmoid() if getattr(module, "gate", None) is not None else None
     qkv = call.child(module, prefix, "qkv", x).reshape(m, batch, tokens, 3, heads, head_dim)
     q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each [m, B, heads, N, head_dim]
     q, k = call.child(module, prefix, "q_norm", q), call.child(module, prefix, "k_norm", k)
@@ -389,7 +389,7 @@ def _attention(call: StackedCall, module: nn.Module, prefix: str, x: torch.Tenso
         attn = (q * module.scale) @ k.transpose(-2, -1)
         attn = call.child(module, prefix, "attn_drop", attn.softmax(dim=-1))
         x = attn @ v
-    x = x.transpose(-3, -2).reshape(m, batch, tokens, module.attn_dim)
+    x = x.transpose(-3, -2).reshape(m, batch, tokens, attn_dim)
     x = call.child(module, prefix, "norm", x)
     if gate is not None:
         x = x * gate

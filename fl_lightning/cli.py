@@ -155,13 +155,25 @@ def _help_file(kept: str = "fit") -> Path | None:
         return None
 
 
+def freeze_unless_nanobind() -> None:
+    """:func:`gc.freeze`, unless triton is loaded (the CUDA builds of torch import it with
+    Lightning): its nanobind bindings report every object still alive at exit as "leaked", 30
+    lines on stderr after the one line of a refusal, and a frozen object is never collected. Such
+    an install pays the interpreter's final collections instead (a few seconds at exit)."""
+    if "triton" in sys.modules:
+        gc.unfreeze()  # what an earlier call froze
+        return
+    gc.freeze()
+
+
 def quietly_imported_run() -> Any:
     """``lightning_cli.run``, imported with the warnings of the third parties it imports silenced
     (pynvml's deprecation under ``torch.cuda``, common on GPU machines): not the user's business,
     and a refusal stays one line."""
-    with warnings.catch_warnings(), ctrl_c_held_while("torch"):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from fl_lightning.lightning_cli import run
+        with ctrl_c_held_while("torch"):
+            from fl_lightning.lightning_cli import run
     return run
 
 
@@ -254,7 +266,7 @@ def main(args: list[str] | None = None) -> None:
     The top-level help (no arguments, ``-h``, ``--help``) is printed from here; everything else
     goes to LightningCLI (:func:`fl_lightning.lightning_cli.run`). As the console script
     (``args=None``) it freezes the garbage collector's view of the objects made so far
-    (:func:`gc.freeze`, the CPython API for long-lived processes) after the imports and after the
+    (:func:`gc.freeze`, the CPython API for long-lived processes; not with triton loaded) after the imports and after the
     fit: Python's exit would otherwise spend seconds collecting the objects torch and Lightning
     made. Called in-process (``args`` given), nothing is frozen."""
     command_args = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
@@ -294,7 +306,7 @@ def main(args: list[str] | None = None) -> None:
         print("interrupted (SIGINT) while starting: nothing was created", file=sys.stderr)
         raise SystemExit(130) from None
     if exits_after:
-        gc.freeze()  # the ~600k objects the imports made live to the end: no collection walks them again
+        freeze_unless_nanobind()  # the ~600k objects the imports made live to the end: no collection walks them again
     try:
         run(args)
     except KeyboardInterrupt:  # Ctrl-C before the fit's own handling began (the data being built)
@@ -304,7 +316,7 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(130) from None
     finally:
         if exits_after:  # skip the interpreter's final collections of everything (2-3 s at exit)
-            gc.freeze()
+            freeze_unless_nanobind()
     if exits_after and command_args[0] == "fit":
         keep_fit_help_after_fit()
 

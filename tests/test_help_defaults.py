@@ -54,7 +54,7 @@ def help_defaults(text: str, prefix: str = "") -> dict[str, str]:
     the blank line before the next group; the ``known subclasses`` after a class's default left out)."""
     defaults = {}
     for entry in OPTION.split(text):
-        name = re.match(r"\s*--(\S+)", entry)
+        name = re.match(r"\s*--([^\s,]+)", entry)  # Python 3.13 writes "--a, --a+ A" for "--a A, --a+ A"
         words = " ".join(entry.split("\n\n")[0].split())  # a group's title follows its last option
         if not name or not name.group(1).startswith(prefix) or not words.endswith(")") or "default: " not in words:
             continue

@@ -14,14 +14,12 @@ below, which ``tests/test_startup.py`` keeps equal to the registries).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,29 +170,28 @@ def quietly_imported_run() -> Any:
     and a refusal stays one line."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with ctrl_c_held_while("torch"):
-            from fl_lightning.lightning_cli import run
+        import_holding_ctrl_c("torch")  # lightning_cli imports torch first
+        from fl_lightning.lightning_cli import run
     return run
 
 
-@contextlib.contextmanager
-def ctrl_c_held_while(module: str) -> Iterator[None]:
-    """Ctrl-C held back while ``module`` is first imported, and delivered right after. torch 2.4's
-    C extension swallows a KeyboardInterrupt raised while it initialises, so a Ctrl-C in that
-    second went unnoticed and the fit ran on. Held (POSIX ``pthread_sigmask``), the signal waits
-    for the import to end and then interrupts as usual. Elsewhere, or when already imported or not
-    on the main thread, nothing is held."""
-    hold = (module not in sys.modules and hasattr(signal, "pthread_sigmask")
-            and threading.current_thread() is threading.main_thread())
-    if hold:
-        import importlib
+def import_holding_ctrl_c(module: str) -> None:
+    """Import ``module`` with Ctrl-C held back, and deliver a held one right after. torch 2.4's C
+    extension swallows a KeyboardInterrupt raised while it initialises, so a Ctrl-C in that second
+    went unnoticed and the fit ran on. Held (POSIX ``pthread_sigmask``), the signal waits for the
+    import to end and then interrupts as usual. Without ``pthread_sigmask``, off the main thread,
+    or when ``module`` is already imported, this is a plain import."""
+    import importlib
 
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            importlib.import_module(module)
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
-    yield
+    if module in sys.modules or not hasattr(signal, "pthread_sigmask") \
+            or threading.current_thread() is not threading.main_thread():
+        importlib.import_module(module)
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        importlib.import_module(module)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
 
 
 def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:
@@ -266,9 +263,9 @@ def main(args: list[str] | None = None) -> None:
     The top-level help (no arguments, ``-h``, ``--help``) is printed from here; everything else
     goes to LightningCLI (:func:`fl_lightning.lightning_cli.run`). As the console script
     (``args=None``) it freezes the garbage collector's view of the objects made so far
-    (:func:`gc.freeze`, the CPython API for long-lived processes; not with triton loaded) after the imports and after the
-    fit: Python's exit would otherwise spend seconds collecting the objects torch and Lightning
-    made. Called in-process (``args`` given), nothing is frozen."""
+    (:func:`gc.freeze`, the CPython API for long-lived processes; not with triton loaded) after
+    the imports and after the fit: Python's exit would otherwise spend seconds collecting the
+    objects torch and Lightning made. Called in-process (``args`` given), nothing is frozen."""
     command_args = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
     if not command_args or command_args[0] in HELP_FLAGS:
         print(top_level_help(), end="")

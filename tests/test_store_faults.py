@@ -53,8 +53,10 @@ def test_a_lock_that_goes_away_is_waited_out(store, tmp_path, capsys, monkeypatc
             holder.execute("ROLLBACK")
 
     monkeypatch.setattr(preflight, "print", say_then_let_go, raising=False)
-    main(fit_args(store))
-    holder.close()
+    try:
+        main(fit_args(store))
+    finally:
+        holder.close()
     assert "waiting up to 60 s" in capsys.readouterr().err
     assert len(list(tmp_path.glob("checkpoints/*/*"))) == 2  # the waiting fit ran
 

@@ -265,7 +265,20 @@ def ensure_experiment(tracking_uri: str, suite: str) -> str:
 
 CHECKPOINT_ROOT = "checkpoints"  # the CLI's default_root_dir, relative to the runner's folder (its workers' too)
 INTERRUPTED_EXIT_CODES = (128 + 2, 128 + 15)  # a fit stopped by SIGINT / SIGTERM (lightning_cli.run)
-STOPPED = threading.Event()  # set when the suite is stopped (Ctrl-C): its cells in flight end KILLED
+NOT_STARTED = "not started: the suite was stopped"  # a launcher's answer for a cell it did not start
+STOPPED = threading.Event()  # set when the suite is stopped (Ctrl-C, SIGTERM): its cells in flight end KILLED
+
+
+class SuiteStopped(KeyboardInterrupt):
+    """The suite was stopped by a signal (``signum``); raised in the runner's main thread."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_suite(signum: int, frame: Any) -> None:
+    raise SuiteStopped(signum)
 
 
 def latest_unfinished_run(tracking_uri: str, cell: Cell) -> Any:
@@ -426,6 +439,9 @@ def _serve_cells(connection: Any, threads: int) -> None:
     with its exit code and the worker's resident memory, until ``None`` or the runner is gone."""
     os.environ.update(_thread_env(threads))
     sys.argv = sys.argv[:1]
+    # SIGTERM (the runner passing on its own) stops this worker as Ctrl-C does: a fit in flight ends
+    # its run KILLED (exit 143), an idle worker leaves its loop
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     import fl_lightning.lightning_cli  # noqa: F401 - the start-up every cell of this worker shares
 
     while True:
@@ -448,15 +464,38 @@ class IsolatedProcesses:
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
 
     def run(self, config_path: str, log_path: str) -> int | str:
         env = {**os.environ, **_thread_env(self.threads)}
-        with open(log_path, "w") as log:
-            return subprocess.run([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        with open(log_path, "w") as log, self.lock:
+            if STOPPED.is_set():
+                return NOT_STARTED
+            process = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
+                                       stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.running.add(process)
+        try:
+            return process.wait()
+        finally:
+            with self.lock:
+                self.running.discard(process)
+
+    def stop(self, signum: int) -> None:
+        """Passes ``signum`` on to the cells in flight (their fits end their runs KILLED)."""
+        with self.lock:
+            for process in self.running:
+                _send(process.pid, signum)
 
     def close(self) -> None:
         """Nothing outlives a cell."""
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 class Worker:
@@ -493,6 +532,10 @@ class Worker:
                 return f"its worker process was killed by {signal.Signals(-why).name}"
             return f"its worker process died (exit code {why})"
 
+    def stop(self, signum: int) -> None:
+        if self.process is not None and self.process.pid is not None:
+            _send(self.process.pid, signum)
+
     def close(self) -> None:
         if self.process is None:
             return
@@ -528,6 +571,8 @@ class WarmWorkers:
     def run(self, config_path: str, log_path: str) -> int | str:
         worker = self.idle.get()
         try:
+            if STOPPED.is_set():  # stopped while this cell waited for a worker
+                return NOT_STARTED
             answer = worker.run((config_path, log_path))
             if isinstance(answer, str):
                 return answer
@@ -537,6 +582,11 @@ class WarmWorkers:
             return code
         finally:
             self.idle.put(worker)
+
+    def stop(self, signum: int) -> None:
+        """Passes ``signum`` on to every worker: a fit in flight ends its run KILLED."""
+        for worker in self.workers:
+            worker.stop(signum)
 
     def close(self) -> None:
         for worker in self.workers:
@@ -584,6 +634,8 @@ class SubmititJobs:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.folder, delete=False) as handle:
             handle.write(Path(config_path).read_text())  # where the job's node can read it
         try:
+            if STOPPED.is_set():
+                return NOT_STARTED
             job = self.executor.submit(_fit_as_job, handle.name, str(Path(log_path).resolve()), self.threads)
             try:
                 return int(job.result())
@@ -592,6 +644,9 @@ class SubmititJobs:
                 return f"job {job.job_id} failed: {first[0] if first else type(error).__name__}"
         finally:
             os.unlink(handle.name)
+
+    def stop(self, signum: int) -> None:
+        """Jobs submitted run on (a cluster's own ``scancel`` stops them); no new job is submitted."""
 
     def close(self) -> None:
         """Jobs end with their cells: nothing to stop."""
@@ -609,6 +664,8 @@ def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Any) -> tup
     seconds = time.perf_counter() - started
     if outcome == 0:
         return cell, "FINISHED", seconds, ""
+    if outcome == NOT_STARTED:
+        return cell, "NOT-RUN", seconds, NOT_STARTED
     if outcome in INTERRUPTED_EXIT_CODES or STOPPED.is_set():  # Ctrl-C / SIGTERM: the fit ended its run KILLED
         if outcome not in INTERRUPTED_EXIT_CODES:  # its worker died first: say so in the store
             record_failure(tracking_uri, cell, f"the suite was stopped ({outcome}); log {log_path}", status="KILLED")
@@ -764,20 +821,32 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
         print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
         reported.add(future)
 
+    stopped_by: int = signal.SIGINT
+    # SIGTERM (kill, a scheduler's stop, a shell's background job, which ignores SIGINT) stops the
+    # suite as Ctrl-C does, and is passed on to the workers (Ctrl-C reaches them from the terminal)
+    on_term = signal.signal(signal.SIGTERM, _stop_suite) if threading.current_thread() is threading.main_thread() else None
     try:
         futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
         for future in as_completed(futures):
             report(future, len(reported) + 1)
-    except KeyboardInterrupt:  # Ctrl-C: the cells not started are dropped, the running ones stop with their fits
+    except KeyboardInterrupt as stop:  # the cells not started are dropped, the running ones stop with their fits
         STOPPED.set()
-        print(f"\ninterrupted (SIGINT): the cells in flight end KILLED; `{program_name()} run {name}` again resumes "
-              "them from their checkpoints", file=sys.stderr, flush=True)
+        if isinstance(stop, SuiteStopped):
+            stopped_by = stop.signum
+            launcher.stop(stop.signum)
+        verb = "terminated" if stopped_by == signal.SIGTERM else "interrupted"
+        print(f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
+              f"`{program_name()} run {name}` again resumes them from their checkpoints", file=sys.stderr, flush=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     for future in futures:  # the cells that ended while the suite stopped
         if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
             report(future, len(reported) + 1)
+    for cell in todo:  # dropped when the suite stopped (not "skipped": that is a run finished before)
+        outcomes.setdefault((cell.cell, cell.seed), ("NOT-RUN", 0.0))
     print(f"\nsuite {suite} {'stopped' if STOPPED.is_set() else 'done'} in {time.perf_counter() - started:.0f}s; "
           f"logs in {log_dir}\n")
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
@@ -786,7 +855,7 @@ def run_suite(name: str, seeds: list[int] | None, jobs: int, tracking_uri: str, 
         print(f"\n{failed} run(s) failed: their errors are in the store (tag '{Tag.ERROR}') and in {log_dir}")
     print(f"\nStore: {tracking_uri}\nBuild the leaderboard from it:  {leaderboard_command(tracking_uri)}", flush=True)
     if STOPPED.is_set():
-        return 128 + signal.SIGINT
+        return 128 + stopped_by
     return 1 if failed else 0
 
 

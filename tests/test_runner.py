@@ -379,10 +379,36 @@ def test_a_users_suite_is_checked_before_any_cell_runs_or_the_store_is_made(algo
     assert not (tmp_path / "runs.db").exists() and not (tmp_path / "benchmark_logs").exists()
 
 
+def _processes_in_group(group: int, wait_s: float) -> list[str]:
+    """The command lines of the processes still in process group ``group`` after up to ``wait_s``."""
+    import time
+
+    deadline = time.time() + wait_s
+    while True:
+        left = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group and fields[0] != "Z":
+                    left.append((stat.parent / "cmdline").read_text().replace("\0", " ").strip())
+            except (OSError, IndexError, ValueError):
+                continue
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 @pytest.mark.integration
-def test_ctrl_c_ends_the_cell_in_flight_killed_prints_the_summary_and_a_rerun_resumes_it(tmp_path):
-    """SIGINT to the runner's process group, as a terminal sends it: exit 130, the summary, the
-    cell's run KILLED (not FAILED); the suite run again continues that run from its checkpoint."""
+@pytest.mark.parametrize(("signal_name", "to_group", "line"), [
+    ("SIGINT", True, "interrupted (SIGINT)"),    # Ctrl-C: the terminal signals the whole process group
+    ("SIGTERM", False, "terminated (SIGTERM)"),  # kill <runner>: the runner passes it on to its workers
+])
+def test_a_stopped_suite_ends_the_cell_in_flight_killed_prints_the_summary_and_a_rerun_resumes_it(
+        signal_name, to_group, line, tmp_path):
+    """Ctrl-C (SIGINT to the runner's process group, as a terminal sends it) or SIGTERM to the
+    runner alone (``kill``, a background job): exit 128 + the signal, the summary, the cell's run
+    KILLED (not FAILED), no worker left behind; the suite run again continues that run from its
+    checkpoint."""
     import signal
     import subprocess
     import sys
@@ -408,13 +434,19 @@ def test_ctrl_c_ends_the_cell_in_flight_killed_prints_the_summary_and_a_rerun_re
             checkpoint = list(tmp_path.glob("checkpoints/*/*/checkpoints/last.ckpt"))
         assert checkpoint, "the cell never wrote a checkpoint"
         time.sleep(0.3)
-        os.killpg(runner.pid, signal.SIGINT)
+        signum = signal.Signals[signal_name]
+        if to_group:
+            os.killpg(runner.pid, signum)
+        else:
+            os.kill(runner.pid, signum)
         out, err = runner.communicate(timeout=120)
+        left = _processes_in_group(runner.pid, wait_s=10)
+        assert not left, f"left running after the runner exited: {left}"  # its workers end with it
     finally:
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
-    assert runner.returncode == 130, err
-    assert "interrupted (SIGINT)" in err and "Traceback" not in err
+    assert runner.returncode == 128 + signum, err
+    assert line in err and "Traceback" not in err
     assert "KILLED" in out and "suite tiny-offline stopped" in out and "mean acc" in out  # the summary
     (run,) = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
     assert run.info.status == "KILLED"
@@ -472,3 +504,22 @@ def test_a_cell_config_tag_reaches_the_store_as_written(digest, tmp_path):
     parser.add_argument("--tags", type=dict[str, Any] | None)  # MLFlowLogger's tags
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"tags": {"cell_config": tag}}))
     assert str(parser.parse_args(["--config", str(tmp_path / "c.yaml")]).tags["cell_config"]) == tag
+
+
+@pytest.mark.parametrize("launcher", ["warm", "isolated"])
+def test_a_cell_that_waited_while_the_suite_stopped_starts_no_process(launcher, tmp_path):
+    """A cell handed to a launcher after the stop (it waited for a worker) is answered 'not
+    started', and no worker or fit process is started for it."""
+    from benchmarks.runner import NOT_STARTED, STOPPED, IsolatedProcesses, WarmWorkers
+
+    pool = WarmWorkers(1, 1) if launcher == "warm" else IsolatedProcesses(1)
+    STOPPED.set()
+    try:
+        assert pool.run(str(tmp_path / "cell.yaml"), str(tmp_path / "cell.log")) == NOT_STARTED
+    finally:
+        STOPPED.clear()
+    if launcher == "warm":
+        assert all(worker.process is None for worker in pool.workers)
+    else:
+        assert not pool.running
+    pool.close()

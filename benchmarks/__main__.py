@@ -2,6 +2,6 @@
 
 import sys
 
-from benchmarks.runner import cli
+from benchmarks.command_line import cli
 
 sys.exit(cli())

@@ -2,7 +2,7 @@
 that define its task, the task key, and the defaults more than one package needs.
 
 The library (``callbacks.run_identity``, ``callbacks.mlflow_run``), the benchmark runner
-(``benchmarks.runner``, ``benchmarks.plan``) and the leaderboard all import these names instead
+(``benchmarks.suites``, ``benchmarks.plan``) and the leaderboard all import these names instead
 of spelling them, so the writer and the readers of a tag cannot drift apart. Standard library
 only: the leaderboard imports it where PyTorch is not installed.
 
@@ -101,7 +101,7 @@ class Tag:
     FIT_HOST = "fit_host"
     FIT_PID = "fit_pid"
     KILLED_REASON = "killed_reason"
-    # the benchmark runner's (``benchmarks.runner.Cell.tags``: the logger's tags in each cell's config)
+    # the benchmark runner's (``benchmarks.suites.Cell.tags``: the logger's tags in each cell's config)
     SUITE = "suite"
     PAPER = "paper"
     SCALE = "scale"
@@ -111,7 +111,7 @@ class Tag:
     CELL_CONFIG = "cell_config"  # digest of the cell's whole config
     SUITE_DESCRIPTION = "suite_description"
     CONTROL = "control"
-    ERROR = "error"  # why a cell failed (``benchmarks.runner.record_failure``)
+    ERROR = "error"  # why a cell failed (``benchmarks.suite_store.record_failure``)
     # ``fl-lightning replay``: "identical" or "diverged: round R: metric stored x, replayed y"; its date
     REPLAY_RESULT = "replay_result"
     REPLAY_DATE = "replay_date"

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import fl_lightning.data.datamodule as datamodule_module
-from benchmarks import runner
+from benchmarks import command_line, suites
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.cli import main as cli_main
 from fl_lightning.core.flat import ParameterLayout, layer_slices
@@ -112,7 +112,7 @@ def check_against_digits(**model_kwargs) -> None:
 def suite_file(root: Path, text: str) -> list:
     path = root / "suite.yaml"
     path.write_text(text)
-    return runner.load_suite(str(path))
+    return suites.load_suite(str(path))
 
 
 SUITE_HEAD = "suite: s\npaper: p\nscale: offline\nbase: {}\n"
@@ -364,7 +364,7 @@ CASES = [
          LeaderboardError, r"unknown experiment\(s\): fedfv-offline\. Experiments in the store: Default\. "
                            r"Pass one of those to --experiments, or leave --experiments out"),
     # ---- benchmark runner
-    case("runner-unknown-suite", lambda tmp: runner.load_suite("fedfv/offlin"),
+    case("runner-unknown-suite", lambda tmp: suites.load_suite("fedfv/offlin"),
          SystemExit, r"unknown suite 'fedfv/offlin'; valid: .*fedfv/offline.*or a path to a suite YAML"),
     case("runner-suite-not-yaml", lambda tmp: suite_file(tmp, "suite: [a\nb: :"),
          SystemExit, r"suite .*suite\.yaml.* is not valid YAML: .*line"),
@@ -386,7 +386,7 @@ CASES = [
          lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b}]\n"
                                                   "algorithms: [{class_path: FedProx, grids: {mu: [0.1, 1.0]}}]\n"),
          SystemExit, r"unknown key 'grids' in algorithm entry FedProx; did you mean 'grid'\?"),
-    case("runner-jobs-zero", lambda tmp: runner.main(["run", "fedfv/offline", "--jobs", "0"]),
+    case("runner-jobs-zero", lambda tmp: command_line.main(["run", "fedfv/offline", "--jobs", "0"]),
          SystemExit, r"--jobs must be >= 1", "stderr"),
     # ---- read-only commands (runner, leaderboard)
     # (that no store is created or altered, byte for byte: tests/test_leaderboard.py, tests/test_runner.py)
@@ -401,19 +401,19 @@ CASES = [
          LeaderboardError, r"cannot reach the MLflow tracking server http://127\.0\.0\.1:9 \(.*\): start it .*"
                            r"or pass a local store with --tracking-uri sqlite:///mlruns\.db"),
     case("runner-dry-run-store-is-a-folder",
-         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", f"sqlite:///{tmp}"]),
+         lambda tmp: command_line.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", f"sqlite:///{tmp}"]),
          SystemExit, r"\(the store sqlite:///.*\) is a folder, not an MLflow SQLite store; pass another store "
                      r"with --tracking-uri"),
     case("runner-store-folder-missing",
-         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri",
+         lambda tmp: command_line.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri",
                                   f"sqlite:///{tmp / 'no' / 'runs.db'}"]),
          SystemExit, r"the folder of the MLflow store sqlite:///.*runs\.db does not exist \(.*no\): create it, or "
                      r"pass another store with --tracking-uri"),
     case("runner-tracking-server-unreachable",
-         lambda tmp: runner.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", "http://127.0.0.1:9"]),
+         lambda tmp: command_line.main(["run", "fedfv/offline", "--dry-run", "--tracking-uri", "http://127.0.0.1:9"]),
          SystemExit, r"cannot reach the MLflow tracking server http://127\.0\.0\.1:9 \(.*\): start it .*"
                      r"or pass a local store with --tracking-uri"),
-    case("runner-seeds-not-integers", lambda tmp: runner.main(["run", "fedfv/offline", "--seeds", "one"]),
+    case("runner-seeds-not-integers", lambda tmp: command_line.main(["run", "fedfv/offline", "--seeds", "one"]),
          SystemExit, r"^python -m benchmarks run: error: argument --seeds: invalid int value: 'one' "
                      r"\(see python -m benchmarks run --help\)\n$", "stderr"),
 ]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from benchmarks.runner import load_suite
+from benchmarks.suites import load_suite
 from leaderboard import claims as ledger
 from leaderboard.runs import RunRecord
 from leaderboard.stats import CONTRADICTED, INCONCLUSIVE, REPRODUCED, TOO_FEW

@@ -183,7 +183,7 @@ def test_every_config_parses(block, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("block", of_kind("suite"))
 def test_every_suite_loads(block, tmp_path):
-    from benchmarks.runner import load_suite
+    from benchmarks.suites import load_suite
 
     path = tmp_path / "suite.yaml"
     path.write_text(block.text)
@@ -219,7 +219,7 @@ def help_flags(run) -> set[str]:
 def known_flags() -> frozenset[str]:
     """Our commands' flags: fit's (with every algorithm's settings as ``--model.X``), the runner's,
     the leaderboard builder's, replay's; and the other tools' the docs show."""
-    from benchmarks.runner import main as benchmarks_main
+    from benchmarks.command_line import main as benchmarks_main
     from fl_lightning.algorithms import ALGORITHMS
     from fl_lightning.cli import main as fit_main
     from fl_lightning.lightning_cli import signature_defaults

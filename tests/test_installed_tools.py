@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.runner import LIST_WIDTH, list_suites, load_suite
-from benchmarks.runner import main as runner_main
+from benchmarks.command_line import LIST_WIDTH
+from benchmarks.command_line import main as runner_main
+from benchmarks.suites import list_suites, load_suite
 
 BIN = Path(sys.executable).parent
 
@@ -80,18 +81,18 @@ def test_the_installed_packages_carry_their_data(tmp_path):
     """What the runner and the builder read at run time is beside their modules, wherever pip put them."""
     script("fl-benchmarks")
     check = (
-        "from benchmarks import plan, runner\n"
+        "from benchmarks import plan, suites\n"
         "from leaderboard import papers, site\n"
-        "assert (runner.SUITES_DIR / 'quickstart' / 'offline.yaml').is_file(), runner.SUITES_DIR\n"
+        "assert (suites.SUITES_DIR / 'quickstart' / 'offline.yaml').is_file(), suites.SUITES_DIR\n"
         "assert list(plan.PERF_RESULTS.glob(plan.PERF_FILES)), plan.PERF_RESULTS\n"
         "assert plan.model_throughput().get('fl_mlp'), plan.PERF_RESULTS\n"
         "assert list(site.TEMPLATES.glob('*.html')) and list(site.TEMPLATES.glob('*.j2')), site.TEMPLATES\n"
         "assert list(papers.DEFAULT_ROOT.glob('*/paper_numbers.yaml')), papers.DEFAULT_ROOT\n"
         "assert list(papers.DEFAULT_ROOT.glob('*/claims.yaml')), papers.DEFAULT_ROOT\n"
-        "print(runner.__file__)\n"
+        "print(suites.__file__)\n"
     )
     done = run_outside(tmp_path, sys.executable, "-c", check)
-    assert Path(done.stdout.strip()).name == "runner.py"
+    assert Path(done.stdout.strip()).name == "suites.py"
 
 
 def test_the_quickstart_suite_is_estimated_under_five_minutes_with_two_jobs(tmp_path, capsys):

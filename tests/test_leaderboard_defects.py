@@ -172,7 +172,7 @@ FEDLF_OFFLINE = ("mnist5k/pat-1/p0.1/fl_mlp", "mnist5k/pat-2/p0.1/fl_mlp", "mnis
 
 
 def test_fedlf_offline_counterparts_are_fmnist_mlp_entries_with_our_labels():
-    from benchmarks.runner import load_suite
+    from benchmarks.suites import load_suite
 
     labels = {cell.algorithm_config for cell in load_suite("fedlf/offline", seeds=[0])}
     assert labels == {"FedAvg", "QFedAvg(q=1.0)", "FedFV(alpha=0.1,tau=1)", "FedMGDAPlus(epsilon=0.1)",

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from benchmarks import plan
-from benchmarks.runner import load_suite, main
+from benchmarks.command_line import main
+from benchmarks.suites import load_suite
 from fl_lightning.data.sources import missing_files
 
 

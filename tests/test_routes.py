@@ -63,7 +63,7 @@ def common(first: dict, second: dict) -> list[str]:
 
 
 def test_cli_trainer_script_and_runner_at_one_and_two_jobs_give_the_same_bits(tmp_path, monkeypatch):
-    from benchmarks.runner import main as run_suite
+    from benchmarks.command_line import main as run_suite
     from fl_lightning.cli import main as cli
 
     monkeypatch.chdir(tmp_path)

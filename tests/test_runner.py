@@ -8,7 +8,8 @@ import mlflow
 import pytest
 import yaml
 
-from benchmarks.runner import deep_merge, expand_algorithms, literal_text, load_suite, main
+from benchmarks.command_line import main
+from benchmarks.suites import deep_merge, expand_algorithms, literal_text, load_suite
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def test_grid_expansion_and_labels():
 
 
 def test_every_shipped_suite_expands():
-    from benchmarks.runner import list_suites
+    from benchmarks.suites import list_suites
 
     names = list_suites()
     assert {"fedfv/offline", "fedfv/paper"} <= set(names)
@@ -252,7 +253,8 @@ def test_cells_in_a_reused_worker_log_what_fresh_processes_log(tmp_path, monkeyp
 
 
 def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp_path, monkeypatch):
-    from benchmarks.runner import WarmWorkers, run_cell
+    from benchmarks.launchers import WarmWorkers
+    from benchmarks.runner import run_cell
 
     monkeypatch.chdir(tmp_path)
     suite = dict(SUITE, benchmarks=[*SUITE["benchmarks"], killer_benchmark(tmp_path, monkeypatch)])
@@ -289,7 +291,8 @@ def test_a_fit_in_a_worker_leaves_the_process_as_it_found_it(tmp_path, monkeypat
 
     import torch
 
-    from benchmarks.runner import _cell_config_file, _fit_in_this_process
+    from benchmarks.launchers import _fit_in_this_process
+    from benchmarks.runner import _cell_config_file
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
@@ -363,7 +366,7 @@ def test_a_cluster_without_submitit_is_refused_before_the_store_exists(tmp_path,
 ])
 def test_a_users_suite_is_checked_before_any_cell_runs_or_the_store_is_made(algorithm, message, tmp_path, monkeypatch,
                                                                                capsys):
-    from benchmarks.runner import main
+    from benchmarks.command_line import main
 
     monkeypatch.chdir(tmp_path)
     suite = {"suite": "mine", "paper": "fedfv", "scale": "offline", "seeds": [0],
@@ -495,7 +498,7 @@ def test_a_cell_config_tag_reaches_the_store_as_written(digest, tmp_path):
 
     from jsonargparse import ActionConfigFile, ArgumentParser
 
-    from benchmarks.runner import digest_tag
+    from benchmarks.suites import digest_tag
 
     tag = digest_tag(digest)
     assert digest in tag and (tag == digest) == (not re.fullmatch(r"[0-9]+|[0-9]+e[0-9]+", digest))
@@ -510,7 +513,7 @@ def test_a_cell_config_tag_reaches_the_store_as_written(digest, tmp_path):
 def test_a_cell_that_waited_while_the_suite_stopped_starts_no_process(launcher, tmp_path):
     """A cell handed to a launcher after the stop (it waited for a worker) is answered 'not
     started', and no worker or fit process is started for it."""
-    from benchmarks.runner import NOT_STARTED, STOPPED, IsolatedProcesses, WarmWorkers
+    from benchmarks.launchers import NOT_STARTED, STOPPED, IsolatedProcesses, WarmWorkers
 
     pool = WarmWorkers(1, 1) if launcher == "warm" else IsolatedProcesses(1)
     STOPPED.set()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from benchmarks.runner import load_suite, main, select_cells
+from benchmarks.command_line import main
+from benchmarks.suites import load_suite, select_cells
 
 
 def test_only_the_named_benchmarks_and_configurations_run():

@@ -10,7 +10,8 @@ import torch
 import yaml
 from lightning.pytorch import Trainer
 
-from benchmarks.runner import _fit_in_this_process, load_suite
+from benchmarks.launchers import _fit_in_this_process
+from benchmarks.suites import load_suite
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.seeding import SEED_ENV
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.runner import list_suites, load_suite
+from benchmarks.suites import list_suites, load_suite
 from fl_lightning.data.datamodule import FederatedDataModule
 
 

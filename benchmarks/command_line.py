@@ -1,0 +1,168 @@
+"""The runner's command line: ``fl-benchmarks`` / ``python -m benchmarks`` (``run`` a suite,
+``list`` the suites with their sizes and estimated times)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+
+from benchmarks.launchers import SUBMITIT_MISSING
+from benchmarks.runner import run_suite
+from benchmarks.suites import Cell, list_suites, load_suite, program_name
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+
+LIST_WIDTH = 100
+"""``list`` prints no line wider than this."""
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a suite's description (up to a full stop before a capital)."""
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
+
+
+def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
+    """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
+    store's runs: the published ledger's run times where it has the cell, else its benchmark's other
+    configurations' there, else the perf figures (``plan.cell_estimates``)."""
+    from benchmarks.plan import cell_estimates, published_durations
+
+    published = published_durations(cells[0].suite) if cells else {}
+    seconds = [estimate for estimate, _ in cell_estimates(cells, {}, published)]
+    return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)
+
+
+def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
+    """``list``: one line per suite (name, runs, estimated time at --jobs 1, the first sentence of
+    its description cut to fit ``width``), then what the numbers are."""
+    from benchmarks.plan import _duration
+
+    rows, partial = [], False
+    for name in list_suites():
+        cells = load_suite(name)
+        seconds, unknown = estimate_suite(cells)
+        partial |= unknown > 0
+        time_text = "?" if unknown == len(cells) else _duration(seconds) + ("+" if unknown else "")
+        description = first_sentence(cells[0].description) if cells else ""
+        rows.append((name, f"{len(cells):,}", time_text, description))
+    header = ("suite", "runs", "time", "description")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+
+    def line(name: str, runs: str, time_text: str, description: str) -> str:
+        start = f"{name:<{widths[0]}}  {runs:>{widths[1]}}  {time_text:>{widths[2]}}  "
+        room = max(width - len(start), 0)
+        if len(description) > room:
+            description = description[:max(room - 1, 0)].rstrip() + "…"
+        return (start + description).rstrip()
+
+    lines = [line(*header)] + [line(*row) for row in rows]
+    notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
+             "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from its",
+             "benchmark's other configurations' runs there, else from the CPU throughput figures (in",
+             "the folder benchmarks/perf/results); a GPU is faster for the large models."]
+    if partial:
+        notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")
+    notes += [f"`{prog} run SUITE --dry-run --jobs N` also counts the runs finished in your store",
+              "and lists the data files a suite still needs."]
+    return lines + [""] + notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    class OneLineParser(argparse.ArgumentParser):
+        """A usage error in one line (what is wrong, where the help is), exit code 2."""
+
+        def error(self, message: str):  # type: ignore[override]
+            self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    prog = program_name()
+    environment_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    parser = OneLineParser(
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run benchmark suites (benchmarks/<paper>/<scale>.yaml): grids of `fl-lightning fit`\n"
+                    "runs over benchmarks, algorithm configurations and seeds, logged to an MLflow store,\n"
+                    "resumable. Build the leaderboard from the store with `fl-leaderboard build`.",
+        epilog=f"`{prog} list` shows the suites; `{prog} run --help` the options of a run.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    run = sub.add_parser("run", help="run a suite (resumable)",
+                         description="Run every (benchmark, algorithm configuration, seed) of a suite that the "
+                                     "store holds no finished run of.")
+    run.add_argument("suite", help=f"a suite name (`{prog} list` shows them with their sizes and estimated "
+                                   "times, e.g. quickstart/offline) or a path to a suite YAML")
+    run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds (default: the suite's own)")
+    run.add_argument("--jobs", type=int, default=1,
+                     help="runs in parallel, each in its own worker process (default: %(default)s)")
+    run.add_argument("--benchmarks", nargs="+", metavar="NAME",
+                     help="run only these benchmarks of the suite (default: all)")
+    run.add_argument("--configs", nargs="+", metavar="LABEL",
+                     help="run only these algorithm configurations, by label, e.g. 'FedFV(alpha=0.1,tau=1)' "
+                          "(default: all)")
+    run.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
+                     help="the MLflow store the runs log to: a SQLite file (sqlite:///path.db, relative to the "
+                          "working folder), a folder (file://...) or a tracking server (http://...) "
+                          f"(default: $MLFLOW_TRACKING_URI, else {DEFAULT_TRACKING_URI}"
+                          + (f"; here: {environment_uri}" if environment_uri else "") + ")")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the runs that would run, the data files they lack and an estimate of their time "
+                          "(reads the store; never creates or alters it)")
+    run.add_argument("--isolate", action="store_true",
+                     help="run every cell in a fresh process (slower: start-up and data loading paid per cell) "
+                          "instead of in --jobs reused worker processes (default: reused workers)")
+    run.add_argument("--cluster", choices=["slurm", "local"],
+                     help="submit every cell as a job through submitit (slurm: a SLURM cluster; local: "
+                          "submitit's local executor on this machine), --jobs of them in flight "
+                          "(default: none, the cells run here)")
+    run.add_argument("--job-folder", help="submitit's folder for job files and outputs (default "
+                                          "benchmark_jobs/<suite>; on a SLURM cluster a folder every node sees)")
+    run.add_argument("--slurm-partition",
+                     help="the SLURM partition to submit to (--cluster slurm; default: the cluster's default)")
+    run.add_argument("--timeout-min", type=int, default=24 * 60,
+                     help="a job's time limit in minutes (--cluster; default: %(default)s, one day)")
+    run.add_argument("--cpus-per-job", type=int, help="cores of a job, and its OpenMP/MKL threads (--cluster; "
+                                                      "default: this machine's cores / --jobs); a run's torch "
+                                                      "threads are its model.threads (1 by default)")
+    sub.add_parser("list", help="list the suites: runs, estimated time, description",
+                   description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
+                               "--jobs 1 and the first sentence of its description.")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        try:
+            print("\n".join(suite_table(prog)), flush=True)
+        except BrokenPipeError:  # `... list | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    if args.jobs < 1:
+        run.error("--jobs must be >= 1")
+    if args.cluster is not None and args.isolate:
+        run.error("--isolate and --cluster both choose where cells run: give one")
+    if args.timeout_min < 1:
+        run.error("--timeout-min must be >= 1")
+    if args.cpus_per_job is not None and args.cpus_per_job < 1:
+        run.error("--cpus-per-job must be >= 1")
+    if args.cluster is None and (args.job_folder or args.slurm_partition or args.cpus_per_job):
+        run.error("--job-folder, --slurm-partition and --cpus-per-job go with --cluster")
+    if args.cluster is not None and importlib.util.find_spec("submitit") is None:  # before the store is touched
+        run.error(SUBMITIT_MISSING)
+    return run_suite(args.suite, seeds=args.seeds, jobs=args.jobs, tracking_uri=args.tracking_uri,
+                     dry_run=args.dry_run, isolate=args.isolate, cluster=args.cluster, job_folder=args.job_folder,
+                     slurm_partition=args.slurm_partition, timeout_min=args.timeout_min,
+                     cpus_per_job=args.cpus_per_job, benchmarks=args.benchmarks, configs=args.configs)
+
+
+def cli() -> int:
+    """The ``fl-benchmarks`` / ``python -m benchmarks`` entry point: :func:`main`, with a refusal
+    (a ``SystemExit`` carrying a message: an unknown suite, an unreadable store, ...) said in one
+    ``error:`` line with exit status 2, as the other tools do."""
+    try:
+        return main()
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(f"error: {stop.code}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -47,12 +47,13 @@ def finished_runs_or_exit(tracking_uri: str, suite: str) -> set[tuple[str, str, 
 def check_store(tracking_uri: str) -> None:
     """What would stop the runs from logging to the store, refused before any run starts (a folder
     that does not exist, a file that is not an MLflow store, a server that does not answer)."""
-    from fl_lightning.preflight import PreflightError, check_sqlite_store, sqlite_database
+    from fl_lightning.preflight import PreflightError, check_sqlite_store
+    from fl_lightning.store_uri import sqlite_file
     from leaderboard.store import StoreError, check_writable
 
     try:
         check_writable(tracking_uri)
-        database = sqlite_database(tracking_uri)
+        database = sqlite_file(tracking_uri)
         if database is not None and database.is_file():  # a store another process holds locked: waited for, saying so
             check_sqlite_store(tracking_uri, database, option="--tracking-uri")
     except (StoreError, PreflightError) as error:

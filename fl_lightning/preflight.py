@@ -15,9 +15,11 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import yaml
+
+from fl_lightning.store_uri import file_store_folder, sqlite_file
 
 REACH_TIMEOUT_S = 5.0
 FL_CHECKPOINT_KEYS = ("state_dict", "epoch", "hyper_parameters")
@@ -107,15 +109,6 @@ def check_lightning_version(path: str, checkpoint: Mapping[str, Any]) -> None:
                              f"Lightning {version}, or leave --ckpt_path out to start a new run") from None
 
 
-def sqlite_database(uri: str) -> Path | None:
-    """The file of a ``sqlite:///path`` URI (query string cut, %-escapes undone); None for any
-    other URI and for ``:memory:``."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    database = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
-    return Path(database) if database and database != ":memory:" else None
-
-
 def check_tracking_store(uri: str) -> None:
     """The MLflow store can be reached: a tracking server answers within ``REACH_TIMEOUT_S``; a
     SQLite or file store can be created or written where it is (:func:`check_store_folder`)."""
@@ -131,11 +124,13 @@ def check_tracking_store(uri: str) -> None:
                                  f"(mlflow server --port {port}) or log to a local store with "
                                  "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db") from None
     elif parsed.scheme == "sqlite":
-        database = sqlite_database(uri)
+        database = sqlite_file(uri)
         if database is not None:
             check_store_folder(uri, database.parent, database)
     elif parsed.scheme in ("", "file"):
-        check_store_folder(uri, Path(unquote(parsed.path) if parsed.scheme == "file" else uri).parent)
+        folder = file_store_folder(uri)
+        if folder is not None:
+            check_store_folder(uri, folder.parent)
 
 
 def first_existing_ancestor(path: Path) -> Path:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
+from fl_lightning.store_uri import sqlite_file, sqlite_uri
 
 REPLAY_EXPERIMENT = "replay"
 RESULT_TAG, DATE_TAG = Tag.REPLAY_RESULT, Tag.REPLAY_DATE
@@ -164,7 +165,7 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
         except Exception:
             raise ReplayError(f"run {name} has no {CONFIG_ARTIFACT} artifact (a Trainer script's run): only runs of "
                               "`fl-lightning fit` and the benchmark runner log the settings to replay") from None
-        uri = f"sqlite:///{folder / 'replay.db'}"
+        uri = sqlite_uri(folder / "replay.db")
         config = replay_config(text, uri, folder)
         progress(f"replaying {name} ...")
         here, argv = os.getcwd(), sys.argv
@@ -204,9 +205,8 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
 
 def check_existing_store(uri: str) -> None:
     """A SQLite store must exist already: replay reads runs, it never creates a store."""
-    from fl_lightning.preflight import sqlite_database
 
-    path = sqlite_database(uri)
+    path = sqlite_file(uri)
     if path is not None and not path.is_file():
         raise ReplayError(f"no MLflow store at {path}: give the store that holds the run with --tracking-uri")
 

@@ -20,7 +20,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
+
+from fl_lightning.store_uri import file_store_folder, sqlite_file, sqlite_uri
 
 REACH_TIMEOUT_S = 5.0  # a tracking server that does not accept a connection by then is not there
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -33,27 +35,6 @@ MISSING, EMPTY, NOT_SQLITE, FOREIGN, OTHER_SCHEMA, NO_EXPERIMENTS, READY = (
 
 class StoreError(Exception):
     """The store cannot be used as it is; the message says what is wrong and what to pass or do."""
-
-
-def sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (relative to the working directory unless it
-    starts with ``sqlite:////``); None for other stores, in-memory and ``file:`` URIs."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
-    if path in ("", ":memory:") or path.startswith("file:"):
-        return None
-    return Path(path)
-
-
-def file_store_folder(uri: str) -> Path | None:
-    """The folder of a file store (``file:///...`` or a plain path); None for other stores."""
-    parts = urlsplit(uri)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path))
-    if parts.scheme == "" and uri:
-        return Path(uri)
-    return None
 
 
 def latest_schema_revision() -> str | None:
@@ -240,7 +221,7 @@ def reading(uri: str) -> Iterator[str]:
         yield uri
         return
     with committed_copy(path.resolve()) as readable:
-        yield read_only_uri(f"sqlite:///{readable}")
+        yield read_only_uri(sqlite_uri(readable))
 
 
 def read_only_uri(uri: str) -> str:
@@ -254,4 +235,4 @@ def read_only_uri(uri: str) -> str:
     if path is None:
         return uri
     sqlite_uri_path = quote(str(path.resolve()), safe="/")
-    return f"sqlite:///file:{quote(sqlite_uri_path, safe='')}?mode=ro&uri=true"
+    return sqlite_uri(f"file:{quote(sqlite_uri_path, safe='')}") + "?mode=ro&uri=true"

@@ -54,7 +54,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from fl_lightning.callbacks.hparams import mlflow_params
-from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, local_store_missing, saved_runs
+from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY, saved_runs
 from fl_lightning.callbacks.mlflow_store import (
     DEFAULT_STORES,
     open_mlflow_experiment,
@@ -63,6 +63,7 @@ from fl_lightning.callbacks.mlflow_store import (
 )
 from fl_lightning.callbacks.mlflow_ui import chart_aliases
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
+from fl_lightning.store_uri import local_store_missing
 
 TRACKING_URI_OPTION = "--trainer.logger.init_args.tracking_uri"
 RESUMABLE_CHANGES = frozenset({"num_rounds"})  # params a continued run may change (it keeps the first value)

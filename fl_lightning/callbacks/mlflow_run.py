@@ -29,7 +29,6 @@ import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import unquote, urlparse
 
 import lightning.pytorch as pl
 import numpy as np
@@ -64,41 +63,18 @@ from fl_lightning.faults import fault_line
 from fl_lightning.fit_lock import fit_tags, mark_dead_runs, process_alive
 from fl_lightning.machine import cpu_description
 from fl_lightning.run_schema import Tag
+from fl_lightning.store_uri import (
+    absolute_tracking_uri,
+    local_store_missing,
+    sqlite_file,
+    sqlite_uri,
+)
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
 #                       "runs": [{"tracking_uri", "experiment_id", "run_id"}, ...]}
 # (tracking_uri: absolute since the store is resolved when the checkpoint is written)
 CHECKPOINT_KEY = "mlflow_runs"
 INTERRUPTS = (KeyboardInterrupt, SIGTERMException)  # a fit stopped by Ctrl-C or SIGTERM: its run ends KILLED
-
-
-def absolute_tracking_uri(uri: str) -> str:
-    """``uri`` with a local store's path made absolute (against the working directory): a
-    relative ``sqlite:///runs.db`` names another file in another directory, and a checkpoint's
-    record of its store must not. ``file:`` stores and bare paths become ``file:///...``; servers,
-    other databases and absolute SQLite paths are returned as they are."""
-    if uri.startswith("sqlite:///"):
-        path, _, query = uri[len("sqlite:///"):].partition("?")
-        if not path or path == ":memory:" or path.startswith("/"):
-            return uri
-        return f"sqlite:///{Path(unquote(path)).resolve()}" + (f"?{query}" if query else "")
-    if uri.startswith("file:"):
-        rest = uri[len("file:"):]
-        return uri if rest.startswith("//") else Path(unquote(rest)).resolve().as_uri()  # file:./mlruns, file:/abs
-    if urlparse(uri).scheme == "":  # a bare path (MLflow reads it as a file store)
-        return Path(uri).resolve().as_uri()
-    return uri
-
-
-def local_store_missing(uri: str) -> bool:
-    """Whether ``uri`` names a local store that does not exist (opening it would create it)."""
-    absolute = absolute_tracking_uri(uri)
-    if absolute.startswith("sqlite:///"):
-        path = unquote(absolute[len("sqlite:///"):].split("?", 1)[0])
-        return bool(path) and path != ":memory:" and not Path(path).is_file()
-    if absolute.startswith("file:"):
-        return not Path(unquote(urlparse(absolute).path)).is_dir()
-    return False
 
 
 def _schema_revision(database: Path) -> str | None:
@@ -134,7 +110,7 @@ def empty_store_template() -> Path | None:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             database = Path(scratch) / "store.db"
-            engine = create_sqlalchemy_engine(f"sqlite:///{database}")
+            engine = create_sqlalchemy_engine(sqlite_uri(database))
             try:
                 private_api.initialize_mlflow_tables(engine)
             finally:
@@ -157,9 +133,9 @@ def seed_sqlite_store(tracking_uri: str) -> bool:
     that do not exist are left to MLflow; a failed write raises ``OSError`` naming the store.
     Call it under the store's lock (``mlflow_store._store_lock``)."""
     uri = absolute_tracking_uri(tracking_uri)
-    if not uri.startswith("sqlite:///") or "?" in uri or not local_store_missing(uri):
+    database = sqlite_file(uri)
+    if database is None or "?" in uri or not local_store_missing(uri):
         return False
-    database = Path(unquote(uri[len("sqlite:///"):]))
     if not database.parent.is_dir():
         return False
     for stale in database.parent.glob(f".{database.name}.*.partial"):  # ours, of a creation that was killed
@@ -175,7 +151,7 @@ def seed_sqlite_store(tracking_uri: str) -> bool:
         else:  # MLflow's own migrations, into the temporary file
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-            SqlAlchemyStore(f"sqlite:///{partial}", str(Path("mlruns").resolve())).engine.dispose()  # MLflow's default root
+            SqlAlchemyStore(sqlite_uri(partial), str(Path("mlruns").resolve())).engine.dispose()  # MLflow's default root
         os.replace(partial, database)
     except OSError as error:
         with contextlib.suppress(OSError):

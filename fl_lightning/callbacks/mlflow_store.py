@@ -15,7 +15,6 @@ import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import tenacity
 from mlflow.exceptions import MlflowException
@@ -28,21 +27,24 @@ from fl_lightning.callbacks.mlflow_run import (
 )
 from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS
 from fl_lightning.faults import fault_line
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+from fl_lightning.store_uri import sqlite_file
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # the stores a fit logs to when none is given: the CLI's default (run_schema.DEFAULT_TRACKING_URI) and
 # MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
-DEFAULT_STORES = ("sqlite:///mlruns.db", "file:./mlruns")
+DEFAULT_STORES = (DEFAULT_TRACKING_URI, "file:./mlruns")
 
 
 def _store_lock(tracking_uri: str) -> Any:
     """An inter-process lock for a SQLite store's file (a no-op for other stores); the lock
     file lives in the temporary folder, not beside the user's database."""
-    if not tracking_uri.startswith("sqlite:///"):
+    database = sqlite_file(tracking_uri)
+    if database is None:
         return contextlib.nullcontext()
     from filelock import FileLock  # a torch dependency
 
-    database = Path(unquote(tracking_uri[len("sqlite:///"):].split("?", 1)[0])).resolve()
+    database = database.resolve()
     digest = hashlib.sha1(str(database).encode()).hexdigest()[:16]
     return FileLock(Path(tempfile.gettempdir()) / f"fl-lightning-mlflow-{digest}.lock", timeout=300)
 

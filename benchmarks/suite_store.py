@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.suites import Cell
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import Metric, Tag
 
 
 def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
@@ -159,7 +159,7 @@ def final_metric(tracking_uri: str, suite: str) -> dict[tuple[str, str], float]:
     runs = mlflow.search_runs(experiment_names=[suite])
     accuracy = {}
     for _, run in runs.iterrows():
-        for key in ("metrics.test_acc_mean", "metrics.global_test_acc"):
+        for key in (f"metrics.{Metric.TEST_ACC_MEAN}", f"metrics.{Metric.GLOBAL_TEST_ACC}"):
             value = run.get(key)
             if value is not None and not math.isnan(value):
                 accuracy[(run[f"tags.{Tag.CELL}"], run[f"tags.{Tag.SEED}"])] = float(value)

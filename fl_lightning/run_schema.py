@@ -120,6 +120,39 @@ class Tag:
     TEST_MODE = TEST_MODE
 
 
+class Metric:
+    """The metrics a fit logs that the runner, the leaderboard and the progress line read, spelled
+    once for writer and reader. A client-accuracy statistic is ``TEST_ACC_PREFIX`` + a key of
+    ``fl_lightning.metrics.fairness.fairness_summary``."""
+
+    TRAIN_LOSS: Final = "train_loss"
+    TEST_ACC_PREFIX: Final = "test_acc_"
+    TEST_ACC_MEAN: Final = "test_acc_mean"
+    TEST_ACC_STD: Final = "test_acc_std"
+    TEST_ACC_VAR: Final = "test_acc_var"
+    TEST_ACC_MIN: Final = "test_acc_min"
+    TEST_ACC_MAX: Final = "test_acc_max"
+    TEST_ACC_WORST5: Final = "test_acc_worst5"
+    TEST_ACC_BEST5: Final = "test_acc_best5"
+    TEST_ACC_WORST10: Final = "test_acc_worst10"
+    TEST_ACC_BEST10: Final = "test_acc_best10"
+    TEST_ACC_ANGLE: Final = "test_acc_angle"
+    TEST_ACC_JAIN: Final = "test_acc_jain"
+    GLOBAL_TEST_ACC: Final = "global_test_acc"  # the shared test set's (test_mode: global)
+    GLOBAL_TEST_LOSS: Final = "global_test_loss"
+    # conflicting client pairs of a round (FedFV, Wang et al., IJCAI 2021; FedLF, Pan et al., 2023)
+    CONFLICTS_MODEL: Final = "conflicts_model"
+    CONFLICTS_LAYER: Final = "conflicts_layer"
+    CONFLICTS_LAYER_MEAN: Final = "conflicts_layer_mean"
+    CONFLICTS_LAYER_MAX: Final = "conflicts_layer_max"
+    IMPROVED_FRACTION: Final = "improved_fraction"  # the clients whose loss the round's update lowered
+    # CGSV (Xu et al., NeurIPS 2021): rho = pearson(standalone acc, final acc) x 100, and its
+    # reputation-based variant; the standalone agents' mean accuracy
+    CGSV_RHO: Final = "cgsv_rho"
+    CGSV_RHO_R: Final = "cgsv_rho_r"
+    STANDALONE_TEST_ACC_MEAN: Final = "standalone_test_acc_mean"
+
+
 # --------------------------------------------------------------------------- the task key
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from fl_lightning.run_schema import Metric
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.registration import Amendment, LedgerPlan, point_label, window_of
 from leaderboard.runs import (
@@ -78,7 +79,7 @@ def _headline(run: RunRecord, window: int) -> float | None:
     value, derived = headline_value(run)
     if value is None:
         return None
-    return value_at(run, "global_test_acc" if derived else "test_acc_mean", window)
+    return value_at(run, Metric.GLOBAL_TEST_ACC if derived else Metric.TEST_ACC_MEAN, window)
 
 
 def _times_1000(value: float | None) -> float | None:
@@ -106,20 +107,20 @@ class Quantity:
 
 QUANTITIES: dict[str, Quantity] = {
     "mean": Quantity("mean client accuracy", "%", 100, _headline),
-    "global": Quantity("global accuracy", "%", 100, _at("global_test_acc")),
-    "std": Quantity("std of client accuracies", "pp", 100, _at("test_acc_std")),
-    "worst5": Quantity("worst 5 % of clients", "%", 100, _at("test_acc_worst5")),
-    "worst10": Quantity("worst 10 % of clients", "%", 100, _at("test_acc_worst10")),
-    "best5": Quantity("best 5 % of clients", "%", 100, _at("test_acc_best5")),
-    "worst_client": Quantity("worst client", "%", 100, _at("test_acc_min")),
-    "angle": Quantity("fairness angle", "rad", 1, _at("test_acc_angle"), 3),
-    "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final("cgsv_rho")),
-    "conflicts": Quantity("conflicting clients per round (model level)", "clients", 1, _over_rounds("conflicts_model")),
-    "conflicts_layer": Quantity("conflicting (client, layer) pairs per round (layer level)", "pairs", 1,
-                                _over_rounds("conflicts_layer")),
+    "global": Quantity("global accuracy", "%", 100, _at(Metric.GLOBAL_TEST_ACC)),
+    "std": Quantity("std of client accuracies", "pp", 100, _at(Metric.TEST_ACC_STD)),
+    "worst5": Quantity("worst 5 % of clients", "%", 100, _at(Metric.TEST_ACC_WORST5)),
+    "worst10": Quantity("worst 10 % of clients", "%", 100, _at(Metric.TEST_ACC_WORST10)),
+    "best5": Quantity("best 5 % of clients", "%", 100, _at(Metric.TEST_ACC_BEST5)),
+    "worst_client": Quantity("worst client", "%", 100, _at(Metric.TEST_ACC_MIN)),
+    "angle": Quantity("fairness angle", "rad", 1, _at(Metric.TEST_ACC_ANGLE), 3),
+    "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final(Metric.CGSV_RHO)),
+    "conflicts": Quantity("conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL)),
+    Metric.CONFLICTS_LAYER: Quantity("conflicting (client, layer) pairs per round (layer level)", "pairs", 1,
+                                _over_rounds(Metric.CONFLICTS_LAYER)),
     "server_time": Quantity("server time per round", "ms", 1,
                             lambda run, window: _times_1000(run.mean_over_rounds("server_time_s")), 1),
-    "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds("improved_fraction")),
+    "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION)),
     # CGSV Fig. 1 on the agents' uploads (CGSV shapley_check_every): means over the run's check rounds
     "shapley_l1_gap": Quantity("l1 error from the exact CGSV: sampled minus psi", "", 1,
                                _over_rounds("cgsv_shapley_l1_gap"), 4),

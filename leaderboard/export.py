@@ -70,7 +70,7 @@ from mlflow.exceptions import MlflowException
 from tqdm import tqdm
 
 from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import Metric, Tag
 from leaderboard import claims as ledger
 from leaderboard.runs import (
     CONVERGENCE_WINDOW,
@@ -105,8 +105,8 @@ FORMATS = ("csv", "parquet")
 RUNS, ROUNDS = "runs", "rounds"
 ROUND_COLUMNS = ("run_id", "round", "metric", "value")
 # Metrics the claims ledger reads at a run's convergence point (``converged_<metric>``).
-CONVERGED_METRICS = ("test_acc_mean", "global_test_acc", "test_acc_std", "test_acc_worst5", "test_acc_worst10",
-                     "test_acc_best5", "test_acc_min", "test_acc_angle")
+CONVERGED_METRICS = (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC, Metric.TEST_ACC_STD, Metric.TEST_ACC_WORST5, Metric.TEST_ACC_WORST10,
+                     Metric.TEST_ACC_BEST5, Metric.TEST_ACC_MIN, Metric.TEST_ACC_ANGLE)
 TASK_RECORDED_IN = "task_recorded_in"
 PARQUET_COMPRESSION = "zstd"
 
@@ -481,8 +481,8 @@ EXPORT_TAGS = {
     "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE, "replay_result": Tag.REPLAY_RESULT,
 }
 # per-run numbers that are not the last value of a history: kept as the run's final metrics
-EXPORT_FINAL_METRICS = ("global_test_acc", "test_acc_std", "test_acc_worst10", "test_acc_worst5", "test_acc_var",
-                        "test_acc_jain", "test_acc_best5", "cgsv_rho", "cgsv_rho_r")
+EXPORT_FINAL_METRICS = (Metric.GLOBAL_TEST_ACC, Metric.TEST_ACC_STD, Metric.TEST_ACC_WORST10, Metric.TEST_ACC_WORST5, Metric.TEST_ACC_VAR,
+                        Metric.TEST_ACC_JAIN, Metric.TEST_ACC_BEST5, Metric.CGSV_RHO, Metric.CGSV_RHO_R)
 
 
 def _cell(value: object) -> str:

@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
+from fl_lightning.run_schema import Metric
 from leaderboard.runs import is_agent_series
 from leaderboard.tables import BenchmarkTable, ConfigRow, Stat
 
@@ -59,20 +60,20 @@ def mean_curve(row: ConfigRow, metric: str) -> tuple[np.ndarray, np.ndarray, np.
 
 def fairness_metric(table: BenchmarkTable) -> str:
     """The angle (FedLF) when any finished run logged it, else the std of client accuracy."""
-    has_angle = any(r.histories.get("test_acc_angle") for row in table.rows for r in row.finished_runs)
-    return "test_acc_angle" if has_angle else "test_acc_std"
+    has_angle = any(r.histories.get(Metric.TEST_ACC_ANGLE) for row in table.rows for r in row.finished_runs)
+    return Metric.TEST_ACC_ANGLE if has_angle else Metric.TEST_ACC_STD
 
 
 FAIRNESS_AXIS = {
-    "test_acc_angle": ("fairness angle (rad, lower = fairer)", 1.0),
-    "test_acc_std": ("std of client accuracy (pp, lower = fairer)", 100.0),
+    Metric.TEST_ACC_ANGLE: ("fairness angle (rad, lower = fairer)", 1.0),
+    Metric.TEST_ACC_STD: ("std of client accuracy (pp, lower = fairer)", 100.0),
 }
-FAIRNESS_NAME = {"test_acc_angle": "FedLF's fairness angle", "test_acc_std": "std of the client accuracies"}
+FAIRNESS_NAME = {Metric.TEST_ACC_ANGLE: "FedLF's fairness angle", Metric.TEST_ACC_STD: "std of the client accuracies"}
 
 
 def headline_metric(row: ConfigRow) -> str:
     """The history behind the row's headline: global_test_acc where the headline was derived from it."""
-    return "global_test_acc" if row.headline_derived else "test_acc_mean"
+    return Metric.GLOBAL_TEST_ACC if row.headline_derived else Metric.TEST_ACC_MEAN
 
 
 def fairness_panel(table: BenchmarkTable) -> str | None:
@@ -182,7 +183,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
 
 def pareto_rows(table: BenchmarkTable, fairness: str) -> list[tuple[ConfigRow, Stat, Stat, bool]]:
     """(row, fairness stat, accuracy stat, on the front) for rows with both numbers."""
-    pairs = [(row, row.stats.get(fairness), row.stats.get("test_acc_mean")) for row in table.rows]
+    pairs = [(row, row.stats.get(fairness), row.stats.get(Metric.TEST_ACC_MEAN)) for row in table.rows]
     pairs = [(row, x, y) for row, x, y in pairs if x is not None and y is not None]
     front = pareto_front([(x.mean, y.mean) for _, x, y in pairs])
     return [(row, x, y, on) for (row, x, y), on in zip(pairs, front)]
@@ -192,7 +193,7 @@ def pareto_metrics(table: BenchmarkTable) -> list[str]:
     """The unfairness axes of the Pareto figure: std and angle, where some row has both numbers."""
     if not table.fairness_shown:
         return []
-    return [m for m in ("test_acc_std", "test_acc_angle") if len(pareto_rows(table, m)) >= 1]
+    return [m for m in (Metric.TEST_ACC_STD, Metric.TEST_ACC_ANGLE) if len(pareto_rows(table, m)) >= 1]
 
 
 def label_directions(points: list[tuple[float, float]], labelled: list[int]) -> dict[int, tuple[float, float]]:
@@ -250,7 +251,7 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
                                           shrinkA=0, shrinkB=4),
                           gid=f"pareto-label:{row.config}")
         axes.set(xlabel=label, ylabel="mean client test accuracy (%)",
-                 title=f"Accuracy vs {'angle' if metric == 'test_acc_angle' else 'std'} (labelled: Pareto-optimal)")
+                 title=f"Accuracy vs {'angle' if metric == Metric.TEST_ACC_ANGLE else 'std'} (labelled: Pareto-optimal)")
         axes.grid(True, alpha=0.3)
         axes.margins(x=0.25, y=0.2)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[id(row)],

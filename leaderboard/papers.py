@@ -29,11 +29,13 @@ from pathlib import Path
 
 import yaml
 
+from fl_lightning.run_schema import Metric
+
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
 FILE_NAME = "paper_numbers.yaml"
 # Metrics that are fractions of correctly classified examples (a value above 1 is a percentage).
-FRACTION_METRICS = ("test_acc_mean", "test_acc_std", "test_acc_min", "test_acc_max", "test_acc_worst5",
-                    "test_acc_best5", "test_acc_worst10", "test_acc_best10", "global_test_acc")
+FRACTION_METRICS = (Metric.TEST_ACC_MEAN, Metric.TEST_ACC_STD, Metric.TEST_ACC_MIN, Metric.TEST_ACC_MAX, Metric.TEST_ACC_WORST5,
+                    Metric.TEST_ACC_BEST5, Metric.TEST_ACC_WORST10, Metric.TEST_ACC_BEST10, Metric.GLOBAL_TEST_ACC)
 
 
 @dataclass(frozen=True)

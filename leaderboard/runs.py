@@ -28,7 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from fl_lightning import run_schema as schema
 from fl_lightning.fit_lock import fit_is_alive
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import Metric, Tag
 from leaderboard.store import (
     EMPTY,
     EXAMPLE_URIS,
@@ -43,20 +43,20 @@ from leaderboard.tasks import Task, task_of
 
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
 HISTORY_METRICS = (
-    "test_acc_mean",
-    "global_test_acc",
-    "test_acc_std",
-    "test_acc_angle",
-    "conflicts_model",
+    Metric.TEST_ACC_MEAN,
+    Metric.GLOBAL_TEST_ACC,
+    Metric.TEST_ACC_STD,
+    Metric.TEST_ACC_ANGLE,
+    Metric.CONFLICTS_MODEL,
     "client_time_s",
     "server_time_s",
-    "improved_fraction",  # FedMGDA+ Fig. 4: share of participants whose loss did not increase
+    Metric.IMPROVED_FRACTION,  # FedMGDA+ Fig. 4: share of participants whose loss did not increase
     # the claims ledger takes these at each run's convergence point too
-    "test_acc_worst5",
-    "test_acc_worst10",
-    "test_acc_best5",
-    "test_acc_min",
-    "conflicts_layer",  # FedLF Table 4: layer-level conflicts per round
+    Metric.TEST_ACC_WORST5,
+    Metric.TEST_ACC_WORST10,
+    Metric.TEST_ACC_BEST5,
+    Metric.TEST_ACC_MIN,
+    Metric.CONFLICTS_LAYER,  # FedLF Table 4: layer-level conflicts per round
     # CGSV Fig. 1 (CGSV shapley_check_every): the approximation against the exact and sampled values
     "cgsv_shapley_l1_gap",
     "cgsv_shapley_l2_gap",
@@ -65,7 +65,7 @@ HISTORY_METRICS = (
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2) and AFL's mixture: whole histories too.
 AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lambda")
 # Logged once per round: the largest step among them is the number of completed rounds.
-PER_ROUND_METRICS = ("client_time_s", "server_time_s", "conflicts_model")
+PER_ROUND_METRICS = ("client_time_s", "server_time_s", Metric.CONFLICTS_MODEL)
 CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"
 FINISHED = "FINISHED"
 # How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
@@ -245,7 +245,7 @@ class RunRecord:
             return max(steps)
         if self.client_metrics and self.client_metrics.get("rounds_completed") is not None:
             return int(self.client_metrics["rounds_completed"])
-        steps = [s for s, _ in self.histories.get("test_acc_mean", [])]
+        steps = [s for s, _ in self.histories.get(Metric.TEST_ACC_MEAN, [])]
         return max(steps) if steps else None
 
     def client_accuracies(self) -> list[float]:
@@ -272,7 +272,7 @@ def converged(run: RunRecord, metric: str) -> float | None:
 
 def accuracy_history(run: RunRecord) -> list[tuple[int, float]]:
     """(round, mean client accuracy) of each evaluation (the global accuracy where no mean was logged)."""
-    for metric in ("test_acc_mean", "global_test_acc"):
+    for metric in (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC):
         history = [(step, value) for step, value in run.histories.get(metric, []) if value == value]
         if history:
             return history

@@ -21,14 +21,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import Metric, Tag
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CLIENT_TESTS_WITH_OWN_TEST, RunRecord
 from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, p_between
 from leaderboard.tasks import UNRECORDED, Task, differences
 
 MISSING = "—"
-HEADLINE = "test_acc_mean"
+HEADLINE = Metric.TEST_ACC_MEAN
 BEST, TIE = "best", "tie"
 BEST_MARK, TIE_MARK = "★", "≈"
 # No ★ on fewer seeds than the claims ledger's plan decides a claim on (benchmarks/ledger_plan.yaml
@@ -52,35 +52,35 @@ class Column:
 COLUMNS = (
     Column(HEADLINE, "Mean client acc. (%)", "Headline: mean over clients of each client's test accuracy under "
            "the model that client ends with, at the final evaluation, in %", "max", 100, 2),
-    Column("global_test_acc", "Global acc. (%)", "Accuracy on the shared global test set, in % (secondary: "
+    Column(Metric.GLOBAL_TEST_ACC, "Global acc. (%)", "Accuracy on the shared global test set, in % (secondary: "
            "not judged)", None, 100, 2),
-    Column("test_acc_std", "Std (pp)", "Population std of the clients' test accuracies, in percentage points "
+    Column(Metric.TEST_ACC_STD, "Std (pp)", "Population std of the clients' test accuracies, in percentage points "
            "(FedFV's 'Var.' and FedMGDA+'s std are this quantity) (lower = fairer)", "min", 100, 2, True),
-    Column("test_acc_worst10", "Worst 10% (%)", "Mean accuracy of the worst 10% of clients, in %", "max", 100, 2,
+    Column(Metric.TEST_ACC_WORST10, "Worst 10% (%)", "Mean accuracy of the worst 10% of clients, in %", "max", 100, 2,
            True),
-    Column("test_acc_worst5", "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2, True),
+    Column(Metric.TEST_ACC_WORST5, "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2, True),
     # our variance (population, of accuracies in %) is Std²; FedFV's "Var." is a std (pp): see Std
-    Column("test_acc_var", "Variance (pp²)", "Population variance of the clients' test accuracies, in "
+    Column(Metric.TEST_ACC_VAR, "Variance (pp²)", "Population variance of the clients' test accuracies, in "
            "percentage points squared (= Std²; not FedFV's 'Var.', which is a std in pp: the Std column) "
            "(lower = fairer)", "min", 1e4, 2, True),
-    Column("test_acc_angle", "Angle (rad)", "FedLF's fairness angle between the accuracy vector and 1, "
+    Column(Metric.TEST_ACC_ANGLE, "Angle (rad)", "FedLF's fairness angle between the accuracy vector and 1, "
            "in radians (lower = fairer)", "min", 1, 3, True),
-    Column("test_acc_jain", "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4, True),
-    Column("test_acc_best5", "Best 5% (%)", "Mean accuracy of the best 5% of clients, in % (not a fairness "
+    Column(Metric.TEST_ACC_JAIN, "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4, True),
+    Column(Metric.TEST_ACC_BEST5, "Best 5% (%)", "Mean accuracy of the best 5% of clients, in % (not a fairness "
            "verdict: not judged)", None, 100, 2, True),
     # CGSV's rho compares each agent's own models (standalone vs final): it is defined on the shared
     # test set (Xu et al., NeurIPS 2021, Sec. 4), so it is shown under client test `global` too
-    Column("cgsv_rho", "CGSV ρ", "CGSV's fairness: 100 × Pearson(standalone accuracies, final accuracies) "
+    Column(Metric.CGSV_RHO, "CGSV ρ", "CGSV's fairness: 100 × Pearson(standalone accuracies, final accuracies) "
            "of the clients", "max", 1, 2),
-    Column("cgsv_rho_r", "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max", 1, 2),
-    Column("conflicts_model", "Conflicts / round", "Sampled clients whose update conflicts with the server step "
+    Column(Metric.CGSV_RHO_R, "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max", 1, 2),
+    Column(Metric.CONFLICTS_MODEL, "Conflicts / round", "Sampled clients whose update conflicts with the server step "
            "(model level), mean over rounds (a diagnostic: not judged)", None, 1, 2),
     Column("time_per_round", "Time / round (s)", "client_time_s + server_time_s, mean over rounds (depends on "
            "the machine: not judged)", None, 1, 3),
 )
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
 # The fairness value of the index matrix: the first of these a table has.
-MATRIX_FAIRNESS = ("test_acc_worst10", "test_acc_worst5", "test_acc_std")
+MATRIX_FAIRNESS = (Metric.TEST_ACC_WORST10, Metric.TEST_ACC_WORST5, Metric.TEST_ACC_STD)
 
 
 def headline_value(run: RunRecord) -> tuple[float | None, bool]:
@@ -89,8 +89,8 @@ def headline_value(run: RunRecord) -> tuple[float | None, bool]:
     value = run.final(HEADLINE)
     if value is not None:
         return value, False
-    if run.client_test == "global" and not run.per_client_models and run.final("global_test_acc") is not None:
-        return run.final("global_test_acc"), True
+    if run.client_test == "global" and not run.per_client_models and run.final(Metric.GLOBAL_TEST_ACC) is not None:
+        return run.final(Metric.GLOBAL_TEST_ACC), True
     return None, False
 
 
@@ -100,8 +100,8 @@ def run_value(run: RunRecord, key: str) -> float | None:
         return headline_value(run)[0]
     if key == "time_per_round":
         return run.time_per_round()
-    if key == "conflicts_model":
-        return run.mean_over_rounds("conflicts_model")
+    if key == Metric.CONFLICTS_MODEL:
+        return run.mean_over_rounds(Metric.CONFLICTS_MODEL)
     return run.final(key)
 
 
@@ -431,7 +431,7 @@ class BenchmarkTable:
     def fairness_key(self) -> str | None:
         """The fairness value the index matrix shows for this table."""
         if not self.fairness_shown:  # clients share one test set: CGSV's rho is still defined there
-            return "cgsv_rho" if any(row.stats.get("cgsv_rho") for row in self.rows) else None
+            return Metric.CGSV_RHO if any(row.stats.get(Metric.CGSV_RHO) for row in self.rows) else None
         return next((key for key in MATRIX_FAIRNESS
                      if any(row.stats.get(key) for row in self.rows)), MATRIX_FAIRNESS[0])
 

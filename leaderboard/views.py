@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fl_lightning import run_schema as schema
+from fl_lightning.run_schema import Metric
 from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CONVERGENCE_WINDOW, STILL_IMPROVING_PP, RunRecord, still_improving
@@ -34,8 +35,8 @@ from leaderboard.tables import (
 MARKS = {BEST: BEST_MARK, TIE: TIE_MARK}
 MARK_TITLES = {BEST: "best, separated from every other row beyond seed noise (p < 0.05: paired by seed, or Welch)",
                TIE: "tied for the lead: not separable from the top row (p ≥ 0.05, or fewer than 2 seeds)"}
-FAIRNESS_SHORT = {"test_acc_worst10": "worst 10%", "test_acc_worst5": "worst 5%", "test_acc_std": "std",
-                  "cgsv_rho": "CGSV ρ"}
+FAIRNESS_SHORT = {Metric.TEST_ACC_WORST10: "worst 10%", Metric.TEST_ACC_WORST5: "worst 5%", Metric.TEST_ACC_STD: "std",
+                  Metric.CGSV_RHO: "CGSV ρ"}
 
 
 @dataclass
@@ -87,12 +88,12 @@ class TableView:
 # --- what a row ran with: participation, local optimiser, FedMGDA+'s improvement share -------------
 
 IMPROVEMENT = Column(
-    "improved_fraction", "Loss not increased (%)",
+    Metric.IMPROVED_FRACTION, "Loss not increased (%)",
     "Share of the round's participants whose training loss did not increase after the server step "
     "(FedMGDA+ Fig. 4, footnote 6; logged with track_improvement), mean over rounds, in % "
     "(a diagnostic: not judged)", None, 100, 1)
 OPTIMISER_KEY = "optimiser"
-CGSV_RHO_KEYS = ("cgsv_rho", "cgsv_rho_r")
+CGSV_RHO_KEYS = (Metric.CGSV_RHO, Metric.CGSV_RHO_R)
 CGSV_MATCHED_NOTE = (
     "CGSV ρ under client test matched: each agent is scored on the shared pool weighted by its own "
     "training label distribution, not on one shared test set as in the paper (Xu et al., NeurIPS 2021, "
@@ -551,8 +552,8 @@ def control_view(group: ControlGroup, view_id: str) -> TableView:
     """Every configuration under the control and each variant, Δ = variant − control (same configuration,
     the control's table with the closest task)."""
     control_label = short_name(group.control, group.control)
-    keys = [HEADLINE] + (["test_acc_worst10"] if any(
-        t.fairness_shown and any(r.stats.get("test_acc_worst10") for r in t.rows)
+    keys = [HEADLINE] + ([Metric.TEST_ACC_WORST10] if any(
+        t.fairness_shown and any(r.stats.get(Metric.TEST_ACC_WORST10) for r in t.rows)
         for t in group.control_tables + [t for _, ts in group.variants for t in ts]) else [])
     headers = [Header("Configuration", key="config")]
     for key in keys:

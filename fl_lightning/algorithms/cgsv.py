@@ -51,6 +51,7 @@ from fl_lightning.metrics.shapley import (
     fig1_errors,
     sampled_cgsv,
 )
+from fl_lightning.run_schema import Metric
 
 Sparsify = Literal["per_tensor", "model"]
 Result = TypeVar("Result")
@@ -279,11 +280,11 @@ class CGSV(AgentModels):
             return metrics
         tested = torch.isfinite(final)  # agents with a test set
         self.rho_r = 100 * float(pearson(self.r.cpu()[tested], final[tested]))  # App. B.3
-        metrics["cgsv_rho_r"] = self.rho_r
+        metrics[Metric.CGSV_RHO_R] = self.rho_r
         if self.hparams.track_standalone:
             standalone = self.agent_accuracies(self.standalone_models).double().cpu()
             self.rho = 100 * float(pearson(standalone[tested], final[tested]))  # Sec. 4.1
-            metrics |= {"cgsv_rho": self.rho, "standalone_test_acc_mean": float(standalone[tested].mean())}
+            metrics |= {Metric.CGSV_RHO: self.rho, Metric.STANDALONE_TEST_ACC_MEAN: float(standalone[tested].mean())}
         return metrics
 
     def agent_accuracies(self, params: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from fl_lightning.run_schema import Metric
+
 DEFAULT_UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 
 CLASSIC_VIEW_QUERY = "workflowType=machine_learning"
@@ -45,7 +47,7 @@ CHART_SECTION = "Accuracy and fairness"
 every other section name a fit logs (``cffl_*``, ``cgsv_*``, ``conflicts_layer``, ``eci_*``),
 both by code units (MLflow 3.17's first layout) and by ``localeCompare`` (its later updates)."""
 
-CHART_METRICS = ("test_acc_mean", "test_acc_std", "test_acc_worst10", "test_acc_worst5")
+CHART_METRICS = (Metric.TEST_ACC_MEAN, Metric.TEST_ACC_STD, Metric.TEST_ACC_WORST10, Metric.TEST_ACC_WORST5)
 """The metrics shown first, in this order (their names' order, as the UI sorts them): the
 leaderboard's headline accuracy and its fairness columns (``leaderboard.tables.HEADLINE``,
 ``MATRIX_FAIRNESS``)."""

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import conflict_counts
+from fl_lightning.run_schema import Metric
 
 
 def _log(pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
@@ -88,16 +89,16 @@ class ConflictCounts(Callback):
         self.layer_sums = [total + count for total, count in zip(self.layer_sums, per_layer)]
         self.rounds += 1
         _log(pl_module, {
-            "conflicts_model": float(model_level),
-            "conflicts_layer": float(sum(per_paper_layer)),
-            "conflicts_layer_mean": sum(per_layer) / max(1, len(per_layer)),
-            "conflicts_layer_max": float(max(per_layer, default=0)),
+            Metric.CONFLICTS_MODEL: float(model_level),
+            Metric.CONFLICTS_LAYER: float(sum(per_paper_layer)),
+            Metric.CONFLICTS_LAYER_MEAN: sum(per_layer) / max(1, len(per_layer)),
+            Metric.CONFLICTS_LAYER_MAX: float(max(per_layer, default=0)),
         })
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
         if not (self.rounds and pl_module._is_eval_round()):
             return
-        means = {f"conflicts_layer/{name}": total / self.rounds
+        means = {f"{Metric.CONFLICTS_LAYER}/{name}": total / self.rounds
                  for name, total in zip(pl_module.layer_names, self.layer_sums)}
         _log(pl_module, means)
         self.layer_sums, self.rounds = [0.0] * len(self.layer_sums), 0
@@ -141,4 +142,4 @@ class ImprovementShare(Callback):
         payload = outputs["payload"]
         shards = payload.shards
         losses_after, _ = pl_module.evaluator.shared(pl_module.model, (shards.x, shards.y, shards.index, shards.sizes))
-        _log(pl_module, {"improved_fraction": float((losses_after <= payload.losses).float().mean())})
+        _log(pl_module, {Metric.IMPROVED_FRACTION: float((losses_after <= payload.losses).float().mean())})

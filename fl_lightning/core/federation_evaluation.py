@@ -19,6 +19,7 @@ from fl_lightning.core.evaluation import (
 )
 from fl_lightning.core.flat import ParameterLayout, assign_model_vector
 from fl_lightning.metrics import fairness_summary
+from fl_lightning.run_schema import Metric
 
 Sets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, index (K, n), sizes (K,)
 
@@ -72,7 +73,7 @@ class FederationEvaluator:
         if result is not None:
             losses, accuracies, num_test = result
             has_test = num_test > 0
-            metrics |= fairness_summary(accuracies[has_test], prefix="test_acc_")
+            metrics |= fairness_summary(accuracies[has_test], prefix=Metric.TEST_ACC_PREFIX)
             metrics["test_loss_mean"] = float(losses[has_test].mean())
             clients = {
                 "client": list(range(len(accuracies))),
@@ -83,7 +84,7 @@ class FederationEvaluator:
             }
         if data.global_test_x is not None:
             loss, acc = evaluate_clients(shared, *whole_pool(data, 1))
-            metrics |= {"global_test_acc": float(acc[0]), "global_test_loss": float(loss[0])}
+            metrics |= {Metric.GLOBAL_TEST_ACC: float(acc[0]), Metric.GLOBAL_TEST_LOSS: float(loss[0])}
         return metrics, clients
 
     def client_results(self, data: Any, params: torch.Tensor | None, shared: nn.Module

@@ -70,6 +70,7 @@ from fl_lightning.run_schema import (
     DEFAULT_LOCAL_EPOCHS,
     DEFAULT_NUM_ROUNDS,
     FULL_PARTICIPATION,
+    Metric,
 )
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
@@ -461,7 +462,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             # kept, but algorithms must not divide by their norm (tests/test_faults.py)
             "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
-            "train_loss": losses.mean(),
+            Metric.TRAIN_LOSS: losses.mean(),
             "train_acc": accuracies.mean(),
             "client_time_s": client_time,
             "engine_vectorised": float(self.engines.engine_used == "vectorised"),
@@ -579,7 +580,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if not self._is_eval_round():
             return
         metrics = self.evaluate_all_clients()
-        shown = {f"{k}_now": metrics[k] for k in ("test_acc_mean", "global_test_acc") if k in metrics}
+        shown = {f"{k}_now": metrics[k] for k in (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC) if k in metrics}
         if self.trainer.state.fn != "fit":  # validate: Lightning's results table
             self.log_dict({**metrics, "step": float(self.rounds_completed())}, batch_size=1)
             self.log_dict(shown, prog_bar=True, logger=False, batch_size=1)

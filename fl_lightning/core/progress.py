@@ -22,7 +22,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelSummary, TQDMProgressBar
 from tqdm.auto import tqdm
 
-_SHOWN = {"test_acc_mean_now": "mean acc", "global_test_acc_now": "global acc", "train_loss": "loss"}
+from fl_lightning.run_schema import Metric
+
+_SHOWN = {f"{Metric.TEST_ACC_MEAN}_now": "mean acc", f"{Metric.GLOBAL_TEST_ACC}_now": "global acc", Metric.TRAIN_LOSS: "loss"}
 
 
 class RoundProgressBar(TQDMProgressBar):
@@ -49,7 +51,7 @@ class RoundProgressBar(TQDMProgressBar):
         if self._bar is None:
             return
         metrics = trainer.progress_bar_metrics | {
-            k: v for k, v in trainer.callback_metrics.items() if k == "train_loss"
+            k: v for k, v in trainer.callback_metrics.items() if k == Metric.TRAIN_LOSS
         }
         shown = {label: f"{float(metrics[key]):.4f}" for key, label in _SHOWN.items() if key in metrics}
         if self.note:
@@ -94,7 +96,7 @@ class NoModelSummary(ModelSummary):
         super().__init__(max_depth=0)
 
 
-ACCURACIES = (("mean client accuracy", "test_acc_mean"), ("worst 10%", "test_acc_worst10"))
+ACCURACIES = (("mean client accuracy", Metric.TEST_ACC_MEAN), ("worst 10%", Metric.TEST_ACC_WORST10))
 """The client accuracies a finished fit reports: (label, metric)."""
 
 

@@ -48,8 +48,8 @@ def check_store(tracking_uri: str) -> None:
     """What would stop the runs from logging to the store, refused before any run starts (a folder
     that does not exist, a file that is not an MLflow store, a server that does not answer)."""
     from fl_lightning.preflight import PreflightError, check_sqlite_store
+    from fl_lightning.read_only_store import StoreError, check_writable
     from fl_lightning.store_uri import sqlite_file
-    from leaderboard.store import StoreError, check_writable
 
     try:
         check_writable(tracking_uri)
@@ -66,7 +66,7 @@ def finished_runs_read_only(
     """A dry run's view of the store: (finished runs, their wall seconds per cell, a note), read without creating or altering
     it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
     through a read-only connection, a schema of another MLflow version is not migrated."""
-    from leaderboard.store import (
+    from fl_lightning.read_only_store import (
         EMPTY,
         MISSING,
         NO_EXPERIMENTS,

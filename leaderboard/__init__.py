@@ -12,9 +12,9 @@
 - ``views``    tables as rows of cells, shared by the HTML and the Markdown twin
 - ``figures``  matplotlib figures (Agg, no pyplot): curves, client distributions, Pareto
 - ``site``     renders the Jinja2 templates into the site and its Markdown twin
-- ``store``    reads a store without creating or altering it (also the runner's ``--dry-run``)
 
-Importing the package loads nothing else: ``leaderboard.store`` stays light (standard library only).
+Importing the package loads nothing else. A store is read without creating or altering it by
+``fl_lightning.read_only_store`` (standard library only), which the runner's ``--dry-run`` shares.
 """
 
 __all__ = ["LeaderboardError"]

@@ -70,6 +70,7 @@ from mlflow.exceptions import MlflowException
 from tqdm import tqdm
 
 from fl_lightning import run_schema as schema
+from fl_lightning.read_only_store import NO_EXPERIMENTS
 from fl_lightning.run_schema import Metric, Tag
 from leaderboard import claims as ledger
 from leaderboard.runs import (
@@ -90,7 +91,6 @@ from leaderboard.runs import (
     still_improving,
     using_tracking_uri,
 )
-from leaderboard.store import NO_EXPERIMENTS
 from leaderboard.tables import (
     COLUMNS,
     HEADLINE,

@@ -28,8 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from fl_lightning import run_schema as schema
 from fl_lightning.fit_lock import fit_is_alive
-from fl_lightning.run_schema import Metric, Tag
-from leaderboard.store import (
+from fl_lightning.read_only_store import (
     EMPTY,
     EXAMPLE_URIS,
     MISSING,
@@ -39,6 +38,7 @@ from leaderboard.store import (
     reading,
     sqlite_file,
 )
+from fl_lightning.run_schema import Metric, Tag
 from leaderboard.tasks import Task, task_of
 
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
@@ -358,7 +358,7 @@ def store_name(uri: str) -> str:
 
 
 def check_store_exists(uri: str) -> str:
-    """The store is there and can be read as it is (``leaderboard.store.check_readable``): a sqlite
+    """The store is there and can be read as it is (``fl_lightning.read_only_store.check_readable``): a sqlite
     URI naming a file (or a file store naming a folder) that does not exist is a typo, not an
     empty store; an empty file is not a store. Returns the store's state (``READY``, or
     ``NO_EXPERIMENTS`` for MLflow tables without an experiment)."""

@@ -114,3 +114,12 @@ def test_a_cycle_is_found():
     graph = {"a": {"b": True}, "b": {"c": False}, "c": {"a": True}, "d": {"a": True}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b": True}, "b": {}}) == []
+
+
+def test_the_runner_imports_no_leaderboard_module():
+    """The runner reads and checks stores through the library (``fl_lightning.read_only_store``,
+    ``fl_lightning.store_uri``), not through the leaderboard, which sits on top of it."""
+    graph = import_graph()
+    found = sorted(f"{importer} -> {imported}" for importer, targets in graph.items() if importer.startswith("benchmarks")
+                   for imported in targets if imported.startswith("leaderboard"))
+    assert not found, "\n".join(found)

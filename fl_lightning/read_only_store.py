@@ -8,7 +8,8 @@ a missing file, an empty one, a file that is not SQLite, a schema of another MLf
 refused or reported, never "fixed"), then read it through a read-only SQLite connection
 (``read_only_uri``): anything MLflow might still try to write fails instead of changing the file.
 
-Only the standard library is imported here: the runner uses it before it needs MLflow.
+Only the standard library is imported here (and no torch): the leaderboard reads stores through it,
+and the runner uses it before it needs MLflow.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import sys
 from benchmarks.launchers import SUBMITIT_MISSING
 from benchmarks.runner import run_suite
 from benchmarks.suites import Cell, list_suites, load_suite, program_name
+from fl_lightning.one_line import OneLineParser
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 
 LIST_WIDTH = 100
@@ -70,12 +71,6 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    class OneLineParser(argparse.ArgumentParser):
-        """A usage error in one line (what is wrong, where the help is), exit code 2."""
-
-        def error(self, message: str):  # type: ignore[override]
-            self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     prog = program_name()
     environment_uri = os.environ.get("MLFLOW_TRACKING_URI")

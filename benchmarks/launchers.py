@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from fl_lightning.one_line import first_line
+
 
 class Launcher(Protocol):
     """Runs a cell's ``fl-lightning fit --config`` and answers its exit code, or a line saying why
@@ -322,8 +324,7 @@ class SubmititJobs:
             try:
                 return int(job.result())
             except Exception as error:  # noqa: BLE001 - the scheduler's reason becomes the cell's error
-                first = str(error).strip().splitlines()
-                return f"job {job.job_id} failed: {first[0] if first else type(error).__name__}"
+                return f"job {job.job_id} failed: {first_line(error, type(error).__name__)}"
         finally:
             os.unlink(handle.name)
 

@@ -58,6 +58,7 @@ from benchmarks.suites import (
     program_name,
     select_cells,
 )
+from fl_lightning.one_line import first_line
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
 
 INTERRUPTED_EXIT_CODES = (128 + 2, 128 + 15)  # a fit stopped by SIGINT / SIGTERM (lightning_cli.run)
@@ -195,7 +196,7 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     def report(future: Any, number: int) -> None:
         cell, status, seconds, error = future.result()
         outcomes[(cell.cell, cell.seed)] = (status, seconds)
-        note = f"  ({error.splitlines()[0]})" if error else ""
+        note = f"  ({first_line(error)})" if error else ""
         print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
         reported.add(future)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.suites import Cell
+from fl_lightning.one_line import first_line
 from fl_lightning.run_schema import Metric, Tag
 
 
@@ -40,8 +41,7 @@ def finished_runs_or_exit(tracking_uri: str, suite: str) -> set[tuple[str, str, 
     try:
         return finished_runs(tracking_uri, suite)
     except MlflowException as error:
-        first = next((line for line in str(error.message).splitlines() if line.strip()), "")
-        raise SystemExit(f"cannot open the store {tracking_uri}: {first}") from None
+        raise SystemExit(f"cannot open the store {tracking_uri}: {first_line(error.message)}") from None
 
 
 def check_store(tracking_uri: str) -> None:
@@ -91,8 +91,7 @@ def finished_runs_read_only(
         with reading(tracking_uri) as read_uri:
             return finished_runs(read_uri, suite), run_durations(read_uri, suite), ""
     except MlflowException as error:
-        first = next((line for line in str(error.message).splitlines() if line.strip()), "")
-        raise SystemExit(f"cannot read the store {tracking_uri} without altering it ({first}); "
+        raise SystemExit(f"cannot read the store {tracking_uri} without altering it ({first_line(error.message)}); "
                          "run without --dry-run, or pass another --tracking-uri") from None
 
 

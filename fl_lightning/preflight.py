@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from fl_lightning.one_line import first_line
 from fl_lightning.store_uri import file_store_folder, sqlite_file
 
 REACH_TIMEOUT_S = 5.0
@@ -74,7 +75,7 @@ def check_checkpoint(path: str | None) -> dict[str, Any] | None:
     try:
         checkpoint = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # noqa: BLE001 - any failure to read it is the file's fault here
-        reason = str(error).strip().splitlines()[0][:160]
+        reason = first_line(error)[:160]
         raise PreflightError(f"--ckpt_path {path} cannot be read as an fl-lightning checkpoint ({reason}); it is "
                              "corrupted or was not written by fl-lightning: resume from the run's last.ckpt, "
                              "or leave --ckpt_path out") from None
@@ -251,7 +252,7 @@ def check_config_files(paths: list[str]) -> None:
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or str(error).strip().splitlines()[0]
+            problem = getattr(error, "problem", None) or first_line(error)
             raise PreflightError(f"--config {path}{where}: not valid YAML ({problem}); fix the file") from None
         except UnicodeDecodeError:
             raise PreflightError(f"--config {path} is not a text file: pass a YAML config") from None

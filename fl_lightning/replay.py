@@ -15,7 +15,6 @@ many runs were replayed and how many were identical.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import math
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fl_lightning.one_line import OneLineParser
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
 from fl_lightning.store_uri import sqlite_file, sqlite_uri
 
@@ -212,7 +212,7 @@ def check_existing_store(uri: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fl-lightning replay", description=(
+    parser = OneLineParser(prog="fl-lightning replay", description=(
         "Fit a stored run again from its logged settings (its config.yaml) into a scratch store and compare "
         "every metric of every round with the stored run, wall-clock times aside."))
     parser.add_argument("runs", nargs="*", help="run ids or run names")

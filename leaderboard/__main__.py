@@ -18,17 +18,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: no display needed, PNG only
 
+from fl_lightning.one_line import OneLineParser  # noqa: E402
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI  # noqa: E402
 from leaderboard import export, site  # noqa: E402
 from leaderboard.papers import DEFAULT_ROOT  # noqa: E402
 from leaderboard.runs import LeaderboardError  # noqa: E402
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error in one line (what is wrong, where the help is), exit code 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ from fl_lightning.metrics import (
     worst_fraction,
 )
 from fl_lightning.models import create_fl_model
+from fl_lightning.replay import main as replay_main
 from leaderboard.runs import LeaderboardError, load_runs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -416,6 +417,9 @@ CASES = [
     case("runner-seeds-not-integers", lambda tmp: command_line.main(["run", "fedfv/offline", "--seeds", "one"]),
          SystemExit, r"^python -m benchmarks run: error: argument --seeds: invalid int value: 'one' "
                      r"\(see python -m benchmarks run --help\)\n$", "stderr"),
+    case("replay-option-mistyped", lambda tmp: replay_main(["--sampel", "5"]),
+         SystemExit, r"^fl-lightning replay: error: unrecognized arguments: --sampel "
+                     r"\(see fl-lightning replay --help\)\n$", "stderr"),
 ]
 
 

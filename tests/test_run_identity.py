@@ -6,6 +6,7 @@ The pure functions are tested on small stand-ins; the end-to-end part (marked ``
 runs three tiny fits through the CLI into a temporary SQLite store.
 """
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -362,6 +363,14 @@ def test_the_run_schema_is_torch_free_and_holds_the_defaults_the_modules_use():
     for name, default in [(schema.SOURCE, schema.DEFAULT_SOURCE), (schema.NUM_CLIENTS, schema.DEFAULT_NUM_CLIENTS),
                           ("data_dir", schema.DEFAULT_DATA_DIR)]:
         assert data_defaults[name].default == default, name
+    # one default per setting: the settings groups that check a module's values default to its own
+    from fl_lightning.core.local import LocalSGD
+    from fl_lightning.core.settings import Federation
+
+    for group, renamed in [(Federation, {}), (LocalSGD, {"epochs": schema.LOCAL_EPOCHS})]:
+        for field in dataclasses.fields(group):
+            name = renamed.get(field.name, field.name)
+            assert field.default == module_defaults[name].default, f"{group.__name__}.{field.name}"
     # the task key's recipe is the store's: 12 hex digits of the sha1 of the sorted JSON
     fields = {"num_rounds": 3.0, "fraction": 1.0, "partition_params": {"alpha": 0.5}}
     text = schema.task_json(schema.canonical(fields))

@@ -56,11 +56,17 @@ class AgentModels(FederatedModule):
         ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``, as this round's metrics."""
         metrics = dict(metrics or {})
         for name, (values, ids) in series.items():
-            if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
-                metrics |= {f"{name}/{i}": float(v) for i, v in zip(ids, values)}
-            metrics |= {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                        f"{name}_max": float(values.max())}
+            metrics |= self.agent_metrics(name, values, ids)
         self.log_round(metrics)
+
+    def agent_metrics(self, name: str, values: torch.Tensor, agents: Iterable[int]) -> dict[str, float]:
+        """One series' metrics: ``<name>/<agent>`` (N ≤ ``MAX_LOGGED_AGENTS``) and
+        ``<name>_min``/``_mean``/``_max``."""
+        metrics: dict[str, float] = {}
+        if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
+            metrics |= {f"{name}/{i}": float(v) for i, v in zip(agents, values)}
+        return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
+                          f"{name}_max": float(values.max())}
 
     def initial_models(self, num_agents: int) -> torch.Tensor:
         """w_{i,0} := w_0 for every agent (Sec. 3.1)."""

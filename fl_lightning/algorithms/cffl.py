@@ -6,14 +6,16 @@ Every party j keeps its own model w_j; the server keeps w_g and an auxiliary val
 Round t, over the reputable parties R (all N at first):
   1. party j trains from w_j (its model keeps that training: w_j ← w_j + Δw_j) and uploads
      Δw_j^S, the θ_u share of Δw_j with the largest magnitudes (entries clipped to ±c first);
-  2. reputations: the server scores each upload on V, either alone (``"validation"``:
+  2. aggregation over R as it stands at the start of the round: w_g ← w_g + Δw_g,
+     Δw_g = Σ_{j∈R} a_j Δw_j^S, a_j = n_j / Σ_{i∈R} n_i;
+  3. reputations: the server scores each upload on V, either alone (``"validation"``:
      vacc_j = acc(w_g + Δw_j^S), s_j = vacc_j / Σ_{i∈R} vacc_i), or by leaving it out
      (``"leave_one_out"``: acc = acc(w_g + Δw_g), acc_{-j} = acc(w_g + Δw_g − a_j Δw_j^S),
      x_j = acc / (acc + acc_{-j}), s_j = 1 / (1 + exp(−15 (x_j − 0.5))), normalised over R);
      r_j ← φ r_j + (1 − φ) s_j, then r ← sinh(α r) / Σ_{i∈R} sinh(α r_i);
-  3. threshold: a party with r_j < κ / |R| leaves R for good (r_j = 0, nothing aggregated
-     from it, nothing downloaded), and the reputations are normalised again over R;
-  4. w_g ← w_g + Δw_g, Δw_g = Σ_{j∈R} a_j Δw_j^S, a_j = n_j / Σ_{i∈R} n_i;
+  4. threshold: a party with r_j < κ / |R| leaves R for good (r_j = 0; this round's Δw_g
+     already holds its upload, no later one does, and it downloads nothing), and the
+     reputations are normalised again over R;
   5. reward: party j ∈ R downloads the ⌊D r_j / max_i r_i⌋ largest-magnitude entries of Δw_g
      less its own share: w_j ← w_j + mask(Δw_g, q_j) − a_j Δw_j^S.
 
@@ -84,8 +86,8 @@ class CFFL(ValidatedAgents):
          they differ at our default θ_u = 1 (w_j ≠ w_g after the first round).
       5. V: held out of the agents' training samples after any ``label_noise`` of the data
          module was applied, so V carries the noisy agents' wrong labels in proportion
-         (noise 20/40/60 % on 3 of 5 equal agents: about 24 % of V's labels wrong, 22 % at
-         seed 0). Lyu et al. hold V out of the training set before partitioning (draft: 10 %;
+         (noise 20/40/60 % on 3 of 5 equal agents: (20 + 40 + 60) / 5 = 24 % of V's labels
+         wrong in expectation). Lyu et al. hold V out of the training set before partitioning (draft: 10 %;
          release: 20 %), with clean labels, and have no label noise. Ours keeps the test sets
          untouched; the data module keeps no clean copy of noisy labels to score on.
       6. Absent parties (``dropout_prob``, non-finite updates; the release has every party in

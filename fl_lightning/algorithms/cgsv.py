@@ -31,7 +31,6 @@ import torch
 from pydantic import Field
 
 from fl_lightning.algorithms.agents import (
-    MAX_LOGGED_AGENTS,
     AgentModels,
     rank_by_magnitude,
     top_magnitude_mask,
@@ -144,7 +143,7 @@ class CGSV(AgentModels):
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
-        metrics = self.agent_metrics("cgsv_psi", psi, payload.clients.tolist())
+        metrics: dict[str, float | torch.Tensor] = {**self.agent_metrics("cgsv_psi", psi, payload.clients.tolist())}
         every = self.hparams.shapley_check_every
         if every and (payload.round + 1) % every == 0:
             metrics |= self.shapley_check(c.unsqueeze(1) * payload.updates, a, payload)
@@ -260,15 +259,6 @@ class CGSV(AgentModels):
         series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist()),
                   "cgsv_distance": ((self.agent_models - self.global_vector()).norm(dim=1), range(len(self.r)))}
         self.log_per_agent(series)
-
-    def agent_metrics(self, name: str, values: torch.Tensor, agents: list[int]) -> dict[str, float | torch.Tensor]:
-        """The metrics ``log_per_agent`` would log for one series, for ``ServerStep.metrics``:
-        ``<name>/<agent>`` (N ≤ ``MAX_LOGGED_AGENTS``) and ``<name>_min``/``_mean``/``_max``."""
-        metrics: dict[str, float | torch.Tensor] = {}
-        if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
-            metrics |= {f"{name}/{i}": float(v) for i, v in zip(agents, values)}
-        return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
-                          f"{name}_max": float(values.max())}
 
     def evaluation_metrics(self, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
         """ρ_r (App. B.3), and ρ with standalone models (Sec. 4.1), against the agents' accuracies

@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fl_lightning import private_api
+from fl_lightning.one_line import first_line
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class RoundCheckpoint(ModelCheckpoint):
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
-            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            reason = first_line(error, type(error).__name__)[:160]
             print(f"could not write the checkpoint of round {int(checkpoint.get('epoch', -1)) + 1} ({reason}); "
                   f"{path} is the previous one", flush=True)
             return False

@@ -22,6 +22,7 @@ from fl_lightning.core.settings import (
     SettingsGroup,
     StepSize,
 )
+from fl_lightning.run_schema import DEFAULT_BATCH_SIZE, DEFAULT_LOCAL_EPOCHS, DEFAULT_LR
 
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
 #           global_params {name: [...]}) -> every client's minibatch loss (m,)
@@ -33,11 +34,11 @@ class LocalSGD(SettingsGroup):
     """Hyper-parameters of local training (PyTorch SGD semantics, dampening 0); the step size of
     round t is ``lr * lr_decay**t`` (:meth:`round_lr`). Each field's type checks it."""
 
-    lr: StepSize = 0.1
+    lr: StepSize = DEFAULT_LR
     momentum: Probability = 0.0
     weight_decay: Penalty = 0.0
-    epochs: Count = 1
-    batch_size: BatchSize = 10  # None: full batch (one step per epoch)
+    epochs: Count = DEFAULT_LOCAL_EPOCHS
+    batch_size: BatchSize = DEFAULT_BATCH_SIZE  # None: full batch (one step per epoch)
     lr_decay: Decay = 1.0
 
     LABELS = {"epochs": "local epochs"}

@@ -65,9 +65,11 @@ from fl_lightning.core.threads import FitThreads
 from fl_lightning.models import create_fl_model
 from fl_lightning.run_schema import (
     DEFAULT_BACKBONE,
+    DEFAULT_BATCH_SIZE,
     DEFAULT_EVAL_EVERY,
     DEFAULT_FRACTION,
     DEFAULT_LOCAL_EPOCHS,
+    DEFAULT_LR,
     DEFAULT_NUM_ROUNDS,
     FULL_PARTICIPATION,
     Metric,
@@ -165,8 +167,8 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         fraction: settings.Participation = DEFAULT_FRACTION,
         dropout_prob: settings.Probability = 0.0,
         local_epochs: settings.Count = DEFAULT_LOCAL_EPOCHS,
-        batch_size: settings.BatchSize = 10,
-        lr: settings.StepSize = 0.1,
+        batch_size: settings.BatchSize = DEFAULT_BATCH_SIZE,
+        lr: settings.StepSize = DEFAULT_LR,
         momentum: settings.Probability = 0.0,
         weight_decay: settings.Penalty = 0.0,
         engine: settings.EngineName = "auto",
@@ -188,8 +190,9 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         super().__init__()
         self.run_seed = run_seed(seed, "model.seed")
         self.save_hyperparameters()
-        # the settings in groups, each checked by its fields' types (``core.settings``)
-        self.federation = settings.Federation(num_rounds, fraction, dropout_prob, eval_every)
+        # the settings in groups, each checked by its fields' types (``core.settings``); the
+        # federation's are read from ``hparams`` (Lightning's home for them, saved in checkpoints)
+        settings.Federation(num_rounds, fraction, dropout_prob, eval_every)
         if self.needs_every_client and fraction < FULL_PARTICIPATION:
             raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
                              "set fraction: 1.0")

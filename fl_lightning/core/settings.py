@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from fl_lightning.choices import check_choice, choices_of
+from fl_lightning.run_schema import DEFAULT_EVAL_EVERY, DEFAULT_FRACTION, DEFAULT_NUM_ROUNDS
 
 # ----------------------------------------------------------------------------- closed choices
 EngineName = Literal["auto", "vectorised", "sequential"]
@@ -164,10 +165,10 @@ class Federation(SettingsGroup):
     """Who takes part, and for how long: T rounds, a fraction C of the K clients sampled, each
     answering with probability 1 - dropout_prob; every client evaluated every ``eval_every``."""
 
-    num_rounds: Count = 100
-    fraction: Participation = 0.1
+    num_rounds: Count = DEFAULT_NUM_ROUNDS
+    fraction: Participation = DEFAULT_FRACTION
     dropout_prob: Probability = 0.0
-    eval_every: Count = 10
+    eval_every: Count = DEFAULT_EVAL_EVERY
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from fl_lightning.algorithms import FedAvg
 from fl_lightning.cli import main as cli_main
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import combine, conflict_counts, gram, layer_grams
-from fl_lightning.core.qp import batched_min_norm_simplex, box_around, min_norm_simplex
+from fl_lightning.algorithms.qp import batched_min_norm_simplex, box_around, min_norm_simplex
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition import partition
 from fl_lightning.metrics import (

@@ -1,4 +1,4 @@
-"""Tests of fl_lightning.core.qp: min-norm QPs over the simplex (and FedMGDA+'s box)."""
+"""Tests of fl_lightning.algorithms.qp: min-norm QPs over the simplex (and FedMGDA+'s box)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from fl_lightning.core import qp
-from fl_lightning.core.qp import (
+from fl_lightning.algorithms.qp import min_norm, torch_solver
+from fl_lightning.algorithms.qp import (
     QPResult,
     batched_min_norm_simplex,
     box_around,
@@ -214,7 +214,7 @@ def test_batched_solver_converges_within_a_few_hundred_iterations():
     generator = torch.Generator().manual_seed(4)
     for n, d, spread in [(10, 3, 0), (30, 30, 1), (50, 10, 1.5), (50, 1000, 0)]:
         grams = torch.stack([random_gram(generator, n, d, spread) for _ in range(20)])
-        solve = qp._accelerated_projected_gradient(grams)
+        solve = torch_solver._accelerated_projected_gradient(grams)
         assert solve.iterations <= 300
         assert (solve.gap <= 1e-8).all()
 
@@ -225,9 +225,9 @@ def test_dropping_finished_problems_changes_no_bit():
     generator = torch.Generator().manual_seed(9)
     grams = torch.stack([random_gram(generator, 101, d, spread) for d, spread in
                          itertools.product([3, 60, 100, 400], [0.0, 1.0, 1.5])])
-    kept = qp._accelerated_projected_gradient(grams, drop_finished=False)
-    dropped = qp._accelerated_projected_gradient(grams)
-    assert len(set(qp._accelerated_projected_gradient(g[None]).iterations for g in grams)) > 3
+    kept = torch_solver._accelerated_projected_gradient(grams, drop_finished=False)
+    dropped = torch_solver._accelerated_projected_gradient(grams)
+    assert len(set(torch_solver._accelerated_projected_gradient(g[None]).iterations for g in grams)) > 3
     assert torch.equal(dropped.weights, kept.weights)
     assert torch.equal(dropped.gap, kept.gap)
     assert dropped.iterations == kept.iterations
@@ -430,10 +430,10 @@ def test_double_failure_returns_the_centre(monkeypatch):
 
     def broken_torch_solver(grams, *args, **kwargs):
         nan = torch.full(grams.shape[:2], math.nan, dtype=F64)
-        return qp._TorchSolve(weights=nan, gap=torch.full(grams.shape[:1], math.nan), iterations=1)
+        return torch_solver._TorchSolve(weights=nan, gap=torch.full(grams.shape[:1], math.nan), iterations=1)
 
     monkeypatch.setattr(cvxopt.solvers, "qp", fake_qp_raises)
-    monkeypatch.setattr(qp, "_accelerated_projected_gradient", broken_torch_solver)
+    monkeypatch.setattr(min_norm, "_accelerated_projected_gradient", broken_torch_solver)
     with pytest.warns(RuntimeWarning):
         result = min_norm_simplex(gram, lower, upper)
     assert result.fallback == "centre"

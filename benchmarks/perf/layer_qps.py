@@ -26,7 +26,7 @@ import fl_lightning.algorithms.fedlf as fedlf
 from benchmarks.perf.aggregation import MODELS, build, random_round, server_step
 from benchmarks.perf.machine import describe_machine
 from fl_lightning.algorithms import ALGORITHMS
-from fl_lightning.core.qp import _accelerated_projected_gradient
+from fl_lightning.algorithms.qp.torch_solver import _accelerated_projected_gradient
 from fl_lightning.data.datamodule import FederatedDataModule
 
 

@@ -18,7 +18,7 @@ from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.core.qp import batched_min_norm_simplex, min_norm_simplex
+from fl_lightning.algorithms.qp import batched_min_norm_simplex, min_norm_simplex
 
 QPSolver = Literal["batched", "cvxopt"]
 FairGradient = Literal["paper", "reference"]

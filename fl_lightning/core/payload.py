@@ -129,7 +129,7 @@ class ServerStep:
     - ``metrics``: what the algorithm logs about the round (name -> a number, or a tensor,
       logged as its mean), logged with the round's own metrics (step = round), whether or
       not the step is applied;
-    - ``qp_fallbacks``: QPs of the round a fallback solver answered (``core.qp``: warned,
+    - ``qp_fallbacks``: QPs of the round a fallback solver answered (``algorithms.qp``: warned,
       never fatal), added to the run's ``qp_fallbacks_total``;
     - ``details``: what the aggregation found that is not logged (FedMGDA+'s λ*, FedLF's
       layer groups), for tests, notebooks and callbacks (``outputs["details"]`` of the

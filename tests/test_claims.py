@@ -13,6 +13,7 @@ from scipy import stats
 
 from benchmarks.suites import load_suite
 from leaderboard import claims as ledger
+from leaderboard.claims import spec as claims_spec
 from leaderboard.runs import RunRecord
 from leaderboard.stats import CONTRADICTED, INCONCLUSIVE, REPRODUCED, TOO_FEW
 
@@ -405,7 +406,7 @@ def test_a_reason_naming_runs_the_store_lacks_says_so_and_the_published_build_re
     spec = claim_spec([{"treatment": "A", "baseline": "B"}], reason="{{ arm('ledger-offline', 'x', 'Z', 'mean').mean }}")
     runs = paired_runs([0.02] * 10)
     result = evaluate(spec, runs)  # a store with only some suites still builds: the verdict stands
-    assert result.verdict == ledger.REPRODUCED
+    assert result.verdict == REPRODUCED
     assert "this store lacks: no runs of 'Z' on ledger-offline / x" in result.reason
     with pytest.raises(ledger.ClaimsError, match="no runs of 'Z'"):
         ledger.evaluate(ledger.parse_claims(spec, "x"), runs, strict=True)
@@ -458,7 +459,7 @@ def test_coverage_problems_names_a_missing_quote_an_unknown_item_and_an_unlisted
     assert "c1: no `quote` (the paper's words, verbatim)" in problems
     assert any("names no item" in p for p in problems) and any("no coverage entry lists it" in p for p in problems)
     assert any("unknown claim 'c9'" in p for p in problems)
-    assert not ledger._names("Table 21", "Table 2") and ledger._names("Sec. 5, Table 2, p. 6", "Table 2")
+    assert not claims_spec._names("Table 21", "Table 2") and claims_spec._names("Sec. 5, Table 2, p. 6", "Table 2")
 
 
 PAPERS = {"cgsv": "cgsv_neurips21.md", "fedfv": "fedfv_ijcai21.md", "fedlf": "fedlf_appendix.md",

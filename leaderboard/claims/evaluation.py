@@ -1,0 +1,179 @@
+"""Verdicts from the runs: each claim's comparisons paired by seed over the plan's seeds, at the
+plan's primary point and its sensitivity points (fragile when they disagree), Holm-corrected
+within the claim (``leaderboard.stats.decide``), with convergence and degeneracy checked."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from leaderboard.claims.quantities import quantity_value
+from leaderboard.claims.reasons import ReasonError, ReasonNeedsRuns, render_reason
+from leaderboard.claims.results import (
+    AblationResult,
+    ClaimResult,
+    ComparisonResult,
+    RunIndex,
+    index_runs,
+    planned,
+)
+from leaderboard.claims.spec import NO_RUNS, WITHDRAWN, Claim, Comparison, Side
+from leaderboard.registration import Amendment, LedgerPlan, window_of
+from leaderboard.runs import (
+    RunRecord,
+    convergence_status,
+)
+from leaderboard.stats import (
+    INCONCLUSIVE,
+    TOO_FEW,
+    PairedResult,
+    decide,
+    equivalence_detectable,
+    holm_adjust,
+    paired_differences,
+)
+
+
+def degenerate(index: RunIndex, suite: str, benchmark: str, plan: LedgerPlan) -> str:
+    """Why a benchmark cannot rank anything under the plan's degeneracy rule, "" otherwise: every
+    run of every configuration at one accuracy (a constant predictor), or the worst 5 % of clients
+    at 0 in every run of every configuration."""
+    window = window_of(plan.primary_point)
+    runs = [run for (s, b, _), seeds in index.items() if (s, b) == (suite, benchmark) for run in seeds.values()]
+    if plan.degeneracy.constant_predictor:
+        present = [v for run in runs if (v := quantity_value(run, "mean", window)) is not None]
+        if len(present) >= 4 and max(present) - min(present) < 1e-6:
+            return f"every run of every configuration ends at {present[0]:.2f} %: a constant predictor"
+    if plan.degeneracy.worst5_at_zero:
+        worst = [quantity_value(run, "worst5", window) for run in runs]
+        if len(worst) >= 4 and all(v is not None and v == 0.0 for v in worst):
+            configs = len({key for key in index if key[:2] == (suite, benchmark)})
+            mean = [v for run in runs if (v := quantity_value(run, "mean", window)) is not None]
+            span = f"; mean client accuracy {min(mean):.1f}-{max(mean):.1f} %" if mean else ""
+            return (f"the worst 5 % of clients are at 0 % in all {len(worst)} runs of its {configs} "
+                    f"configurations{span}: a degenerate benchmark")
+    return ""
+
+
+def _values(index: RunIndex, suite: str, side: Side, window: int,
+            seeds: set[str] | None) -> tuple[dict[str, float], dict[str, RunRecord]]:
+    runs = {seed: run for seed, run in index.get((suite, side.benchmark, side.config), {}).items()
+            if seeds is None or seed in seeds}
+    values = {seed: v for seed, run in runs.items() if (v := quantity_value(run, side.quantity, window)) is not None}
+    return values, runs
+
+
+def _pairs(comparison: Comparison, suite: str, index: RunIndex, window: int, seeds: set[str] | None,
+           ) -> tuple[dict[str, float], dict[str, float], list[RunRecord]]:
+    """Treatment and baseline values by seed, and every run they come from (both arms, each once)."""
+    treatment, treatment_runs = _values(index, suite, comparison.treatment, window, seeds)
+    if comparison.baseline is not None:
+        baseline, baseline_runs = _values(index, suite, comparison.baseline, window, seeds)
+    else:
+        baseline = {seed: float(comparison.threshold) for seed in treatment}  # type: ignore[arg-type]
+        baseline_runs = {}
+    common = set(treatment) & set(baseline)
+    used = {run.run_id: run for seed, run in treatment_runs.items() if seed in common}
+    used.update({run.run_id: run for seed, run in baseline_runs.items() if seed in common})
+    return treatment, baseline, list(used.values())
+
+
+def _decide_family(comparisons: list[Comparison], differences: list[list[float]],
+                   alpha: float) -> list[PairedResult | None]:
+    """Each comparison decided alone, then Holm's step-down over those with a p (Holm 1979): the
+    comparison with the k-th smallest p (0-based) is judged at alpha / (m - k), none after the first
+    that is not rejected. Done here rather than by one ``decide`` because a claim's comparisons may
+    differ in direction and margin (FedMGDA+ unchanged by an attack while q-FedAvg falls)."""
+    results: list[PairedResult | None] = [
+        decide([d], c.direction, c.margin, alpha)[0] if d else None for c, d in zip(comparisons, differences)]
+    tested = [k for k, r in enumerate(results) if r is not None and r.verdict != TOO_FEW and r.p is not None]
+    if len(tested) > 1:
+        adjusted = holm_adjust([results[k].p for k in tested])  # type: ignore[union-attr, misc]
+        order = sorted(range(len(tested)), key=lambda j: results[tested[j]].p)  # type: ignore[union-attr, return-value, arg-type]
+        stopped = False
+        for rank, j in enumerate(order):
+            k = tested[j]
+            step = decide([differences[k]], comparisons[k].direction, comparisons[k].margin,
+                          alpha / (len(tested) - rank))[0]
+            verdict = INCONCLUSIVE if stopped else step.verdict
+            stopped = stopped or step.verdict == INCONCLUSIVE
+            results[k] = PairedResult(step.n, step.mean, step.sd, step.low, step.high, step.level, step.p,
+                                      adjusted[j], verdict, step.mde)
+    return results
+
+
+def _detectable(comparison: Comparison, result: PairedResult | None) -> float | None:
+    """The smallest effect the test actually used could detect at 80 % power: the t-test's MDE for
+    greater/less; for equal, the smallest margin two one-sided tests at the step's level would show."""
+    if result is None or result.sd is None or result.n < 2:
+        return None
+    if comparison.direction == "equal":
+        return equivalence_detectable(result.n, result.sd, (1.0 - result.level) / 2.0)
+    return result.mde
+
+
+def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunIndex,
+                    plan: LedgerPlan | None = None) -> list[ComparisonResult]:
+    """One family (a claim's comparisons on one suite, or one ablation's) under the plan: at the
+    primary point on the planned seeds, Holm-corrected; the verdicts at the sensitivity points; and,
+    where more seeds than planned exist, the extension on every seed (shown, never the verdict)."""
+    plan = plan or LedgerPlan()
+    comparisons = list(comparisons)
+    count = plan.seeds_for(suite)
+    primary = window_of(plan.primary_point)
+    present = {seed for c in comparisons for side in (c.treatment, c.baseline) if side is not None
+               for seed in index.get((suite, side.benchmark, side.config), {})}
+    seeds = planned(present, count)
+    arms = [_pairs(c, suite, index, primary, seeds) for c in comparisons]
+    decided = _decide_family(comparisons, [paired_differences(t, b) for t, b, _ in arms], plan.alpha)
+    withdrawn: dict[str, str] = {}
+    results = []
+    for comparison, (treatment, baseline, used), result in zip(comparisons, arms, decided):
+        benchmark = comparison.treatment.benchmark
+        if benchmark not in withdrawn:
+            withdrawn[benchmark] = degenerate(index, suite, benchmark, plan)
+        statuses = Counter(convergence_status(run, plan.convergence.window, plan.convergence.change_pp)
+                           for run in used)
+        results.append(ComparisonResult(
+            comparison, suite, result, treatment, baseline, dict(statuses), withdrawn[benchmark],
+            tuple(sorted({run.code_version for run in used})), planned_seeds=count,
+            detectable=_detectable(comparison, result)))
+    for point in plan.sensitivity_points:
+        window = window_of(point)
+        at = [_pairs(c, suite, index, window, seeds) for c in comparisons]
+        for entry, verdict in zip(results, _decide_family(comparisons, [paired_differences(t, b) for t, b, _ in at],
+                                                          plan.alpha)):
+            entry.at_points[point] = (WITHDRAWN if entry.withdrawn else NO_RUNS if verdict is None
+                                      else verdict.verdict)
+    if present - seeds:
+        every = [_pairs(c, suite, index, primary, None) for c in comparisons]
+        for entry, extended in zip(results, _decide_family(
+                comparisons, [paired_differences(t, b) for t, b, _ in every], plan.alpha)):
+            if extended is not None and entry.result is not None and extended.n > entry.result.n:
+                entry.extension = extended
+    return results
+
+
+def evaluate(claims: Iterable[Claim], runs: Iterable[RunRecord], plan: LedgerPlan | None = None,
+             amendments: Iterable[Amendment] = (), strict: bool = False) -> list[ClaimResult]:
+    """Every claim's verdicts and reason. A reason that names runs the store lacks says so in its
+    place (a store with some of the suites still builds), unless ``strict`` (the published site,
+    built from every suite: there a missing run is a mistake in a reason, and it is refused)."""
+    plan = plan or LedgerPlan()
+    amendments = list(amendments)
+    index = index_runs(runs)
+    results = []
+    for claim in claims:
+        result = ClaimResult(claim, plan=plan, amendments=tuple(a for a in amendments if a.target == claim.id))
+        if not claim.not_tested and claim.offline is not None and claim.comparisons:
+            result.comparisons = evaluate_family(claim.comparisons, claim.offline.suite, index, plan)
+        result.ablations = [AblationResult(a, evaluate_family(a.comparisons, a.location.suite, index, plan))
+                            for a in claim.ablations]
+        try:
+            result.reason_text = render_reason(result, index, plan)
+        except ReasonNeedsRuns as missing:  # a partial store: the verdicts stand, the reason waits for its runs
+            if strict:
+                raise ReasonError(f"{claim.file}: claim {claim.id}: reason: {missing}") from None
+            result.reason_text = f"(The reason is written from runs this store lacks: {missing}.)"
+        results.append(result)
+    return results

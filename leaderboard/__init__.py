@@ -9,7 +9,9 @@
 - ``claims``   the papers' claims (``benchmarks/<paper>/claims.yaml``) judged on the runs, paired by seed
 - ``tables``   one table per (suite, benchmark, task, client test); seeds -> rows; ★ / ≈ verdicts
 - ``summary``  per suite: the algorithm x benchmark matrix, gains over FedAvg, variants vs their control
-- ``views``    tables as rows of cells, shared by the HTML and the Markdown twin
+- ``views``    tables as rows of cells (``view_cells``), shared by the HTML and the Markdown twin;
+               ``row_facts``: what a row ran with; ``suite_views``: index, matrix, gains, controls;
+               ``markdown``: a view as a Markdown table
 - ``figures``  matplotlib figures (Agg, no pyplot): curves, client distributions, Pareto
 - ``site``     renders the Jinja2 templates into the site and its Markdown twin
 

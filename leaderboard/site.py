@@ -20,6 +20,7 @@ from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
 from leaderboard import export
 from leaderboard.figures import write_figures
+from leaderboard.markdown import markdown_table
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
 from leaderboard.registration import load_amendments, load_plan, point_label
 from leaderboard.runs import (
@@ -30,6 +31,14 @@ from leaderboard.runs import (
     store_name,
 )
 from leaderboard.stats import SIGNIFICANCE
+from leaderboard.suite_views import (
+    control_view,
+    gains_view,
+    index_view,
+    matrix_view,
+    paper_numbers_view,
+    short_name,
+)
 from leaderboard.summary import summarize
 from leaderboard.tables import (
     BEST_MARK,
@@ -43,17 +52,10 @@ from leaderboard.tables import (
 from leaderboard.tasks import SOURCE_TEXT, task_lines
 from leaderboard.views import (
     comparison_view,
-    control_view,
-    gains_view,
-    index_view,
     leaderboard_view,
-    markdown_table,
-    matrix_view,
-    paper_numbers_view,
     problem_runs_view,
     replay_text,
     runs_view,
-    short_name,
     versions_text,
 )
 

@@ -21,10 +21,10 @@ import torch
 import fl_lightning.data.datamodule as datamodule_module
 from benchmarks import command_line, suites
 from fl_lightning.algorithms import FedAvg
+from fl_lightning.algorithms.qp import batched_min_norm_simplex, box_around, min_norm_simplex
 from fl_lightning.cli import main as cli_main
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import combine, conflict_counts, gram, layer_grams
-from fl_lightning.algorithms.qp import batched_min_norm_simplex, box_around, min_norm_simplex
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition import partition
 from fl_lightning.metrics import (

@@ -1173,7 +1173,7 @@ def test_a_store_left_mid_write_is_read_as_last_committed_and_left_as_it_is(tmp_
 
 
 def test_an_attacked_configuration_is_compared_with_the_same_algorithm_unattacked():
-    from leaderboard.views import without_attack
+    from leaderboard.suite_views import without_attack
 
     assert without_attack("QFedAvg(attack_strength=30.0,q=5.0)") == "QFedAvg(q=5.0)"
     assert without_attack("FedMGDAPlus(attack=bias,attack_client=0,attack_strength=30.0)") == "FedMGDAPlus"

@@ -25,19 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the leaderboard and benchmarks packages live at the repository root
 
+from leaderboard.markdown import markdown_table  # noqa: E402
 from leaderboard.papers import PaperNumber, load_paper_numbers  # noqa: E402
 from leaderboard.runs import RunRecord  # noqa: E402
+from leaderboard.suite_views import control_view, gains_view, matrix_view, paper_numbers_view  # noqa: E402
 from leaderboard.summary import SuiteSummary, paper_gains, summarize  # noqa: E402
 from leaderboard.tables import COLUMNS_BY_KEY, build_tables  # noqa: E402
-from leaderboard.views import (  # noqa: E402
-    comparison_view,
-    control_view,
-    gains_view,
-    leaderboard_view,
-    markdown_table,
-    matrix_view,
-    paper_numbers_view,
-)
+from leaderboard.views import comparison_view, leaderboard_view  # noqa: E402
 
 SUITE = "defects-offline"
 SHARDS = "mnist5k/shards-200x2/p0.1/fl_mlp"
@@ -500,7 +494,8 @@ def test_css_keeps_a_narrow_page_inside_the_viewport_and_the_first_column_in_vie
 # --- issue 33: how many runs of a benchmark were replayed, and whether they were identical -----------
 
 def test_the_index_says_how_many_runs_were_replayed_and_whether_identical():
-    from leaderboard.views import index_view, replay_text
+    from leaderboard.suite_views import index_view
+    from leaderboard.views import replay_text
 
     def runs(results):
         return [record("FedAvg", seed, {"test_acc_mean": 0.8 + 0.01 * seed},

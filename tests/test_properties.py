@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fl_lightning.algorithms import FedAvg, FedFV, FedLF, FedMGDAPlus, QFedAvg
+from fl_lightning.algorithms.qp import batched_min_norm_simplex, min_norm_simplex
 from fl_lightning.core.module import RoundPayload
 from fl_lightning.core.payload import as_server_step
-from fl_lightning.algorithms.qp import batched_min_norm_simplex, min_norm_simplex
 from fl_lightning.data.partition import PARTITIONERS, partition
 
 pytestmark = pytest.mark.filterwarnings(

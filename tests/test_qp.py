@@ -14,13 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from fl_lightning.algorithms.qp import min_norm, torch_solver
 from fl_lightning.algorithms.qp import (
     QPResult,
     batched_min_norm_simplex,
     box_around,
+    min_norm,
     min_norm_simplex,
     simplex_projection,
+    torch_solver,
 )
 
 SOLVERS = ["cvxopt", "torch"]

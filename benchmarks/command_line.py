@@ -59,7 +59,7 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
 
     lines = [line(*header)] + [line(*row) for row in rows]
     notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
-             "published ledger's run times (leaderboard/site/runs.csv) where it ran the cell, else from its",
+             "published ledger's run times (leaderboard_site/runs.csv) where it ran the cell, else from its",
              "benchmark's other configurations' runs there, else from the CPU throughput figures (in",
              "the folder benchmarks/perf/results); a GPU is faster for the large models."]
     if partial:

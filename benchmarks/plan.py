@@ -30,8 +30,8 @@ from fl_lightning.run_schema import Tag
 PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
 PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
 GPU_PERF_FILES = "perf_cuda*.json"  # the same suite on a GPU (python -m benchmarks.perf --device cuda)
-# the published ledger's runs (leaderboard/site/runs.csv): how long each cell's runs took when it was made
-PUBLISHED_RUNS = Path(__file__).resolve().parents[1] / "leaderboard" / "site" / "runs.csv"
+# the published ledger's runs (leaderboard_site/runs.csv): how long each cell's runs took when it was made
+PUBLISHED_RUNS = Path(__file__).resolve().parents[1] / "leaderboard_site" / "runs.csv"
 
 TRAIN_SIZES = {  # published training-set sizes (samples), for estimates only
     "mnist": 60_000,
@@ -262,7 +262,7 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int,
         how = ", ".join(f"{n} from {b}" for b, n in basis.items() if n)
         lines.append(f"  estimated time: {_duration(total / jobs)} with {jobs} job(s) for {estimated} of "
                      f"{len(cells)} run(s) ({how or 'none'}; store: this store's finished runs of the cell; published: "
-                     f"the published ledger's, leaderboard/site/runs.csv; benchmark: the same benchmark's other "
+                     f"the published ledger's, leaderboard_site/runs.csv; benchmark: the same benchmark's other "
                      f"configurations' runs; perf: the CPU figures in "
                      f"benchmarks/perf/results/{PERF_FILES})")
     if len(per_model) > 1:

@@ -1,4 +1,4 @@
-"""mkdocs hooks. The published site carries the leaderboard (the committed ``leaderboard/site``,
+"""mkdocs hooks. The published site carries the leaderboard (the committed ``leaderboard_site``,
 built from the exported results) under ``leaderboard/``, so one static site holds both and the
 docs' links into it are checked like any other. Its files are static files of the build; its
 Markdown twins (``*.md``, for reading on GitHub) are left out, or mkdocs would render them as pages."""
@@ -13,7 +13,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-LEADERBOARD = Path(__file__).resolve().parents[1] / "leaderboard" / "site"
+LEADERBOARD = Path(__file__).resolve().parents[1] / "leaderboard_site"
 
 
 def on_files(files: Files, config: Any) -> Files:

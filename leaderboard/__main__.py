@@ -3,7 +3,7 @@
 [--format csv parquet] [--all-metrics]`` (the run set as tidy tables: ``leaderboard/export.py``).
 
 A build writes ``leaderboard_build/`` in the working directory (git-ignored) unless told where:
-``--out DIR``, or ``--publish`` for the repository's published site ``leaderboard/site/``.
+``--out DIR``, or ``--publish`` for the repository's published site ``leaderboard_site/``.
 It only reads the store: a missing or empty SQLite file is reported, never created or migrated.
 """
 
@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                        help=f"output folder; replaced if it holds an earlier build (default: {site.DEFAULT_OUT}/ "
                             "in the working directory, git-ignored)")
     where.add_argument("--publish", action="store_true",
-                       help="write the repository's published site, leaderboard/site/ (replacing it)")
+                       help="write the repository's published site, leaderboard_site/ (replacing it)")
     build.add_argument("--experiments", nargs="+", metavar="NAME",
                        help="experiment (suite) names to read (default: every experiment in the store)")
     build.add_argument("--from-export", type=Path, nargs="+", metavar="DIR",

@@ -63,7 +63,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 MARKER = ".leaderboard-site"  # written into every built site: only such folders are replaced
 # A build goes to a git-ignored folder of the working directory unless asked for the published site.
 DEFAULT_OUT = Path("leaderboard_build")
-PUBLISHED_SITE = Path(__file__).resolve().parent / "site"  # what the repository publishes: --publish
+PUBLISHED_SITE = Path(__file__).resolve().parents[1] / "leaderboard_site"  # what the repository publishes: --publish
 
 
 @dataclass

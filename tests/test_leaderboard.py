@@ -1098,7 +1098,7 @@ def test_default_output_is_git_ignored_and_only_publish_writes_the_published_sit
     assert (tmp_path / "leaderboard_build" / "index.html").is_file()
     assert (snapshot(published_index) if published_index.exists() else None) == published_before
 
-    stand_in = tmp_path / "published"  # the repository's leaderboard/site/ is not rebuilt by a test
+    stand_in = tmp_path / "published"  # the repository's leaderboard_site/ is not rebuilt by a test
     monkeypatch.setattr(site_module, "PUBLISHED_SITE", stand_in)
     assert leaderboard_main(["build", "--tracking-uri", uri, "--paper-numbers", str(tmp_path), "--publish"]) == 0
     assert (stand_in / "index.html").is_file()
@@ -1116,9 +1116,9 @@ def test_generated_outputs_are_git_ignored():
     import subprocess
 
     outputs = ["benchmark_logs/fedfv-offline/x.log", "leaderboard_build/index.html",
-               ".leaderboard_build-build-x1/index.html", "leaderboard/.site-build-x1/index.html"]
+               ".leaderboard_build-build-x1/index.html", ".leaderboard_site-build-x1/index.html"]
     try:
-        done = subprocess.run(["git", "check-ignore", "--no-index", *outputs, "leaderboard/site/index.html"],
+        done = subprocess.run(["git", "check-ignore", "--no-index", *outputs, "leaderboard_site/index.html"],
                               cwd=ROOT, capture_output=True, text=True, timeout=30)
     except OSError:
         pytest.skip("no git")

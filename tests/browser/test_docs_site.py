@@ -124,8 +124,8 @@ def test_search_finds_an_algorithm(browser, site_url):
 
 
 def test_the_leaderboard_is_part_of_the_site(browser, site_url, shots):
-    if not (ROOT / "leaderboard" / "site" / "index.html").is_file():
-        pytest.skip("this checkout has no published leaderboard (leaderboard/site)")
+    if not (ROOT / "leaderboard_site" / "index.html").is_file():
+        pytest.skip("this checkout has no published leaderboard (leaderboard_site)")
     page, errors = visit(browser, f"{site_url}/")
     page.locator("a[data-leaderboard]").click()
     page.wait_for_load_state("load")

@@ -1,6 +1,6 @@
-"""A suite YAML as typed dataclasses: ``SuiteSpec.parse`` checks the structure the runner relies on
-and refuses what it does not know (a misspelt key would otherwise be ignored in silence), with a
-message that names the entry and what to write instead.
+"""A suite YAML as declared pydantic models: ``SuiteSpec.parse`` checks the structure the runner
+relies on and refuses what it does not know (``extra="forbid"``: a misspelt key would otherwise be
+ignored in silence), with one line that names the entry and what to write instead.
 
 The format (one file per suite, ``benchmarks/<paper>/<name>.yaml``)::
 
@@ -30,10 +30,22 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FORMAT_HINT = "see the format at the top of benchmarks/suite_schema.py"
+ANCHOR_PREFIX = "x-"  # top-level keys that only hold YAML anchors
 
 
 class SuiteFormatError(ValueError):
@@ -41,22 +53,6 @@ class SuiteFormatError(ValueError):
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"suite {where}: {problem}; {FORMAT_HINT}")
-
-
-def _unknown_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], where: str, what: str,
-                  anchors: bool = False) -> None:
-    for key in raw:
-        if key in allowed or (anchors and isinstance(key, str) and key.startswith("x-")):
-            continue
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; {what} takes {', '.join(allowed)}"
-        raise SuiteFormatError(where, f"unknown key {key!r} in {what}{hint}")
-
-
-def _mapping(value: Any, where: str, problem: str) -> dict[str, Any]:
-    if not isinstance(value if value is not None else {}, dict):
-        raise SuiteFormatError(where, problem)
-    return dict(value or {})
 
 
 def algorithm_label(class_path: str, params: Mapping[str, Any]) -> str:
@@ -68,41 +64,59 @@ def algorithm_label(class_path: str, params: Mapping[str, Any]) -> str:
     return f"{name}({inner})"
 
 
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    class_path: str
-    init_args: dict[str, Any]
-    grid: dict[str, list[Any]]
-    label: str | None = None
-    label_args: tuple[str, ...] = ()
+def _problem(text: str) -> PydanticCustomError:
+    """A check's own message, passed through as it is written."""
+    return PydanticCustomError("suite_format", text)
 
-    KEYS = ("class_path", "init_args", "grid", "label", "label_args")
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Setting = dict[StrictStr, Any]  # init_args, a config: names -> any YAML value
+
+
+class AlgorithmEntry(_Entry):
+    """One ``algorithms:`` entry: a class, its settings, a grid expanded into configurations."""
+
+    class_path: StrictStr
+    init_args: Setting = Field(default_factory=dict)
+    grid: dict[StrictStr, Any] = Field(default_factory=dict)
+    label: StrictStr | None = None
+    label_args: tuple[StrictStr, ...] = ()
+
+    @field_validator("init_args", "grid", "label_args", mode="before")
+    @classmethod
+    def _empty(cls, value: Any, info: Any) -> Any:
+        """A key written without a value (``init_args:``) is an empty one."""
+        if value is None:
+            return () if info.field_name == "label_args" else {}
+        return value
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_lists(cls, grid: dict[str, Any]) -> dict[str, Any]:
+        for name, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise _problem(f"grid {name!r} must be a non-empty list of values (e.g. {name}: [{values!r}]), "
+                               f"got {values!r}")
+        return grid
+
+    @model_validator(mode="after")
+    def _label_args_named(self) -> AlgorithmEntry:
+        known = {**self.init_args, **self.grid}
+        missing = [k for k in self.label_args if k not in known]
+        if missing:
+            raise _problem(f"label_args {missing} name no init_args or grid entry; it has {sorted(known)}")
+        return self
 
     @classmethod
     def parse(cls, raw: Any, number: int, where: str) -> AlgorithmEntry:
-        if not isinstance(raw, dict) or not isinstance(raw.get("class_path"), str):
-            raise SuiteFormatError(where, f"algorithm entry {number} must be a mapping with a 'class_path' "
-                                          f"(e.g. class_path: fl_lightning.algorithms.FedAvg), got {raw!r}")
-        path = raw["class_path"]
-        _unknown_keys(raw, cls.KEYS, where, f"algorithm entry {path}")
-        init_args = _mapping(raw.get("init_args"), where, f"{path}: 'init_args' must be a mapping, got {raw.get('init_args')!r}")
-        grid = _mapping(raw.get("grid"), where, f"{path}: 'grid' must be a mapping, got {raw.get('grid')!r}")
-        for name, values in grid.items():
-            if not isinstance(values, list) or not values:
-                raise SuiteFormatError(where, f"{path}: grid {name!r} must be a non-empty list of "
-                                              f"values (e.g. {name}: [{values!r}]), got {values!r}")
-        label_args = raw.get("label_args") or []
-        if not isinstance(label_args, list) or not all(isinstance(k, str) for k in label_args):
-            raise SuiteFormatError(where, f"{path}: 'label_args' must be a list of setting names, got {label_args!r}")
-        known = {**init_args, **grid}
-        missing = [k for k in label_args if k not in known]
-        if missing:
-            raise SuiteFormatError(where, f"{path}: label_args {missing} name no init_args or grid "
-                                          f"entry; it has {sorted(known)}")
-        label = raw.get("label")
-        if label is not None and not isinstance(label, str):
-            raise SuiteFormatError(where, f"{path}: 'label' must be a string, got {label!r}")
-        return cls(path, init_args, grid, label, tuple(label_args))
+        """One entry on its own (``benchmarks.suites.expand_algorithms``)."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as error:
+            raise SuiteFormatError(where, _said(error, raw, ("algorithms", number), raw_root=False)) from None
 
     def configurations(self) -> list[tuple[str, dict[str, Any]]]:
         """[(label, model config)], one per combination of the grid (its cartesian product)."""
@@ -117,87 +131,155 @@ class AlgorithmEntry:
         return configs
 
 
-def _algorithms(raw: Any, where: str) -> tuple[AlgorithmEntry, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise SuiteFormatError(where, f"'algorithms' must be a non-empty list of entries with a class_path, got {raw!r}")
-    return tuple(AlgorithmEntry.parse(entry, number, where) for number, entry in enumerate(raw))
+Algorithms = Annotated[tuple[AlgorithmEntry, ...], Field(min_length=1)]
 
 
-@dataclass(frozen=True)
-class BenchmarkEntry:
-    name: str
-    config: dict[str, Any]
-    algorithms: tuple[AlgorithmEntry, ...] | None = None
-    control: str | None = None
+class BenchmarkEntry(_Entry):
+    """One ``benchmarks:`` entry: a name, its config over ``base``, its own algorithms, its control."""
 
-    KEYS = ("name", "config", "algorithms", "control")
+    name: StrictStr
+    config: Setting = Field(default_factory=dict)
+    algorithms: Algorithms | None = None
+    control: StrictStr | None = None
 
+    @field_validator("config", mode="before")
     @classmethod
-    def parse(cls, raw: Any, number: int, where: str) -> BenchmarkEntry:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise SuiteFormatError(where, f"benchmark entry {number} must be a mapping with a 'name' "
-                                          f"(e.g. name: mnist5k/iid/p0.1/fl_mlp), got {raw!r}")
-        name = raw["name"]
-        _unknown_keys(raw, cls.KEYS, where, f"benchmark {name!r}")
-        config = _mapping(raw.get("config"), where, f"benchmark {name!r}: 'config' must be a mapping, got {raw.get('config')!r}")
-        algorithms = None
-        if raw.get("algorithms") is not None:
-            algorithms = _algorithms(raw["algorithms"], f"{where}, benchmark {name!r}")
-        control = raw.get("control")
-        if control is not None and not isinstance(control, str):
-            raise SuiteFormatError(where, f"benchmark {name!r}: 'control' must be a benchmark name, got {control!r}")
-        return cls(name, config, algorithms, control)
+    def _empty(cls, value: Any) -> Any:
+        return {} if value is None else value
 
 
-@dataclass(frozen=True)
-class SuiteSpec:
-    suite: str
-    paper: str
-    scale: str
-    base: dict[str, Any]
-    benchmarks: tuple[BenchmarkEntry, ...]
-    algorithms: tuple[AlgorithmEntry, ...] | None = None
-    seeds: tuple[int, ...] = (0,)
+class SuiteSpec(_Entry):
+    """A whole suite file."""
+
+    suite: Annotated[StrictStr, Field(min_length=1)]
+    paper: Annotated[StrictStr, Field(min_length=1)]
+    scale: Annotated[StrictStr, Field(min_length=1)]
+    base: Setting
+    benchmarks: Annotated[tuple[BenchmarkEntry, ...], Field(min_length=1)]
+    algorithms: Algorithms | None = None
+    seeds: Annotated[tuple[StrictInt, ...], Field(min_length=1)] = (0,)
     description: str = ""
 
-    KEYS = ("suite", "paper", "scale", "description", "seeds", "base", "algorithms", "benchmarks")
-    REQUIRED = ("suite", "paper", "scale", "base", "benchmarks")
+    @model_validator(mode="before")
+    @classmethod
+    def _without_anchors(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            return {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith(ANCHOR_PREFIX))}
+        return raw
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _one_line(cls, value: Any) -> str:
+        return " ".join(str(value or "").split())
+
+    @model_validator(mode="after")
+    def _benchmarks_complete(self) -> SuiteSpec:
+        names = [b.name for b in self.benchmarks]
+        for benchmark in self.benchmarks:
+            if benchmark.algorithms is None and self.algorithms is None:
+                raise _problem(f"benchmark {benchmark.name!r} has no algorithms (suite-level or its own)")
+            if benchmark.control is not None and benchmark.control not in names:
+                raise _problem(f"benchmark {benchmark.name!r}: control {benchmark.control!r} is not a benchmark "
+                               f"of the suite; it has {names}")
+        return self
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> SuiteSpec:
         """The suite in ``raw`` (a loaded YAML document); ``where`` names it in messages."""
-        if not isinstance(raw, dict):
-            raise SuiteFormatError(where, f"the file must hold a mapping (suite:, paper:, scale:, base:, benchmarks:), "
-                                          f"got {type(raw).__name__}")
-        for key in cls.REQUIRED:
-            if key not in raw:
-                raise SuiteFormatError(where, f"it has no {key!r} entry")
-        _unknown_keys(raw, cls.KEYS, where, "the suite", anchors=True)
-        for key in ("suite", "paper", "scale"):
-            if not isinstance(raw[key], str) or not raw[key]:
-                raise SuiteFormatError(where, f"{key!r} must be a non-empty string, got {raw[key]!r}")
-        if not isinstance(raw["base"], dict):
-            raise SuiteFormatError(where, f"'base' must be a mapping (a LightningCLI config), got {raw['base']!r}")
-        seeds = raw.get("seeds", [0])
-        if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-            raise SuiteFormatError(where, f"'seeds' must be a non-empty list of integers (e.g. seeds: [0, 1, 2]), got {seeds!r}")
-        if not isinstance(raw["benchmarks"], list) or not raw["benchmarks"]:
-            raise SuiteFormatError(where, f"'benchmarks' must be a non-empty list of entries with a name, got {raw['benchmarks']!r}")
-        algorithms = _algorithms(raw["algorithms"], where) if raw.get("algorithms") is not None else None
-        benchmarks = tuple(BenchmarkEntry.parse(entry, number, where) for number, entry in enumerate(raw["benchmarks"]))
-        names = [b.name for b in benchmarks]
-        for benchmark in benchmarks:
-            if benchmark.algorithms is None and algorithms is None:
-                raise SuiteFormatError(where, f"benchmark {benchmark.name!r} has no algorithms (suite-level or its own)")
-            if benchmark.control is not None and benchmark.control not in names:
-                raise SuiteFormatError(where, f"benchmark {benchmark.name!r}: control {benchmark.control!r} "
-                                              f"is not a benchmark of the suite; it has {names}")
-        description = " ".join(str(raw.get("description") or "").split())
-        return cls(raw["suite"], raw["paper"], raw["scale"], dict(raw["base"]), benchmarks, algorithms,
-                   tuple(seeds), description)
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as error:
+            raise SuiteFormatError(where, _said(error, raw)) from None
 
     def algorithms_of(self, benchmark: BenchmarkEntry) -> tuple[AlgorithmEntry, ...]:
         """The benchmark's own algorithms, else the suite's."""
         chosen = benchmark.algorithms if benchmark.algorithms is not None else self.algorithms
         assert chosen is not None  # parse refuses a benchmark with neither
         return chosen
+
+
+# ------------------------------------------------------------------ pydantic's errors in our words
+
+EXAMPLES = {"algorithms": "entries with a class_path", "benchmarks": "entries with a name",
+            "seeds": "integers (e.g. seeds: [0, 1, 2])"}
+REQUIRED_AS = {"class_path": "algorithm entry {n} must be a mapping with a 'class_path' (e.g. class_path: "
+                             "fl_lightning.algorithms.FedAvg), got {raw!r}",
+               "name": "benchmark entry {n} must be a mapping with a 'name' (e.g. name: mnist5k/iid/p0.1/fl_mlp), "
+                       "got {raw!r}"}
+
+
+def _at(raw: Any, loc: tuple[Any, ...]) -> Any:
+    """The part of the document at ``loc`` (None where it is not there)."""
+    for key in loc:
+        try:
+            raw = raw[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def _entry_name(loc: tuple[Any, ...], raw: Any) -> tuple[str, int]:
+    """How the innermost entry on ``loc`` is named in a message ("the suite", "benchmark 'b'",
+    "algorithm entry FedProx"), and how many parts of ``loc`` it spans."""
+    for end in range(len(loc), 0, -1):
+        if isinstance(loc[end - 1], int) and loc[end - 2:end - 1] in (("algorithms",), ("benchmarks",)):
+            entry = _at(raw, loc[:end])
+            if loc[end - 2] == "algorithms":
+                path = entry.get("class_path") if isinstance(entry, dict) else None
+                return (f"algorithm entry {path}" if isinstance(path, str) else f"algorithm entry {loc[end - 1]}"), end
+            name = entry.get("name") if isinstance(entry, dict) else None
+            return (f"benchmark {name!r}" if isinstance(name, str) else f"benchmark entry {loc[end - 1]}"), end
+    return "the suite", 0
+
+
+def _said(error: ValidationError, raw: Any, prefix: tuple[Any, ...] = (), raw_root: bool = True) -> str:
+    """The first of pydantic's errors as one line in the suite format's words. ``prefix``: where
+    ``raw`` sits in a suite (an entry checked on its own)."""
+    first = error.errors(include_url=False)[0]
+    loc = prefix + tuple(first["loc"])
+    document = raw if raw_root else _place(raw, prefix)
+    kind = first["type"]
+    entry, end = _entry_name(loc, document)
+    field, rest = (loc[end] if end < len(loc) else None), loc[end + 1:]
+    if kind == "model_type" and end == 0 and not loc:
+        return (f"the file must hold a mapping (suite:, paper:, scale:, base:, benchmarks:), "
+                f"got {type(raw).__name__}")
+    if kind in ("model_type", "missing") and field in (None, *REQUIRED_AS) and end and not rest:
+        required = "class_path" if entry.startswith("algorithm") else "name"
+        return REQUIRED_AS[required].format(n=loc[end - 1], raw=_at(document, loc[:end]))
+    if kind == "missing":
+        return f"it has no {field!r} entry" if end == 0 else f"{entry}: it has no {field!r} entry"
+    if kind == "extra_forbidden":
+        allowed = {"the suite": SuiteSpec, "benchmark": BenchmarkEntry, "algorithm": AlgorithmEntry}
+        model = next(m for key, m in allowed.items() if entry.startswith(key))
+        known = list(model.model_fields)
+        close = difflib.get_close_matches(str(field), known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; {entry} takes {', '.join(known)}"
+        return f"unknown key {field!r} in {entry}{hint}"
+    if kind == "suite_format":
+        text = first["msg"]
+        return text if end == 0 else f"{_class_path(entry)}: {text}"
+    if field in EXAMPLES and end == 0:  # a list of the suite, or one of its items, is wrong: the list is shown
+        return f"{field!r} must be a non-empty list of {EXAMPLES[field]}, got {_at(document, (field,))!r}"
+    what = field if not rest else f"{field} {'.'.join(map(str, rest))}"
+    expected = {"too_short": "a non-empty list of values", "tuple_type": "a list",
+                "dict_type": "a mapping" + (" (a LightningCLI config)" if field == "base" else ""),
+                "string_type": "a string", "int_type": "an integer"}
+    need = expected.get(kind) or first["msg"].lower()
+    if kind == "string_too_short":
+        need = "a non-empty string"
+    place = "" if end == 0 else f"{_class_path(entry)}: "
+    return f"{place}{what!r} must be {need}, got {_at(document, loc)!r}"
+
+
+def _class_path(entry: str) -> str:
+    """An algorithm entry by its class path alone, as its messages begin; other entries as named."""
+    return entry.removeprefix("algorithm entry ")
+
+
+def _place(entry: Any, prefix: tuple[Any, ...]) -> Any:
+    """A document holding ``entry`` at ``prefix`` (to name an entry checked on its own)."""
+    document: Any = entry
+    for key in reversed(prefix):
+        document = [None] * key + [document] if isinstance(key, int) else {key: document}
+    return document

@@ -215,7 +215,7 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
             launcher.stop(stop.signum)
         verb = "terminated" if stopped_by == signal.SIGTERM else "interrupted"
         print(f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
-              f"`{program_name()} run {name}` again resumes them from their checkpoints", file=sys.stderr, flush=True)
+              f"`{program_name()} run {name}` again runs them, from their last checkpoint where the suite keeps checkpoints", file=sys.stderr, flush=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()

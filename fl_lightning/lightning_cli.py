@@ -74,7 +74,7 @@ from fl_lightning.preflight import (
     check_seed,
     check_tracking_store,
 )
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+from fl_lightning.run_schema import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from fl_lightning.seeding import SEED_ENV
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
@@ -459,7 +459,7 @@ def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:
     return {
         "logger": {
             "class_path": "lightning.pytorch.loggers.MLFlowLogger",
-            "init_args": {"experiment_name": "fl-lightning", "tracking_uri": DEFAULT_TRACKING_URI},
+            "init_args": {"experiment_name": DEFAULT_EXPERIMENT, "tracking_uri": DEFAULT_TRACKING_URI},
         },
         "callbacks": [RoundProgressBar(), MLflowRunInfo(), LogHyperparameters(), FitReport(command_args or [])],
         "default_root_dir": "checkpoints",  # checkpoints/<experiment id>/<run id>/checkpoints/

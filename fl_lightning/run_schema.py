@@ -67,6 +67,7 @@ DEFAULT_NUM_CLIENTS = 100  # FederatedDataModule's ``num_clients``
 DEFAULT_DATA_DIR = "data"  # FederatedDataModule's ``data_dir``
 REPLAY_IDENTICAL = "identical"  # the replay_result tag of a run replayed bit for bit
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"  # the local MLflow store of the CLI, the runner and the leaderboard
+DEFAULT_EXPERIMENT = "fl-lightning"  # the MLflow experiment of a plain `fl-lightning fit` (not from a suite)
 FULL_PARTICIPATION = 1.0  # a fraction of 1: every client every round (tag ``participation``: ``full``)
 LOCAL_TEST_MODE: Final = "local"  # the test mode in which every client keeps a share of its samples as its test set
 GLOBAL_TEST_MODE: Final = "global"  # the test mode in which one shared test set is held out

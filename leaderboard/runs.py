@@ -97,7 +97,7 @@ def status_as_read(status: str, tags: dict[str, str]) -> str:
     return status
 
 
-CLI_EXPERIMENT = "fl-lightning"
+CLI_EXPERIMENT = schema.DEFAULT_EXPERIMENT
 """The experiment ``fl-lightning fit`` logs to unless told another (``lightning_cli.trainer_defaults``)."""
 PLAIN_FITS = "Your fits (not from a suite)"
 """Where the leaderboard groups the runs no suite made (``fl-lightning fit`` alone, a Trainer script)."""

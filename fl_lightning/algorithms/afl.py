@@ -9,10 +9,10 @@ import torch
 from pydantic import Field
 
 from fl_lightning.algorithms.agents import MAX_LOGGED_AGENTS
+from fl_lightning.algorithms.qp import simplex_projection
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.algorithms.qp import simplex_projection
 from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithms.qp import min_norm_simplex
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.engines import GradientSignal, full_batch_gradients
@@ -18,7 +19,6 @@ from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.algorithms.qp import min_norm_simplex
 
 ZERO_SIGNAL = 1e-6  # ||g_i|| at most this: a zero update, left out (the reference's defence)
 ZERO_DIRECTION = 1e-3  # ||Σλ_j V_j|| ≤ this · max_j ||V_j||: Pareto-stationary, no step

@@ -13,12 +13,12 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithms.qp import box_around, min_norm_simplex
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import with_proximal_term
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.algorithms.qp import box_around, min_norm_simplex
 
 # the settings the variants below declare again with their own defaults, checked as FedMGDA+'s are
 BoxHalfWidth = Annotated[float, Field(ge=0, allow_inf_nan=False, description=(

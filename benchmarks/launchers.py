@@ -153,11 +153,12 @@ class IsolatedProcesses:
 
     def run(self, config_path: str, log_path: str) -> int | str:
         env = {**os.environ, **_thread_env(self.threads)}
-        with open(log_path, "w") as log, self.lock:
-            if STOPPED.is_set():
+        with self.lock:
+            if STOPPED.is_set():  # before the log is opened: a cell not started leaves no empty log
                 return NOT_STARTED
-            process = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
-                                       stdout=log, stderr=subprocess.STDOUT, env=env)
+            with open(log_path, "w") as log:
+                process = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", "fit", "--config", config_path],
+                                           stdout=log, stderr=subprocess.STDOUT, env=env)
             self.running.add(process)
         try:
             return process.wait()

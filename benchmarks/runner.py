@@ -210,6 +210,8 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
             report(future, len(reported) + 1)
     except KeyboardInterrupt as stop:  # the cells not started are dropped, the running ones stop with their fits
         STOPPED.set()
+        if on_term is not None:  # a second SIGTERM (a scheduler's repeat) must not cut the stop short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if isinstance(stop, SuiteStopped):
             stopped_by = stop.signum
             launcher.stop(stop.signum)

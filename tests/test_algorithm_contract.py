@@ -9,14 +9,19 @@ algorithm" contract.
 - An algorithm overrides only the documented hooks of ``FederatedModule``; an engine method
   overridden anyway must be listed, with why, in ``KNOWN_EXCEPTIONS`` (none today), so a new
   one fails here.
+- One door (issue 35): an algorithm reads the engine only through its ``RoundContext``; no
+  algorithm file reads an attribute of the engine through ``self`` (a scan of their source).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
+import inspect
 import random
 import types
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -25,8 +30,10 @@ import pytest
 import torch
 
 from fl_lightning.algorithms import ALGORITHMS
+from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.payload import RoundPayload, as_server_step
+from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.data.datamodule import FederatedDataModule
 from tests.test_all_algorithms import FULL_PARTICIPATION
 
@@ -234,11 +241,11 @@ def test_the_engine_asks_the_training_samples_and_evaluation_metrics_hooks():
     class Probe(FedAvg):
         added = {"probe_metric": 1.0}
 
-        def training_samples(self, index, sizes):
-            asked.append(index)
-            return index[:, :1], sizes.clamp(max=1)  # every client's first sample
+        def training_samples(self, data):
+            asked.append(data.train_index)
+            return data.train_index[:, :1], data.train_sizes.clamp(max=1)  # every client's first sample
 
-        def evaluation_metrics(self, client_metrics):
+        def evaluation_metrics(self, context, client_metrics):
             return dict(self.added, probe_clients=float(len(client_metrics["test_accuracy"])))
 
     _, data = make_run("FedAvg")
@@ -246,7 +253,7 @@ def test_the_engine_asks_the_training_samples_and_evaluation_metrics_hooks():
     probe = Probe(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, seed=3)
     probe.attach_data(data)
     for _ in range(2):
-        shards = probe.client_shards(torch.tensor([1, 4]))
+        shards = probe._client_shards(torch.tensor([1, 4]))
         assert shards.sizes_cpu == [1, 1] and torch.equal(shards.index, data.train_index[[1, 4], :1])
     assert len(asked) == 1
     metrics = probe.evaluate_all_clients()
@@ -275,10 +282,53 @@ def test_the_command_line_builds_an_algorithm_with_its_own_defaults(name):
 
 
 # ------------------------------------------------------------------------- the round context
+# What an algorithm may read of its own module besides the hooks: Lightning's (hparams, device,
+# print, the model it trains) and the state API of ``register_client_state``.
+ALGORITHM_API = DOCUMENTED_HOOKS | DECLARED_REQUIREMENTS | {
+    "hparams", "save_hyperparameters", "model", "num_parameters",
+    "register_client_state", "register_client_history", "history_rows", "store_history",
+}
+ALGORITHMS_DIR = Path(inspect.getfile(FederatedModule)).parents[1] / "algorithms"
+
+
+def engine_names() -> set[str]:
+    """Every attribute the engine gives a module that is not the algorithm API: what
+    ``FederatedModule`` and its mixins define, what its ``__init__`` sets, and Lightning's logging."""
+    defined = {n for cls in (FederatedModule, ClientStateMixin, FederatedDataLink) for n in vars(cls)
+               if not n.startswith("__")}
+    bare = set(vars(pl.LightningModule()))
+    built = set(vars(ALGORITHMS["FedAvg"](backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))))
+    return (defined | (built - bare) | set(LOG_METHODS)) - ALGORITHM_API
+
+
+def engine_reads(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every ``self.<name>`` in ``source`` that names an engine attribute."""
+    return [(node.lineno, node.attr) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+            and node.attr in names]
+
+
+def test_the_engine_scan_finds_a_planted_read():
+    names = engine_names()
+    assert {"_layout", "_global_vector", "_local_train", "_federated_data", "attacker", "log_round",
+            "round_context"} <= names
+    planted = "class A:\n    def aggregate(self, payload):\n        return self._global_vector() + self.log_round({})\n"
+    assert engine_reads(planted, names) == [(3, "_global_vector"), (3, "log_round")]
+
+
+@pytest.mark.parametrize("path", sorted(ALGORITHMS_DIR.rglob("*.py")), ids=lambda p: p.name)
+def test_an_algorithm_reads_the_engine_only_through_its_context(path):
+    """One door: an algorithm file reads the round (layout, w, local training, K, lr, the
+    evaluator, the data) from its ``RoundContext``, never from ``self``."""
+    assert engine_reads(path.read_text(), engine_names()) == [], (
+        f"{path.name} reads engine attributes through self: read them from the round's context")
+
+
 def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand():
     """Issue 23: ``aggregate`` and ``on_round_end`` read the engine through ``payload.context``:
     the round's lr (lr · lr_decay^t), w, the layout, K; every field read-only; a payload built by
-    hand gets its round's context from the hook, and one read outside a hook says what to do."""
+    hand gets its round's context from ``module.propose`` (issue 35: no wrapper around the hook,
+    so calling ``aggregate`` itself on it says what to do)."""
     from fl_lightning.algorithms import FedAvg
     from fl_lightning.core.payload import RoundContext
 
@@ -294,21 +344,24 @@ def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand
                   lr=0.2, lr_decay=0.5, seed=3)
     data.setup("fit")
     probe.attach_data(data)
-    d, m = probe.layout.num_parameters, 3
+    d, m = probe.num_parameters, 3
     hand_built = RoundPayload(round=2, clients=torch.arange(m), updates=torch.randn(m, d), losses=torch.ones(m),
                               accuracies=torch.zeros(m), num_samples=torch.full((m,), 10))
-    probe.aggregate(hand_built)
+    probe.propose(hand_built)
     context = seen["context"]
     assert isinstance(context, RoundContext) and context.round == 2
     assert context.lr == pytest.approx(0.2 * 0.5**2)
-    assert torch.equal(context.global_vector, probe.global_vector())
-    assert context.layout is probe.layout and context.num_clients_total == 8
+    assert torch.equal(context.global_vector, probe._global_vector())
+    assert context.layout is probe._layout and context.num_clients_total == 8
     with pytest.raises(AttributeError):
         context.lr = 1.0  # read-only
     with pytest.raises(RuntimeError, match="no context: call the hook through its module"):
         hand_built.context  # noqa: B018
-    trained = context.local_train(probe.client_shards(torch.arange(2)))
-    assert trained[probe.layout.names[0]].shape[0] == 2  # one model per client, this round's lr
+    with pytest.raises(RuntimeError, match=r"module.propose\(payload\)"):
+        probe.aggregate(hand_built)  # the hook itself, unwrapped: no context added in silence
+    assert Probe.aggregate is vars(Probe)["aggregate"]  # a breakpoint in aggregate lands in aggregate
+    trained = context.local_train(context.client_shards(torch.arange(2)))
+    assert trained[probe._layout.names[0]].shape[0] == 2  # one model per client, this round's lr
 
 
 BARE_TYPES = {"float", "int", "bool", "float | None", "int | None", "Optional[float]", "Optional[int]"}  # no rule

@@ -52,24 +52,24 @@ def attached(cls, data, **kwargs):
     module = cls(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, fraction=1.0,
                  **kwargs)
     module.attach_data(data)
-    module.materialise_client_states(data.num_clients)
+    module._materialise_client_states(data.num_clients)
     return module
 
 
 def test_validation_set_is_held_out_of_every_agents_training_data():
     data = digits()
     module = attached(CFFL, data, validation_fraction=0.2)
-    training, held = module.validation_split()
+    training, held = module.validation_split(module._federated_data)
     sizes = data.train_sizes.tolist()
     assert training.train_sizes.tolist() == [n - round(0.2 * n) for n in sizes]
     assert held.numel() == sum(round(0.2 * n) for n in sizes)
-    shards = module.client_shards(torch.arange(data.num_clients))
+    shards = module._client_shards(torch.arange(data.num_clients))
     trained_on = {int(i) for k, n in enumerate(shards.sizes_cpu) for i in shards.index[k, :n]}
     everything = {int(i) for k, n in enumerate(sizes) for i in data.train_index[k, :n]}
     assert trained_on.isdisjoint(held.tolist()) and trained_on | set(held.tolist()) == everything
-    again = attached(CFFL, digits(), validation_fraction=0.2).validation_split()[1]
+    again = (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2))[1]
     assert torch.equal(held, again)  # drawn from the seed
-    assert not torch.equal(held, attached(CFFL, digits(), validation_fraction=0.2, seed=1).validation_split()[1])
+    assert not torch.equal(held, (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2, seed=1))[1])
 
 
 # ------------------------------------------------------------------ CFFL by hand
@@ -78,7 +78,7 @@ def tiny(cls, num_agents=3, **kwargs):
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, **kwargs)
     for p in module.model.parameters():
         torch.nn.init.zeros_(p)
-    module.materialise_client_states(num_agents)
+    module._materialise_client_states(num_agents)
     return module
 
 
@@ -100,7 +100,7 @@ def sinh_reputations(scores, alpha=5.0, fade=0.8):
 @no_trainer_log
 def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch):
     module = tiny(CFFL, threshold=0.5)
-    monkeypatch.setattr(module, "validation_accuracy", lambda models: torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64))
+    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64))
     before = module.agent_models.clone()
     step = module.server_round(payload(UPDATES, [1, 1, 2]))
     # s = vacc / Σ vacc = [1/2, 1/3, 1/6]; r = sinh(5 · 0.2 s), normalised
@@ -124,7 +124,7 @@ def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch
     assert torch.allclose(moved[2], torch.tensor(UPDATES[2]))
     # next round: agent 2 is neither aggregated nor rewarded
     module.agent_models.copy_(before)
-    monkeypatch.setattr(module, "validation_accuracy", lambda models: torch.tensor([0.5, 0.5, 0.9], dtype=torch.float64))
+    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: torch.tensor([0.5, 0.5, 0.9], dtype=torch.float64))
     step = module.server_round(payload(UPDATES, [1, 1, 2]))
     assert torch.allclose(-step, torch.tensor([0.5, 1.0, 0.0, 0.0]))
     assert module.r[2] == 0 and not module.reputable[2]
@@ -135,7 +135,7 @@ def test_cffl_leave_one_out_scores_by_hand(monkeypatch):
     module = tiny(CFFL, reputation="leave_one_out")
     calls = []
 
-    def accuracies(models):
+    def accuracies(context, models):
         calls.append(models.clone())
         return torch.tensor([0.8, 0.6, 0.8, 0.9], dtype=torch.float64)  # all, without 0, without 1, without 2
 
@@ -154,7 +154,7 @@ def test_cffl_leave_one_out_scores_by_hand(monkeypatch):
 def test_eci_shapley_of_validation_accuracy_and_downloads_by_hand(monkeypatch, num_permutations):
     module = tiny(ECI, num_permutations=num_permutations, alpha=0.95)
     # ν(S) = first coordinate of w_g + FedAvg of S: with equal sizes, the mean of x = [1, 0, 0] over S
-    monkeypatch.setattr(module, "validation_accuracy", lambda models: models[:, 0].double())
+    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: models[:, 0].double())
     before = module.agent_models.clone()
     updates = [[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 4.0]]
     step = module.server_round(payload(updates, [1, 1, 1]))
@@ -173,9 +173,9 @@ def test_eci_shapley_of_validation_accuracy_and_downloads_by_hand(monkeypatch, n
 
 def test_eci_refuses_an_exact_value_over_too_many_agents(monkeypatch):
     module = tiny(ECI, num_agents=11, num_permutations=None)
-    monkeypatch.setattr(module, "validation_accuracy", lambda models: models[:, 0].double())
+    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: models[:, 0].double())
     with pytest.raises(ValueError, match="num_permutations"):
-        module.aggregate(payload(torch.zeros(11, 4), [1] * 11))
+        module.propose(payload(torch.zeros(11, 4), [1] * 11))
 
 
 # ------------------------------------------------------------------ fits and registry

@@ -63,8 +63,8 @@ def payload(updates, num_samples, round_index=0):
 def module_for(num_agents, **kwargs):
     """A module with D = 1220 parameters (logistic regression, 121 inputs -> 10 classes)."""
     module = CGSV(backbone="fl_logreg", num_classes=10, input_shape=(121,), **kwargs)
-    module.materialise_client_states(num_agents)
-    assert sum(module.layout.numels) == 1220
+    module._materialise_client_states(num_agents)
+    assert sum(module._layout.numels) == 1220
     return module
 
 
@@ -143,7 +143,7 @@ def test_a_check_round_by_hand():
     updates = torch.randn(3, 1220, generator=g)
     updates[1] = 5 * updates[0] + torch.randn(1220, generator=g)  # close to agent 0, much longer
     updates[2] = -0.5 * updates[0] + 2 * torch.randn(1220, generator=g)
-    metrics = module.aggregate(payload(updates, [20, 10, 10])).metrics
+    metrics = module.propose(payload(updates, [20, 10, 10])).metrics
 
     u = updates.double() / updates.double().norm(dim=1, keepdim=True)  # Γ cancels in every cosine
     exact = shapley_by_orders(cosine_game(u, torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64)), 3)
@@ -173,18 +173,18 @@ def test_the_check_is_reproducible_and_leaves_the_round_unchanged():
     the same round gives the same φ̄ twice and another round other orders."""
     updates = torch.randn(5, 1220, generator=torch.Generator().manual_seed(2))
     plain, checked = module_for(5), module_for(5, shapley_check_every=1, shapley_permutations=7)
-    step, step_checked = plain.aggregate(payload(updates, [1] * 5)), checked.aggregate(payload(updates, [1] * 5))
+    step, step_checked = plain.propose(payload(updates, [1] * 5)), checked.propose(payload(updates, [1] * 5))
     assert torch.equal(step.direction, step_checked.direction)
     assert torch.equal(step.new_state["r"], step_checked.new_state["r"])
-    again = checked.aggregate(payload(updates, [1] * 5)).metrics
-    later = checked.aggregate(payload(updates, [1] * 5, round_index=1)).metrics
+    again = checked.propose(payload(updates, [1] * 5)).metrics
+    later = checked.propose(payload(updates, [1] * 5, round_index=1)).metrics
     sampled = [[m[f"cgsv_shapley_sampled/{i}"] for i in range(5)] for m in (step_checked.metrics, again, later)]
     assert sampled[0] == sampled[1] != sampled[2]
     assert step_checked.metrics["cgsv_shapley/0"] == later["cgsv_shapley/0"]  # the exact φ does not sample
 
 
 def test_more_than_ten_agents_skip_the_exact_value():
-    metrics = module_for(11, shapley_check_every=1).aggregate(
+    metrics = module_for(11, shapley_check_every=1).propose(
         payload(torch.randn(11, 1220, generator=torch.Generator().manual_seed(3)), [1] * 11)).metrics
     assert "cgsv_shapley_sampled/10" in metrics and math.isfinite(metrics["cgsv_shapley_psi_sampled_pearson"])
     assert not any(k.startswith("cgsv_shapley_l") or k.startswith("cgsv_shapley/") for k in metrics)

@@ -112,7 +112,7 @@ class PersonalCopies(FedAvg):
     """Evaluates K identical copies of the global model through the per-client path."""
 
     def evaluation_params(self):
-        return self.global_vector().unsqueeze(0).expand(self.num_clients_total, -1)
+        return self._global_vector().unsqueeze(0).expand(self._num_clients_total, -1)  # a test may peek
 
 
 def _fit(module, data):
@@ -135,7 +135,7 @@ def test_lr_decay_conflicts_and_improvement_are_logged():
     data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=0)
     module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3,
                     fraction=1.0, lr=0.2, lr_decay=0.5, track_improvement=True, layer_grouping="module")
-    assert module.round_lr(0) == 0.2 and module.round_lr(2) == pytest.approx(0.05)
+    assert module._round_lr(0) == 0.2 and module._round_lr(2) == pytest.approx(0.05)
     metrics = _fit(module, data).callback_metrics
     assert 0 <= metrics["improved_fraction"].item() <= 1
     assert 0 <= metrics["conflicts_model"].item() <= 6

@@ -28,37 +28,37 @@ def test_loss_aware_selection_takes_the_highest_loss_candidates(monkeypatch):
     module = attached(fraction=0.3, selection="loss_aware", num_candidates=6)
     seen = {}
 
-    def losses(candidates):
+    def losses(context, candidates):
         seen["candidates"] = candidates
         return candidates.double() * torch.tensor([1.0, -1.0]).repeat(3)  # alternating signs: not just the ids
 
     monkeypatch.setattr(module, "candidate_losses", losses)
-    chosen = module.sample_clients(0, 10)
+    chosen = module.sample_clients(module.round_context(0))
     candidates = seen["candidates"]
     assert len(candidates) == 6 and len(set(candidates.tolist())) == 6
-    expected = sorted(candidates[torch.argsort(-losses(candidates))[:3]].tolist())
+    expected = sorted(candidates[torch.argsort(-losses(None, candidates))[:3]].tolist())
     assert chosen.tolist() == expected
-    assert torch.equal(module.sample_clients(0, 10), chosen)  # the same round draws the same candidates
+    assert torch.equal(module.sample_clients(module.round_context(0)), chosen)  # the same round draws the same candidates
 
 
 def test_candidate_losses_are_the_clients_training_losses_at_the_global_model():
     module = attached(fraction=0.3, selection="loss_aware")
     candidates = torch.tensor([0, 3, 7])
-    shards = module.client_shards(candidates)
-    expected, _ = module.evaluator.shared(module.model, (shards.x, shards.y, shards.index, shards.sizes))
-    assert torch.allclose(module.candidate_losses(candidates), expected)
+    shards = module._client_shards(candidates)
+    expected, _ = module._evaluator.shared(module.model, (shards.x, shards.y, shards.index, shards.sizes))
+    assert torch.allclose(module.candidate_losses(module.round_context(0), candidates), expected)
 
 
 def test_uniform_selection_is_the_core_sampling():
     module = attached(fraction=0.3)
     for t in range(3):
-        assert torch.equal(module.sample_clients(t, 10), simulation.sample_uniformly(0, t, 10, 0.3))
+        assert torch.equal(module.sample_clients(module.round_context(t)), simulation.sample_uniformly(0, t, 10, 0.3))
 
 
 def test_too_few_candidates_are_refused():
     module = attached(fraction=0.5, selection="loss_aware", num_candidates=2)
     with pytest.raises(ValueError, match="num_candidates=2"):
-        module.sample_clients(0, 10)
+        module.sample_clients(module.round_context(0))
     with pytest.raises(ValueError, match="selection"):
         attached(selection="biggest")
 
@@ -68,7 +68,7 @@ class Chosen(pl.Callback):
         self.rounds = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.rounds.append(outputs["payload"].clients.cpu())
+        self.rounds.append(outputs["outcome"].payload.clients.cpu())
 
 
 def test_fit_with_loss_aware_selection_trains_the_highest_loss_clients(monkeypatch):
@@ -78,8 +78,8 @@ def test_fit_with_loss_aware_selection_trains_the_highest_loss_clients(monkeypat
     expected = []
     original = DRFL.candidate_losses
 
-    def recording(self, candidates):
-        losses = original(self, candidates)
+    def recording(self, context, candidates):
+        losses = original(self, context, candidates)
         expected.append(DRFL.highest_losses(candidates, losses, 2))
         return losses
 

@@ -37,7 +37,7 @@ def payload(module, rows, losses=None, accuracies=None, clients=None, t=0):
     """Updates padded with zeros to the model's d (inner products and norms unchanged)."""
     rows = torch.as_tensor(rows, dtype=torch.float64)
     m = rows.shape[0]
-    updates = torch.zeros(m, module.layout.num_parameters, dtype=torch.float64)
+    updates = torch.zeros(m, module.num_parameters, dtype=torch.float64)
     updates[:, : rows.shape[1]] = rows
     return RoundPayload(
         round=t, clients=torch.arange(m) if clients is None else torch.as_tensor(clients), updates=updates,
@@ -64,7 +64,7 @@ class Iterates(pl.Callback):
         self.models, self.metrics = [], []
 
     def on_train_epoch_end(self, trainer, pl_module):
-        self.models.append(pl_module.global_vector().clone())
+        self.models.append(pl_module._global_vector().clone())
         self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
@@ -77,7 +77,7 @@ def fit_module(cls, data, **kwargs):
 def test_qfedavg_q_zero_is_uniform_averaging():
     module = make(QFedAvg, q=0.0)
     rows = torch.randn(4, 7, dtype=torch.float64)
-    step = module.aggregate(payload(module, rows, losses=[0.3, 2.0, 1.1, 0.7]))
+    step = module.propose(payload(module, rows, losses=[0.3, 2.0, 1.1, 0.7]))
     torch.testing.assert_close(step[:7], rows.mean(0))
 
 
@@ -85,11 +85,11 @@ def test_qfedavg_two_client_example_by_hand():
     # g1 = (1, 0), g2 = (0, 2), F = (1, 4), q = 1, L = 1/lr = 10:
     # Δ1 = 1·10·g1 = (10, 0), Δ2 = 4·10·g2 = (0, 80); h1 = 1·|10 g1|² + 10·1 = 110, h2 = 400 + 40 = 440
     module = make(QFedAvg, q=1.0)
-    step = module.aggregate(payload(module, [[1.0, 0.0], [0.0, 2.0]], losses=[1.0, 4.0]))
+    step = module.propose(payload(module, [[1.0, 0.0], [0.0, 2.0]], losses=[1.0, 4.0]))
     torch.testing.assert_close(step[:2], torch.tensor([10 / 550, 80 / 550], dtype=torch.float64))
     assert step[2:].abs().sum() == 0
     # L = 1 given: Δ = (g1, 4 g2) = ((1, 0), (0, 8)); h = (|g1|² + 1, |g2|² + 4) = (2, 8)
-    step = make(QFedAvg, q=1.0, lipschitz=1.0).aggregate(payload(module, [[1.0, 0.0], [0.0, 2.0]], losses=[1.0, 4.0]))
+    step = make(QFedAvg, q=1.0, lipschitz=1.0).propose(payload(module, [[1.0, 0.0], [0.0, 2.0]], losses=[1.0, 4.0]))
     torch.testing.assert_close(step[:2], torch.tensor([0.1, 0.8], dtype=torch.float64))
 
 
@@ -107,7 +107,7 @@ def test_afl_weights_by_client_id_and_moves_lambda_towards_the_worst_client(data
     p = payload(module, rows, losses=[0.1, 0.2, 3.0, 0.5], clients=clients)
     uniform = module.mixture.clone()
     module.mixture.copy_(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0, 0.0]))
-    answer = module.aggregate(p)  # γ_w Σ λ_k g_k / lr with γ_w = lr: λ read by client id
+    answer = module.propose(p)  # γ_w Σ λ_k g_k / lr with γ_w = lr: λ read by client id
     step = answer.direction
     torch.testing.assert_close(step[:5], torch.tensor([0.4, 0.2, 0.1, 0.3], dtype=torch.float64) @ rows)
     # the mixture the step used is logged by client id, absent clients included
@@ -115,7 +115,7 @@ def test_afl_weights_by_client_id_and_moves_lambda_towards_the_worst_client(data
     assert answer.metrics["afl_lambda_max"] == pytest.approx(0.4)
 
     module.mixture.copy_(uniform)
-    module.on_round_end(p, step)
+    module.on_round_end(module._with_round_context(p), step)
     shifted = uniform + 0.1 * torch.tensor([3.0, 0.2, 0.5, 0.1, 0.0, 0.0])  # λ + γ_λ F, F by client id
     expected = shifted - (shifted.sum() - 1) / NUM_CLIENTS  # the projection when no weight hits 0
     assert (expected > 0).all()
@@ -164,8 +164,8 @@ def test_fedfa_three_client_round_by_hand(data):
 
 
 def test_fedfa_clients_use_momentum_gamma_unless_told_otherwise():
-    assert make(FedFa).local_sgd.momentum == 0.9 and make(FedFa, gamma=0.5).hparams.momentum == 0.5
-    assert make(FedFa, momentum=0.0).local_sgd.momentum == 0.0
+    assert make(FedFa)._local_sgd.momentum == 0.9 and make(FedFa, gamma=0.5).hparams.momentum == 0.5
+    assert make(FedFa, momentum=0.0)._local_sgd.momentum == 0.0
 
 
 # --------------------------------------------------------------------------- DRFL and FedGini
@@ -173,7 +173,7 @@ def test_fedfa_clients_use_momentum_gamma_unless_told_otherwise():
 def test_drfl_weights_grow_with_loss_to_the_power_q(q, weights):
     module = make(DRFL, q=q)
     rows = [[1.0, 0.0], [0.0, 1.0]]
-    step = module.aggregate(payload(module, rows, losses=[1.0, 3.0]))
+    step = module.propose(payload(module, rows, losses=[1.0, 3.0]))
     torch.testing.assert_close(step[:2], torch.tensor(weights, dtype=torch.float64))
 
 
@@ -190,7 +190,7 @@ def test_fedgini_weights_are_the_gradient_of_the_gini_penalised_mean():
     gini_penalised_mean(losses, 0.5).backward()
     torch.testing.assert_close(module.gini_weights(losses.detach()), losses.grad)
     # m = 3 by hand: ranks (1, 3, 2) -> c = (1 + .5 (2r - 4) / 3) / 3 = (2/9, 4/9, 1/3)
-    step = module.aggregate(payload(module, torch.eye(3), losses=[0.5, 2.0, 1.0]))
+    step = module.propose(payload(module, torch.eye(3), losses=[0.5, 2.0, 1.0]))
     torch.testing.assert_close(step[:3], torch.tensor([2 / 9, 4 / 9, 1 / 3], dtype=torch.float64))
     tied = module.gini_weights(torch.tensor([1.0, 1.0, 2.0]))  # ties share their mean rank
     torch.testing.assert_close(tied, torch.tensor([5 / 18, 5 / 18, 4 / 9], dtype=torch.float64))
@@ -221,9 +221,9 @@ def test_bad_hyper_parameters_are_refused(cls, kwargs):
 @pytest.mark.parametrize("cls", [QFedAvg, FedFa, DRFL, FedGini])
 def test_short_fit(cls, data):
     module = fit_module(cls, data, fraction=0.5)
-    start = module.global_vector().clone()
+    start = module._global_vector().clone()
     iterates = fit(module, data)
-    assert torch.isfinite(module.global_vector()).all() and not torch.equal(module.global_vector(), start)
+    assert torch.isfinite(module._global_vector()).all() and not torch.equal(module._global_vector(), start)
     assert {"conflicts_model", "server_step_norm", "test_acc_mean"} <= set(iterates.metrics[-1])
     if cls is FedFa:
         assert int(module.participation.sum()) == 2 * 3  # 3 clients answered in each of 2 rounds

@@ -91,7 +91,7 @@ def test_equals_line_by_line_transcription_over_rounds_with_history(data, order,
     module = make_fedfv(data, alpha=alpha, tau=tau, order=order, external_rounds=external_rounds)
     paper = Transcription(alpha, tau, external_rounds)
     generator = torch.Generator().manual_seed(7)
-    d = module.layout.num_parameters
+    d = module.num_parameters
     shared = torch.randn(d, generator=generator, dtype=torch.float64)
     external = 0
     for t in range(7):
@@ -116,7 +116,7 @@ def test_equals_line_by_line_transcription_over_rounds_with_history(data, order,
 
 def test_history_and_last_rounds_follow_alg1_line4(data):
     module = make_fedfv(data, tau=2)
-    updates = torch.randn(3, module.layout.num_parameters, dtype=torch.float64)
+    updates = torch.randn(3, module.num_parameters, dtype=torch.float64)
     module.server_round(payload(4, [5, 0, 9], updates, torch.tensor([0.3, 0.1, 0.2], dtype=torch.float64)))
     assert torch.equal(module.history[[5, 0, 9]], updates)
     assert module.last_seen.tolist() == [4, -1, -1, -1, -1, 4, -1, -1, -1, 4, -1, -1]
@@ -125,7 +125,7 @@ def test_history_and_last_rounds_follow_alg1_line4(data):
 
 def three_clients(module):
     """FedLF appendix, Fig. 1: g1 = (-1, .5, 0), g2 = (.8, -1, 0), g3 = (1, 1, -1), padded with zeros."""
-    g = torch.zeros(3, module.layout.num_parameters, dtype=torch.float64)
+    g = torch.zeros(3, module.num_parameters, dtype=torch.float64)
     g[:, :3] = torch.tensor([[-1.0, 0.5, 0.0], [0.8, -1.0, 0.0], [1.0, 1.0, -1.0]])
     return g
 
@@ -134,22 +134,22 @@ def three_clients(module):
 def test_fedlf_three_client_example_conflicts_for_every_loss_order(data, loss_ranks):
     module = make_fedfv(data, alpha=0.0, tau=0)
     g = three_clients(module)
-    step = module.aggregate(payload(0, [0, 1, 2], g, torch.tensor(loss_ranks, dtype=torch.float64)))
+    step = module.propose(payload(0, [0, 1, 2], g, torch.tensor(loss_ranks, dtype=torch.float64)))
     # the server moves by -step; client i's own descent move is -g_i
     assert (g @ step < 0).any(), "FedLF reports FedFV conflicting with some client"
 
 
 def test_alpha_one_is_uniform_averaging(data):
     module = make_fedfv(data, alpha=1.0, tau=0)
-    updates = torch.randn(4, module.layout.num_parameters, dtype=torch.float64)
-    step = module.aggregate(payload(0, [0, 1, 2, 3], updates, torch.rand(4, dtype=torch.float64)))
+    updates = torch.randn(4, module.num_parameters, dtype=torch.float64)
+    step = module.propose(payload(0, [0, 1, 2, 3], updates, torch.rand(4, dtype=torch.float64)))
     torch.testing.assert_close(step, updates.mean(0), rtol=1e-10, atol=1e-12)
 
 
 def test_step_has_the_norm_of_the_mean_update(data):
     module = make_fedfv(data, alpha=0.0, tau=1)
     for t in range(3):
-        updates = torch.randn(4, module.layout.num_parameters, dtype=torch.float64)
+        updates = torch.randn(4, module.num_parameters, dtype=torch.float64)
         step = module.server_round(payload(t, [t, t + 1, t + 2, t + 3], updates, torch.rand(4, dtype=torch.float64)))
         assert math.isclose(step.norm(), updates.mean(0).norm(), rel_tol=1e-9)
 
@@ -186,8 +186,8 @@ def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
                          num_sanity_val_steps=0, callbacks=[recorder], default_root_dir=tmp_path)
     trainer.fit(module, datamodule=data)
 
-    assert torch.isfinite(module.global_vector()).all()
-    last_sampled = module.sample_clients(2, NUM_CLIENTS)
+    assert torch.isfinite(module._global_vector()).all()
+    last_sampled = module.sample_clients(module.round_context(2))
     assert (module.last_seen[last_sampled] == 2).all()
     assert set(module.last_seen.tolist()) <= {-1, 0, 1, 2}
     # τ = 1: round 3 reads only rows from round 2; older rows are zeroed when they leave the window
@@ -197,7 +197,7 @@ def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
     restored = FedFV.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
     assert torch.equal(restored.last_seen, module.last_seen)
     # the checkpoint holds the window's rows, less those of the clients that answer round 3
-    answering = module.drop_clients(3, module.sample_clients(3, NUM_CLIENTS))
+    answering = module._drop_clients(3, module.sample_clients(module.round_context(3)))
     kept = in_window.clone()
     kept[answering] = False
     assert kept.any() and (in_window & ~kept).any()

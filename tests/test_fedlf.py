@@ -19,9 +19,9 @@ def fedlf(slices, num_clients=8, **kwargs):
     """A FedLF whose aggregation sees hand-made vectors cut into ``slices``."""
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedLF(**(params | kwargs))
-    module.layer_slices = slices
+    module._layer_slices = slices
     module.register_client_history(slices[-1].stop)  # the hand-made vectors' d
-    module.materialise_client_states(num_clients)
+    module._materialise_client_states(num_clients)
     return module
 
 
@@ -44,7 +44,7 @@ def conflict_free_groups(module, result, vectors):
     many groups had a non-zero direction."""
     nonzero, step = 0, result.direction
     for group, zero in result.details["groups"]:
-        piece = slice(module.layer_slices[group[0]].start, module.layer_slices[group[-1]].stop)
+        piece = slice(module._layer_slices[group[0]].start, module._layer_slices[group[-1]].stop)
         if zero:
             assert not step[piece].any()
         else:
@@ -67,7 +67,7 @@ def test_two_layer_example_of_a1(losses):
     # averaging is a common descent direction but conflicts with client 1 at layer 2
     assert conflict_counts(g, g.mean(0), slices) == (0, [0, 1])
     assert torch.allclose(-g.mean(0), torch.tensor([0.0, -0.15, -0.05, -0.15]))
-    step = fedlf(slices).aggregate(payload(g, losses)).direction
+    step = fedlf(slices).propose(payload(g, losses)).direction
     assert conflict_counts(g, step, slices) == (0, [0, 0])
     assert all(no_conflict(g, step, s) for s in [*slices, slice(0, 4)])
 
@@ -76,7 +76,7 @@ def test_two_layer_example_of_a1(losses):
 def test_three_client_example_of_figure_1(losses):
     g = torch.tensor([[-1.0, 0.5, 0.0], [0.8, -1.0, 0.0], [1.0, 1.0, -1.0]])
     assert (g @ g.mean(0) < 0).tolist() == [True, False, False]  # −mean conflicts with client 1
-    step = fedlf([slice(0, 3)]).aggregate(payload(g, losses)).direction
+    step = fedlf([slice(0, 3)]).propose(payload(g, losses)).direction
     assert (g @ step > 0).all()
 
 
@@ -127,7 +127,7 @@ def test_matches_a_transcription_of_the_paper(fair_gradient, solver):
                        fair_gradient=fair_gradient)
         t = 3
         eta = 2.0 * 0.5 * 0.9**t  # η_t = server_lr · lr · decay^t
-        ours = module.aggregate(payload(g * module.round_lr(t), losses, t=t)).direction  # updates = η_t g
+        ours = module.propose(payload(g * module._round_lr(t), losses, t=t)).direction  # updates = η_t g
         theirs = transcribed_step(g, losses, slices, eta, fair_gradient=fair_gradient)
         assert torch.allclose(ours.double(), theirs, atol=1e-5 * theirs.norm()), seed
 
@@ -141,8 +141,8 @@ def test_batched_and_cvxopt_solvers_give_the_same_direction():
         for solver in ("batched", "cvxopt"):
             module = fedlf(slices_of(sizes), num_clients=10, qp_solver=solver)
             old = payload(history_g, [1.0, 1.0, 1.0], clients=[7, 8, 9])
-            module.on_round_end(old, module.aggregate(old).direction)  # 7-9 become absent, recent clients
-            steps.append(module.aggregate(payload(g, losses, t=1)).direction)
+            module.on_round_end(module._with_round_context(old), module.propose(old).direction)  # 7-9 become absent, recent clients
+            steps.append(module.propose(payload(g, losses, t=1)).direction)
         assert torch.allclose(steps[0], steps[1], atol=1e-5 * steps[1].norm()), seed
 
 
@@ -150,7 +150,7 @@ def test_step_has_the_norm_of_the_mean_gradient_times_the_decayed_lr():
     g, losses = random_round(5, 4, [3, 4])
     module = fedlf(slices_of([3, 4]), lr=0.2, server_lr=1.5, server_lr_decay=0.99)
     t = 7
-    step = module.aggregate(payload(g * module.round_lr(t), losses, t=t)).direction
+    step = module.propose(payload(g * module._round_lr(t), losses, t=t)).direction
     expected = 1.5 * 0.2 * 0.99**t * g.mean(0).norm()
     assert torch.isclose(step.norm(), expected, rtol=1e-5)
 
@@ -168,9 +168,9 @@ def test_property_no_online_client_conflicts_at_any_layer_unless_stationary():
         absent, _ = random_round(1000 + case, 4, sizes)
         if case % 3:  # clients m..m+3 were online in round 0 and are absent in round 1
             old = payload(absent, torch.rand(4).tolist(), clients=range(m, m + 4))
-            module.on_round_end(old, module.aggregate(old).direction)
+            module.on_round_end(module._with_round_context(old), module.propose(old).direction)
         g, losses = random_round(case, m, sizes, equal_losses=case % 5 == 0)
-        result = module.aggregate(payload(g, losses, t=1))
+        result = module.propose(payload(g, losses, t=1))
         step = result.direction
         assert torch.isfinite(step).all()
         vectors = torch.cat([g, absent]) if result.metrics["fedlf_absent_added"] else g
@@ -187,13 +187,13 @@ def test_pareto_stationary_layer_gets_a_zero_direction():
     g = torch.tensor([[1.0, 2.0, 3.0, 1.0], [-1.0, -2.0, 1.0, 3.0]])  # layer 1: g2 = −g1
     slices = [slice(0, 2), slice(2, 4)]
     module = fedlf(slices, combine_layers=False)
-    step = module.aggregate(payload(g, [1.0, 1.0])).direction
+    step = module.propose(payload(g, [1.0, 1.0])).direction
     assert torch.isfinite(step).all() and not step[:2].any()
     assert no_conflict(g, step, slices[1])
     # everywhere stationary: no step at all, with or without combining layers
     for combine in (False, True):
         module = fedlf(slices, combine_layers=combine)
-        result = module.aggregate(payload(torch.stack([g[0], -g[0]]), [0.5, 1.0]))
+        result = module.propose(payload(torch.stack([g[0], -g[0]]), [0.5, 1.0]))
         step = result.direction
         assert torch.isfinite(step).all() and not step.any()
         assert result.metrics["fedlf_zero_layers"] == 2
@@ -206,9 +206,9 @@ def test_equal_losses_leave_the_fair_gradient_out():
     assert abs(float(q @ torch.tensor([0.2, 0.3, 0.9]).double())) < 1e-12  # q ⊥ F (A.1)
     g, _ = random_round(3, 3, [4, 4])
     module = fedlf(slices_of([4, 4]))
-    result = module.aggregate(payload(g, [0.3, 0.3, 0.3]))
+    result = module.propose(payload(g, [0.3, 0.3, 0.3]))
     assert torch.isfinite(result.direction).all() and result.metrics["fedlf_fair_used"] == 0
-    result = module.aggregate(payload(g, [0.2, 0.3, 0.9]))
+    result = module.propose(payload(g, [0.2, 0.3, 0.9]))
     assert result.metrics["fedlf_fair_used"] == 1
 
 
@@ -222,14 +222,14 @@ def test_a_fair_gradient_that_cancels_is_left_out_like_equal_losses(solver):
     steps = []
     for losses_of_round in (losses, [0.7] * 4):
         module = fedlf(slices_of([2]), num_clients=4, qp_solver=solver)
-        steps.append(module.aggregate(payload(g, losses_of_round)).direction)
+        steps.append(module.propose(payload(g, losses_of_round)).direction)
     assert torch.allclose(steps[0], steps[1], atol=1e-6), steps
     assert steps[0][0] > 0 and abs(float(steps[0][1])) < 1e-6  # along the min-norm point (0.5, 0)
     # the Hypothesis case that broke the symmetry check: rows cancel to 1e-17 in one coordinate
     cancelling = torch.zeros(5, 8)
     cancelling[2, 5], cancelling[3, 5], cancelling[4, 5] = 1e-17, 1e-3, -1e-3
     module = fedlf(slices_of([5, 3]), num_clients=5, qp_solver=solver)
-    step = module.aggregate(payload(cancelling, [1.0, 1.0, 1.0, 0.5, 0.5])).direction
+    step = module.propose(payload(cancelling, [1.0, 1.0, 1.0, 0.5, 0.5])).direction
     assert torch.isfinite(step).all() and (cancelling.double() @ step.double() >= -1e-12).all()
 
 
@@ -243,24 +243,24 @@ def test_merge_zero_groups_joins_the_next_group_or_the_previous_for_the_last():
 def test_combine_layers_merges_a_layer_whose_direction_is_zero():
     g = torch.tensor([[1.0, 1.0, 0.5], [-1.0, 0.5, 2.0]])  # layer 0 (one parameter) is stationary
     slices = [slice(0, 1), slice(1, 3)]
-    apart = fedlf(slices, combine_layers=False).aggregate(payload(g, [1.0, 1.0])).direction
+    apart = fedlf(slices, combine_layers=False).propose(payload(g, [1.0, 1.0])).direction
     assert apart[0] == 0 and apart[1:].any()
     module = fedlf(slices)
-    result = module.aggregate(payload(g, [1.0, 1.0]))
+    result = module.propose(payload(g, [1.0, 1.0]))
     step = result.direction
     assert result.details["groups"] == [([0, 1], False)]
     assert result.metrics["fedlf_layers_merged"] == 2
     assert step[0] != 0 and no_conflict(g, step, slice(0, 3))
     # the last layer joins the previous one
     module = fedlf([slice(0, 2), slice(2, 3)])
-    result = module.aggregate(payload(torch.tensor([[1.0, 0.5, 1.0], [0.5, 1.0, -1.0]]), [1.0, 1.0]))
+    result = module.propose(payload(torch.tensor([[1.0, 0.5, 1.0], [0.5, 1.0, -1.0]]), [1.0, 1.0]))
     assert result.details["groups"] == [([0, 1], False)]
 
 
 def test_combining_repeats_until_the_merged_direction_is_nonzero():
     g = torch.tensor([[1.0, 2.0, 1.0, 0.2], [-1.0, -2.0, 0.3, 1.0]])  # layers 0, 1 and 0+1 stationary
     module = fedlf([slice(0, 1), slice(1, 2), slice(2, 4)])
-    result = module.aggregate(payload(g, [1.0, 1.0]))
+    result = module.propose(payload(g, [1.0, 1.0]))
     step = result.direction
     assert result.details["groups"] == [([0, 1, 2], False)]
     assert no_conflict(g, step, slice(0, 4)) and step[:2].any()
@@ -277,11 +277,11 @@ def test_tau_and_the_absent_clients_over_a_sequence_of_rounds():
         p = payload(g, losses, clients=online, t=t)
         ids, found_tau = module.absent_clients(p)
         assert ids.tolist() == (absent or []) and found_tau == tau, t
-        result = module.aggregate(p)
+        result = module.propose(p)
         assert result.metrics["fedlf_absent_added"] == len(absent or [])
         if absent:  # their last gradients are in the QP: no conflict with them either
             assert conflict_free_groups(module, result, module.history[absent]) > 0
-        module.on_round_end(p, result.direction)
+        module.on_round_end(module._with_round_context(p), result.direction)
         assert torch.allclose(module.history[online], g) and (module.last_seen[online] == t).all()
 
 
@@ -321,7 +321,7 @@ def test_fit_with_partial_participation_never_conflicts_with_an_online_client(da
             assert r["conflicts_layer_max"] == 0
     assert rounds[0]["fedlf_absent_added"] == 0 and rounds[-1]["fedlf_absent_added"] > 0
     assert all(r["fedlf_fair_used"] == 1 for r in rounds)
-    assert torch.isfinite(model_vector(module.model, module.layout)).all()
+    assert torch.isfinite(model_vector(module.model, module._layout)).all()
     assert int(module.last_seen.max()) == 3 and int((module.last_seen >= 0).sum()) >= 4
     assert {"history", "last_seen"} <= set(module.state_dict())  # checkpoints hold the state
     assert "test_acc_mean" in rounds[-1]
@@ -330,8 +330,8 @@ def test_fit_with_partial_participation_never_conflicts_with_an_online_client(da
 def test_full_batch_signal_is_the_clients_gradient_at_w(data):
     module, rounds = fit(data, gradient="full_batch", num_rounds=1, layer_grouping="module")
     assert rounds[0]["conflicts_model"] == 0
-    shards = module.client_shards(torch.tensor([0, 3]))
-    gradients = module.train_clients(1, shards)
+    shards = module._client_shards(torch.tensor([0, 3]))
+    gradients = module.train_clients(module.round_context(1), shards)
     for row, k in enumerate([0, 3]):
         samples = shards.index[row, : shards.sizes_cpu[row]]
         module.model.zero_grad()

@@ -21,7 +21,7 @@ def fedmdfg(d, num_clients=8, **kwargs):
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedMDFG(**(params | kwargs))
     module.register_client_history(d)  # the hand-made vectors' d
-    module.materialise_client_states(num_clients)
+    module._materialise_client_states(num_clients)
     return module
 
 
@@ -64,7 +64,7 @@ def test_below_theta_the_guidance_is_off_and_fedmdfg_is_mgda():
     losses = torch.tensor([1.0, 1.05])
     assert fairness_angle(losses) < 11.25
     module = fedmdfg(3, lr=0.5)
-    result = module.aggregate(payload(G * 0.5, losses))  # updates = η_t g
+    result = module.propose(payload(G * 0.5, losses))  # updates = η_t g
     step = result.direction
     assert result.metrics["fedmdfg_guided"] == 0
     assert torch.allclose(step.double(), transcribed_step(G, losses, 0.5, guided=False), atol=1e-5)
@@ -74,9 +74,9 @@ def test_below_theta_the_guidance_is_off_and_fedmdfg_is_mgda():
 def test_above_theta_the_guidance_favours_the_client_with_the_larger_loss():
     g = torch.tensor([[2.0, 0.0, 0.5], [0.0, 2.0, 0.5]])  # symmetric: MGDA treats them equally
     fair, unfair = torch.tensor([1.0, 1.0]), torch.tensor([0.5, 2.0])
-    plain = fedmdfg(3).aggregate(payload(g, fair)).direction
+    plain = fedmdfg(3).propose(payload(g, fair)).direction
     module = fedmdfg(3)
-    result = module.aggregate(payload(g, unfair))
+    result = module.propose(payload(g, unfair))
     guided = result.direction
     assert result.metrics["fedmdfg_guided"] == 1
     assert torch.allclose(guided.double(), transcribed_step(g, unfair, 1.0, guided=True), atol=1e-5)
@@ -90,7 +90,7 @@ def test_guidance_switches_on_exactly_above_theta():
         losses = torch.tensor([1.0, math.tan(math.radians(45 + 11.25 + offset))])
         assert math.isclose(fairness_angle(losses), 11.25 + offset, abs_tol=1e-4)
         module = fedmdfg(3)
-        result = module.aggregate(payload(G, losses))
+        result = module.propose(payload(G, losses))
         assert result.metrics["fedmdfg_guided"] == float(on)
     losses = torch.tensor([0.5, 2.0, 1.0])
     h = fair_guidance(losses)
@@ -105,15 +105,15 @@ def test_absent_clients_are_those_of_the_previous_round_and_zero_updates_are_lef
         g = torch.randn(len(online), 3, generator=torch.Generator().manual_seed(t))
         p = payload(g, torch.rand(len(online)).tolist(), clients=online, t=t)
         assert module.absent_clients(p.clients).tolist() == absent, t
-        result = module.aggregate(p)
+        result = module.propose(p)
         assert result.metrics["fedmdfg_absent_added"] == len(absent)
-        module.on_round_end(p, result.direction)
+        module.on_round_end(module._with_round_context(p), result.direction)
     # a client whose update is zero is left out of the QP and of the history
     p = payload([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0]], [1.0, 2.0], clients=[0, 1], t=4)
-    result = module.aggregate(p)
+    result = module.propose(p)
     step = result.direction
     assert result.metrics["fedmdfg_zero_clients"] == 1 and torch.isfinite(step).all()
-    module.on_round_end(p, step)
+    module.on_round_end(module._with_round_context(p), step)
     assert module.last_seen.tolist() == [4, 2, 2, 2, 3]
 
 
@@ -180,7 +180,7 @@ def test_fit_is_a_common_descent_with_history(data, gradient):
     assert all(r["conflicts_model"] == 0 for r in rounds)
     assert all("fedmdfg_guided" in r and "fedmdfg_fairness_angle" in r for r in rounds)
     assert rounds[0]["fedmdfg_absent_added"] == 0 and any(r["fedmdfg_absent_added"] > 0 for r in rounds[1:])
-    assert torch.isfinite(model_vector(module.model, module.layout)).all()
+    assert torch.isfinite(model_vector(module.model, module._layout)).all()
     assert int(module.last_seen.max()) == 2
     assert {"history", "last_seen"} <= set(module.state_dict())  # checkpoints hold the state
     seen = module.last_seen >= 0

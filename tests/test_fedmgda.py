@@ -50,8 +50,8 @@ def d_dims(g3, d):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_lambda_satisfies_kkt_of_the_boxed_qp(epsilon, seed):
     module = make(epsilon=epsilon)
-    updates, n = random_round(8, module.layout.num_parameters, seed)
-    lam = module.aggregate(payload(updates, n)).details["lambda"]
+    updates, n = random_round(8, module.num_parameters, seed)
+    lam = module.propose(payload(updates, n)).details["lambda"]
     lam0 = n.double() / n.sum()
     lower, upper = (lam0 - epsilon).clamp(min=0), (lam0 + epsilon).clamp(max=1)
     g = normalised(updates)
@@ -71,8 +71,8 @@ def test_lambda_satisfies_kkt_of_the_boxed_qp(epsilon, seed):
 
 def test_epsilon_zero_is_fedavg_n():
     module = make(FedAvgN)
-    updates, n = random_round(6, module.layout.num_parameters, 3)
-    result = module.aggregate(payload(updates, n))
+    updates, n = random_round(6, module.num_parameters, 3)
+    result = module.propose(payload(updates, n))
     step = result.direction
     lam0 = n.double() / n.sum()
     torch.testing.assert_close(result.details["lambda"], lam0, rtol=0, atol=1e-12)
@@ -92,8 +92,8 @@ def min_norm_by_cvxopt(updates):
 def test_fedmgda_is_the_plain_min_norm_point():
     module = make(FedMGDA)
     assert module.hparams.epsilon == 1.0 and module.hparams.normalize is False
-    updates, n = random_round(6, module.layout.num_parameters, 4)
-    step = module.aggregate(payload(updates, n)).direction
+    updates, n = random_round(6, module.num_parameters, 4)
+    step = module.propose(payload(updates, n)).direction
     expected = min_norm_by_cvxopt(updates)
     # min_norm_simplex solves to reltol 1e-6 on the objective; since ||d - d*||² <= ||d||² - ||d*||²
     # on a convex set, d is then within 1e-3 ||d*|| of the min-norm point
@@ -107,24 +107,26 @@ def test_fedlf_three_client_example():
     """FedLF appendix, Fig. 1: FedMGDA+ (ε = 0.1, uniform λ0) conflicts with clients 1 and 2;
     MGDA's min-norm point conflicts with none."""
     plus = make(epsilon=0.1)
-    g = d_dims(torch.tensor([[-1.0, 0.5, 0.0], [0.8, -1.0, 0.0], [1.0, 1.0, -1.0]]), plus.layout.num_parameters)
-    step = plus.aggregate(payload(g, [10, 10, 10])).direction
+    g = d_dims(torch.tensor([[-1.0, 0.5, 0.0], [0.8, -1.0, 0.0], [1.0, 1.0, -1.0]]), plus.num_parameters)
+    step = plus.propose(payload(g, [10, 10, 10])).direction
     assert (g @ step < 0).tolist() == [True, True, False]
-    plain = make(FedMGDA).aggregate(payload(g, [10, 10, 10])).direction
+    plain = make(FedMGDA).propose(payload(g, [10, 10, 10])).direction
     assert (g @ plain > 0).all()
 
 
 def test_decay_schedule():
     module = make(num_rounds=1000, decay=0.1, global_lr=1.5)
     beta = 0.1 ** (100 / 1000)
-    assert module.global_lr_at(0) == module.global_lr_at(99) == 1.5
-    assert module.global_lr_at(100) == pytest.approx(1.5 * beta)
-    assert module.global_lr_at(999) == pytest.approx(1.5 * 0.1**0.9)
-    assert make(num_rounds=1000).global_lr_at(999) == 1.0  # decay = 1: constant
-    assert make(global_lr=None, lr=0.05, lr_decay=0.99).global_lr_at(7) == pytest.approx(0.05 * 0.99**7)
-    updates, n = random_round(4, module.layout.num_parameters, 5)
-    first = module.aggregate(payload(updates, n, t=0)).direction
-    later = module.aggregate(payload(updates, n, t=250)).direction
+    def at(m, t):
+        return m.global_lr_at(m.round_context(t))
+    assert at(module, 0) == at(module, 99) == 1.5
+    assert at(module, 100) == pytest.approx(1.5 * beta)
+    assert at(module, 999) == pytest.approx(1.5 * 0.1**0.9)
+    assert at(make(num_rounds=1000), 999) == 1.0  # decay = 1: constant
+    assert at(make(global_lr=None, lr=0.05, lr_decay=0.99), 7) == pytest.approx(0.05 * 0.99**7)
+    updates, n = random_round(4, module.num_parameters, 5)
+    first = module.propose(payload(updates, n, t=0)).direction
+    later = module.propose(payload(updates, n, t=250)).direction
     torch.testing.assert_close(later, beta**2 * first)
 
 
@@ -167,7 +169,7 @@ class Rounds(pl.Callback):
         self.metrics, self.details = [], []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.details.append(outputs["details"])  # the round's ServerStep.details
+        self.details.append(outputs["outcome"].details)  # the round's ServerStep.details
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
@@ -181,7 +183,7 @@ def test_short_fit_logs_qp_and_improvement():
     rounds = Rounds()
     pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, num_sanity_val_steps=0, callbacks=[rounds]).fit(module, datamodule=data)
-    assert torch.isfinite(module.global_vector()).all()
+    assert torch.isfinite(module._global_vector()).all()
     assert len(rounds.metrics) == 2
     for metrics in rounds.metrics:
         assert {"qp_fallback", "qp_fallbacks_total", "global_lr", "improved_fraction"} <= set(metrics)

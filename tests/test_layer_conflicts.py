@@ -14,6 +14,7 @@ from torch import nn
 from fl_lightning.algorithms import FedAvg, FedLF
 from fl_lightning.core.diagnostics import ConflictCounts, paper_layer_slices
 from fl_lightning.core.flat import ParameterLayout, layer_slices
+from fl_lightning.core.payload import RoundOutcome
 from fl_lightning.data.datamodule import FederatedDataModule
 
 pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
@@ -26,23 +27,25 @@ def two_layer_module(grouping):
     model = nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1))
     layout = ParameterLayout.of(model)
     logged = []
-    module = SimpleNamespace(model=model, layout=layout, layer_slices=layer_slices(model, layout, grouping),
-                             log_round=logged.append)
+    slices = layer_slices(model, layout, grouping)
+    context = SimpleNamespace(layout=layout, layer_slices=tuple(slices), layer_names=tuple(map(str, slices)))
+    module = SimpleNamespace(model=model, context=context, log_round=logged.append)
     return module, logged
 
 
 def round_metrics(updates, step, grouping="tensor"):
     module, logged = two_layer_module(grouping)
-    outputs = {"payload": SimpleNamespace(updates=torch.tensor(updates)), "server_step": torch.tensor(step)}
-    ConflictCounts().on_train_batch_end(None, module, outputs, None, 0)
+    payload = SimpleNamespace(updates=torch.tensor(updates), context=module.context)
+    outcome = RoundOutcome(0, evaluates=False, payload=payload, direction=torch.tensor(step))
+    ConflictCounts().on_train_batch_end(None, module, {"outcome": outcome}, None, 0)
     assert len(logged) == 1
     return logged[0]
 
 
 def test_the_paper_layers_are_modules():
     module, _ = two_layer_module("tensor")
-    assert paper_layer_slices(module.model, module.layout) == [slice(0, 2), slice(2, 4)]
-    assert module.layer_slices == [slice(0, 1), slice(1, 2), slice(2, 3), slice(3, 4)]
+    assert paper_layer_slices(module.model, module.context.layout) == [slice(0, 2), slice(2, 4)]
+    assert module.context.layer_slices == (slice(0, 1), slice(1, 2), slice(2, 3), slice(3, 4))
 
 
 @pytest.mark.parametrize("grouping", ["tensor", "module"])
@@ -110,7 +113,7 @@ class Groups(pl.Callback):
         self.rounds = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.rounds.append(outputs["details"]["groups"])
+        self.rounds.append(outputs["outcome"].details["groups"])
 
 
 def fit_rounds(cls, data, callbacks=(), **kwargs):
@@ -138,14 +141,14 @@ def fit_rounds(cls, data, callbacks=(), **kwargs):
 def test_fedlf_conflicts_with_no_layer_of_any_online_client(data, grouping):
     groups = Groups()
     module, rounds = fit_rounds(FedLF, data, callbacks=[groups], layer_grouping=grouping)
-    paper = paper_layer_slices(module.model, module.layout)
+    paper = paper_layer_slices(module.model, module._layout)
     # The per-layer QP gives g_{i,l}·d_l < 0 at every group it solved with d_l ≠ 0 (App. A.1,
     # eq. (5)); Combine Layers merges a group whose d_l is 0 with its neighbour. Every final group
     # here is non-zero and inside one module (per tensor: fc.bias, 10 one-class clients, is
     # stationary and joins fc.weight), so no (client, layer) pair can conflict: Table 4's FedLF row.
     for round_groups in groups.rounds:
         for group, zero in round_groups:
-            first, last = module.layer_slices[group[0]], module.layer_slices[group[-1]]
+            first, last = module._layer_slices[group[0]], module._layer_slices[group[-1]]
             assert not zero and any(p.start <= first.start and last.stop <= p.stop for p in paper), group
     assert [r["conflicts_model"] for r in rounds] == [0.0] * ROUNDS
     assert [r["conflicts_layer"] for r in rounds] == [0.0] * ROUNDS

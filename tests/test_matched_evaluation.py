@@ -52,7 +52,7 @@ def test_per_client_models_agree_with_the_shared_path(matched_data):
     shared.evaluate_all_clients()
     personal = module_for(Ditto, data)
     personal.setup("fit")
-    personal.personal_models.copy_(shared.global_vector().expand_as(personal.personal_models))
+    personal.personal_models.copy_(shared._global_vector().expand_as(personal.personal_models))
     personal.model.load_state_dict(shared.model.state_dict())
     personal.evaluate_all_clients()
     for key in ("test_accuracy", "test_loss"):

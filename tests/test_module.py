@@ -72,7 +72,7 @@ def test_fedprox_with_mu_zero_is_fedavg():
     fit(prox, data)
     # FedAvg's plain cross-entropy trains with hand-derived gradients (core.fused), FedProx's
     # objective through autograd: the same arithmetic, rounded differently
-    torch.testing.assert_close(model_vector(avg.model, avg.layout), model_vector(prox.model, prox.layout),
+    torch.testing.assert_close(model_vector(avg.model, avg._layout), model_vector(prox.model, prox._layout),
                                rtol=0, atol=1e-5)
 
 
@@ -93,7 +93,7 @@ def test_vectorised_and_sequential_fits_agree():
     fit(vec, data)
     fit(seq, data)
     assert vec.engine_used == "vectorised" and seq.engine_used == "sequential"
-    assert torch.allclose(model_vector(vec.model, vec.layout), model_vector(seq.model, seq.layout), atol=1e-5)
+    assert torch.allclose(model_vector(vec.model, vec._layout), model_vector(seq.model, seq._layout), atol=1e-5)
 
 
 def test_rounds_are_exact_and_logged_per_round():
@@ -110,12 +110,13 @@ def test_rounds_are_exact_and_logged_per_round():
 def test_sampling_and_dropout_are_deterministic_and_within_bounds():
     data = digits_data(num_clients=20)
     module = module_for(data, fraction=0.25, dropout_prob=0.5)
-    first = [module.sample_clients(t, 20) for t in range(10)]
-    again = [module.sample_clients(t, 20) for t in range(10)]
+    module.attach_data(data)  # K comes from the data
+    first = [module.sample_clients(module.round_context(t)) for t in range(10)]
+    again = [module.sample_clients(module.round_context(t)) for t in range(10)]
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert all(len(s) == 5 and len(set(s.tolist())) == 5 for s in first)
     assert len({tuple(s.tolist()) for s in first}) > 1
-    answered = [module.drop_clients(t, first[t]) for t in range(10)]
+    answered = [module._drop_clients(t, first[t]) for t in range(10)]
     assert all(set(a.tolist()) <= set(s.tolist()) for a, s in zip(answered, first))
     total = sum(len(a) for a in answered)
     assert 10 <= total <= 40  # about half of 50
@@ -131,7 +132,7 @@ def test_client_with_nan_data_is_left_out_and_model_stays_finite():
     fit(module, data, callbacks=[recorder])
     assert [r["clients_nonfinite"] for r in recorder.rounds] == [1.0, 1.0]
     assert [r["clients_aggregated"] for r in recorder.rounds] == [9.0, 9.0]
-    assert torch.isfinite(model_vector(module.model, module.layout)).all()
+    assert torch.isfinite(model_vector(module.model, module._layout)).all()
 
 
 class BrokenServer(FedAvg):
@@ -142,19 +143,19 @@ class BrokenServer(FedAvg):
 def test_non_finite_server_step_is_refused():
     data = digits_data()
     module = module_for(data, cls=BrokenServer, num_rounds=2)
-    before = model_vector(module.model, module.layout).clone()
+    before = model_vector(module.model, module._layout).clone()
     fit(module, data)
-    assert torch.equal(model_vector(module.model, module.layout), before)
+    assert torch.equal(model_vector(module.model, module._layout), before)
 
 
 def test_round_where_nobody_answers_keeps_the_model():
     data = digits_data(num_clients=2)
     module = module_for(data, dropout_prob=0.999, num_rounds=2)
-    before = model_vector(module.model, module.layout).clone()
+    before = model_vector(module.model, module._layout).clone()
     recorder = Recorder()
     fit(module, data, callbacks=[recorder])
     assert all(r["clients_answered"] == 0 for r in recorder.rounds)
-    assert torch.equal(model_vector(module.model, module.layout), before)
+    assert torch.equal(model_vector(module.model, module._layout), before)
 
 
 def test_evaluation_summarises_every_client():
@@ -220,13 +221,15 @@ def test_finite_rows_flags_exactly_the_rows_with_nan_or_inf():
 def test_the_clients_sampled_follow_the_run_seed():
     """Different seeds pick different clients (a sampler that ignored the seed, e.g. a hard-coded
     0, would repeat one sequence for every seed), and one seed repeats itself."""
-    data = digits_data()
+    data = digits_data(num_clients=100)
     picks = {}
     for seed in (0, 1, 2):
         module = module_for(data, seed=seed, fraction=0.1)
-        picks[seed] = [tuple(module.sample_clients(t, 100).tolist()) for t in range(5)]
+        module.attach_data(data)
+        picks[seed] = [tuple(module.sample_clients(module.round_context(t)).tolist()) for t in range(5)]
         assert all(len(p) == 10 for p in picks[seed])
         again = module_for(data, seed=seed, fraction=0.1)
-        assert [tuple(again.sample_clients(t, 100).tolist()) for t in range(5)] == picks[seed]
+        again.attach_data(data)
+        assert [tuple(again.sample_clients(again.round_context(t)).tolist()) for t in range(5)] == picks[seed]
     assert picks[0] != picks[1] != picks[2] != picks[0]
     assert all(len({picks[s][t] for s in picks}) == 3 for t in range(5))  # every round, three different sets

@@ -163,7 +163,7 @@ def server_module(name: str, features: int, num_clients: int):
     """An algorithm on fl_logreg (d = 2 * features + 2) with its K-sized state, no Trainer."""
     cls, kwargs = ALGORITHMS[name]
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(features,), fraction=1.0, lr=0.1, **kwargs)
-    module.materialise_client_states(num_clients)
+    module._materialise_client_states(num_clients)
     return module
 
 
@@ -179,8 +179,8 @@ def run_two_rounds(module, first, second):
     offset = 0
     for t, (updates, losses, sizes) in enumerate((first, second)):
         m = updates.shape[0]
-        payload = round_payload(t, range(offset, offset + m), updates, losses, sizes)
-        proposal = as_server_step(module.aggregate(payload))
+        payload = module._with_round_context(round_payload(t, range(offset, offset + m), updates, losses, sizes))
+        proposal = as_server_step(module.propose(payload))
         step = proposal.direction
         steps.append(step)
         if torch.isfinite(step).all():
@@ -197,7 +197,7 @@ def assert_finite_steps(name, features, data, exponents):
         warnings.simplefilter("ignore")
         steps = run_two_rounds(module, first, second)
     for t, step in enumerate(steps):
-        assert step.shape == (module.layout.num_parameters,)
+        assert step.shape == (module.num_parameters,)
         assert torch.isfinite(step).all(), f"{name}, round {t}: server step {step.tolist()}"
 
 
@@ -261,7 +261,7 @@ def test_fedlf_step_conflicts_with_no_online_client(features, solver, data):
     module.hparams.qp_solver = solver
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = as_server_step(module.aggregate(round_payload(0, range(updates.shape[0]), updates, losses, sizes))).direction
+        step = as_server_step(module.propose(round_payload(0, range(updates.shape[0]), updates, losses, sizes))).direction
     assert torch.isfinite(step).all()
     g, s = updates.double(), step.double()
     inner = g @ s

@@ -29,6 +29,7 @@ from benchmarks.perf.machine import describe_machine
 from benchmarks.perf.reference_loops import fedfv_server_step_loop, fedmgda_plus_server_step_loop
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.module import RoundPayload
+from fl_lightning.core.payload import as_server_step
 from fl_lightning.data.datamodule import FederatedDataModule
 
 # size name -> (backbone, its arguments); the NF-ResNet-18s are FedLF's Table 9 model (Pan et al.,
@@ -47,12 +48,12 @@ def random_round(
     module, data, m: int, round_index: int, generator: torch.Generator, device: torch.device = CPU
 ) -> RoundPayload:
     """A round of m clients' updates (drawn on the CPU, then moved to ``device``)."""
-    d = module.layout.num_parameters
+    d = module.num_parameters
     clients = torch.arange(m, device=device)
     shared = torch.randn(d, generator=generator)
     updates = 0.3 * shared + torch.randn(m, d, generator=generator)
     updates *= torch.rand(m, 1, generator=generator) * 2 + 0.1  # different magnitudes
-    shards = module.client_shards(clients)
+    shards = module.round_context(round_index).client_shards(clients)
     return RoundPayload(
         round=round_index,
         clients=clients,
@@ -61,6 +62,7 @@ def random_round(
         accuracies=torch.rand(m, generator=generator).to(device),
         num_samples=shards.sizes.clone(),
         shards=shards,
+        _context=module.round_context(round_index),
     )
 
 
@@ -90,8 +92,8 @@ def build(name: str, cls, size: str, m: int, data) -> object:
 
 
 def server_step(module, payload):
-    step = module.aggregate(payload)
-    module.on_round_end(payload, step)
+    step = as_server_step(module.aggregate(payload))
+    module.on_round_end(payload, step.direction)
     return step
 
 
@@ -132,7 +134,7 @@ def measure(
                     print(f"d={size} m={m:3d} {name:12s} ERROR {cell['errors'][name]}", flush=True)
                     continue
                 cell["seconds"][name] = seconds
-                cell["num_parameters"] = module.layout.num_parameters
+                cell["num_parameters"] = module.num_parameters
                 print(f"d={size} m={m:3d} {name:12s} {seconds * 1000:9.1f} ms", flush=True)
             if loops and payload is not None:
                 add_loop_transcriptions(cell, payload, m, repeats, device)

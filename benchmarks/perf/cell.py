@@ -133,7 +133,7 @@ def run_cell(spec: dict) -> dict:
     samples_per_round = (clients_per_round(spec["clients"], spec["fraction"]) * spec["samples_per_client"]
                          * spec["local_epochs"])
     entry = {
-        "num_parameters": module.layout.num_parameters,
+        "num_parameters": module.num_parameters,
         "torch_threads": torch.get_num_threads(),
         "engine_used": module.engine_used,
         "chunk_size": getattr(module, "last_chunk_size", None),

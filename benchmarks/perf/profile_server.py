@@ -33,7 +33,7 @@ def profile_step(name: str, size: str, m: int, device: torch.device, rows: int) 
                 torch.cuda.synchronize(device)
     key = "device_time_total" if device.type == "cuda" else "cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=rows)
-    return f"## {name}, d={size} ({module.layout.num_parameters:,} parameters), m={m}, {device}\n{table}\n"
+    return f"## {name}, d={size} ({module.num_parameters:,} parameters), m={m}, {device}\n{table}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,18 +56,19 @@ def fit_rounds(fraction: float, rounds: int, warmup: int) -> tuple[list[float], 
 
 
 def engine_rounds(module, rounds: int, warmup: int) -> list[float]:
-    """Seconds of the engine's own round for the same rounds' clients, from the fitted module."""
+    """Seconds of the engine's own round for the same rounds' clients, from the fitted module
+    (the engine's internals, called as the module calls them: what the round costs inside them)."""
     seconds = []
-    num_clients = int(module.federated_data.train_sizes.shape[0])
     for t in range(warmup + rounds):
-        shards = module.client_shards(module.sample_clients(t, num_clients))
-        sgd = replace(module.local_sgd, lr=module.round_lr(t))
+        context = module.round_context(t)
+        shards = context.client_shards(module.sample_clients(context))
+        sgd = replace(module._local_sgd, lr=context.lr)
         order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs,
                             round_generator(module.hparams.seed, t, "shuffle"))
-        start = module.global_params()
+        start = context.global_params
         began = time.perf_counter()
-        module.engines.train_across_ranks(None, module.model, module.layout, shards, order, start, start, sgd,
-                                          module.client_objective)
+        module._engines.train_across_ranks(None, module.model, context.layout, shards, order, start, start, sgd,
+                                           module.client_objective)
         if t >= warmup:
             seconds.append(time.perf_counter() - began)
     return seconds

@@ -58,7 +58,7 @@ class AFL(FederatedModule):
         kwargs[FRACTION] = fraction
         super().__init__(*args, **kwargs)
         self.save_hyperparameters()
-        self.register_buffer("averaged_model", torch.zeros(self.layout.num_parameters))  # w̄_t
+        self.register_buffer("averaged_model", torch.zeros(self.num_parameters))  # w̄_t
         self.register_buffer("num_averaged", torch.zeros((), dtype=torch.long))
         self.register_client_state("mixture", init=lambda k: torch.full((k,), 1.0 / k))  # λ, uniform
 

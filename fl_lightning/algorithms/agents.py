@@ -20,8 +20,7 @@ import torch
 from pydantic import Field
 
 from fl_lightning.core import settings
-from fl_lightning.core.federation_evaluation import FederationEvaluator
-from fl_lightning.core.module import FederatedModule
+from fl_lightning.core.module import GLOBAL_MODEL, FederatedModule, RoundContext
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.run_schema import FRACTION
 
@@ -48,16 +47,17 @@ class AgentModels(FederatedModule):
             raise ValueError(
                 f"{type(self).__name__} needs every agent in every round: set fraction=1.0, got {fraction}"
             )
-        self.register_client_state("agent_models", init=self.initial_models)
+        self.register_client_state("agent_models", init=GLOBAL_MODEL)  # w_{i,0} := w_0 (Sec. 3.1)
 
-    def log_per_agent(self, series: Mapping[str, tuple[Any, Iterable[int]]],
-                      metrics: dict[str, float] | None = None) -> None:
-        """Logs ``<name>/<agent>`` for every value of each series (N ≤ ``MAX_LOGGED_AGENTS``) and
-        ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``, as this round's metrics."""
+    def per_agent_metrics(self, series: Mapping[str, tuple[Any, Iterable[int]]],
+                          metrics: dict[str, float] | None = None) -> dict[str, float]:
+        """``<name>/<agent>`` for every value of each series (N ≤ ``MAX_LOGGED_AGENTS``) and
+        ``<name>_min``/``_mean``/``_max`` (any N), with ``metrics``: what ``on_round_end``
+        returns, logged with the round."""
         metrics = dict(metrics or {})
         for name, (values, ids) in series.items():
             metrics |= self.agent_metrics(name, values, ids)
-        self.log_round(metrics)
+        return metrics
 
     def agent_metrics(self, name: str, values: torch.Tensor, agents: Iterable[int]) -> dict[str, float]:
         """One series' metrics: ``<name>/<agent>`` (N ≤ ``MAX_LOGGED_AGENTS``) and
@@ -68,19 +68,16 @@ class AgentModels(FederatedModule):
         return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
                           f"{name}_max": float(values.max())}
 
-    def initial_models(self, num_agents: int) -> torch.Tensor:
-        """w_{i,0} := w_0 for every agent (Sec. 3.1)."""
-        return self.global_vector().repeat(num_agents, 1)
-
-    def train_from(self, round_index: int, shards: Any, start: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def train_from(context: RoundContext, shards: Any, start: torch.Tensor) -> torch.Tensor:
         """Local training of the shards' agents from their own flat models ``start`` (m, d);
         returns g_i = start_i − trained_i."""
-        trained = self.local_train(round_index, shards, start=self.layout.unflatten_stacked(start),
-                                   anchor=self.global_params())
-        return start - self.layout.flatten_stacked(trained)
+        trained = context.local_train(shards, start=context.layout.unflatten_stacked(start),
+                                      anchor=context.global_params)
+        return start - context.layout.flatten_stacked(trained)
 
-    def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
-        return self.train_from(round_index, shards, self.agent_models[shards.clients])
+    def train_clients(self, context: RoundContext, shards: Any) -> torch.Tensor:
+        return self.train_from(context, shards, self.agent_models[shards.clients])
 
     def evaluation_params(self) -> torch.Tensor:
         return self.agent_models
@@ -107,10 +104,9 @@ class ValidatedAgents(AgentModels):
         super().__init__(*args, **kwargs)  # checks validation_fraction (its type) with the others
         self._validation: tuple[Any, SimpleNamespace, torch.Tensor] | None = None
 
-    def validation_split(self) -> tuple[SimpleNamespace, torch.Tensor]:
-        """(the agents' training data without V, V's positions in ``train_x``), made once per
-        data tensors (again if the data moves to another device)."""
-        data = self.federated_data
+    def validation_split(self, data: Any) -> tuple[SimpleNamespace, torch.Tensor]:
+        """(the agents' training data without V, V's positions in ``train_x``) of the federation's
+        ``data``, made once per data tensors (again if the data moves to another device)."""
         if self._validation is not None and self._validation[0] is data.train_index:
             return self._validation[1], self._validation[2]
         generator = round_generator(self.hparams.seed, 0, "validation")
@@ -135,19 +131,19 @@ class ValidatedAgents(AgentModels):
         self._validation = (data.train_index, training, validation)
         return training, validation
 
-    def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_samples(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The agents' training samples less the server's validation set V (``validation_split``
         of the same data)."""
-        training, _ = self.validation_split()
+        training, _ = self.validation_split(data)
         return training.train_index, training.train_sizes
 
-    def validation_accuracy(self, models: torch.Tensor) -> torch.Tensor:
+    def validation_accuracy(self, context: RoundContext, models: torch.Tensor) -> torch.Tensor:
         """Accuracy on V of each row of ``models`` (M, d) (float64)."""
-        _, held = self.validation_split()
-        data = self.federated_data
+        data = context.data
+        _, held = self.validation_split(data)
         m, n = models.shape[0], held.numel()
         sets = (data.train_x, data.train_y, held.expand(m, n), torch.full((m,), n, device=held.device))
-        return FederationEvaluator(self.model, self.layout).stacked(models, sets)[1].double()
+        return context.evaluator.stacked(models, sets)[1].double()
 
 
 def rank_by_magnitude(values: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,7 @@ from pydantic import Field
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.module import RoundContext, RoundPayload, ServerStep
 
 Reputation = Literal["validation", "leave_one_out"]
 
@@ -140,7 +140,7 @@ class CFFL(ValidatedAgents):
         R = self.reputable[payload.clients]
         a = self.shares(payload, R)  # a_j = n_j / Σ_R n_i, 0 outside R
         step = (a.to(uploads.dtype) @ uploads)  # Δw_g
-        scores = self.scores(uploads, a, step, R)  # s_j
+        scores = self.scores(payload.context, uploads, a, step, R)  # s_j
         r = self.r.clone()
         reputable = self.reputable.clone()
         ids = payload.clients[R]
@@ -159,21 +159,22 @@ class CFFL(ValidatedAgents):
         n = payload.num_samples.double() * reputable
         return n / n.sum()
 
-    def scores(self, uploads: torch.Tensor, a: torch.Tensor, step: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    def scores(self, context: RoundContext, uploads: torch.Tensor, a: torch.Tensor, step: torch.Tensor,
+               R: torch.Tensor) -> torch.Tensor:
         """s_j, normalised over R, from the validation accuracies of w_g + (uploads)."""
-        w_g = self.global_vector()
+        w_g = context.global_vector
         if self.hparams.reputation == "validation":
-            value = self.validation_accuracy(w_g + uploads)  # vacc_j
+            value = self.validation_accuracy(context, w_g + uploads)  # vacc_j
         else:
             without = step - a.unsqueeze(1).to(uploads.dtype) * uploads  # Δw_g − a_j Δw_j^S
-            acc = self.validation_accuracy(torch.cat([(w_g + step).unsqueeze(0), w_g + without]))
+            acc = self.validation_accuracy(context, torch.cat([(w_g + step).unsqueeze(0), w_g + without]))
             x = acc[0] / (acc[0] + acc[1:]).clamp(min=1e-12)  # accuracy factor
             value = torch.sigmoid(15 * (x - 0.5))  # f(x)
         value = value * R
         return value / value.sum().clamp(min=1e-12)
 
     # ------------------------------------------------------------------ reward
-    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:
         delta, uploads = self.local_updates(payload)
         R = self.reputable[payload.clients]  # after this round's threshold
         a = (self.round_share[payload.clients] * R).to(delta.dtype)  # a_j, for the parties still in R
@@ -181,9 +182,8 @@ class CFFL(ValidatedAgents):
         keep = top_magnitude_mask(-server_step, ratios) & R.unsqueeze(1)
         own = delta - a.unsqueeze(1) * uploads  # w_j + Δw_j − a_j Δw_j^S (a party that left keeps Δw_j)
         self.agent_models[payload.clients] += own + (-server_step) * keep
-        self.log_agents(keep.double().mean(dim=1), payload.clients)
-
-    def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
-        self.log_per_agent({"cffl_r": (self.r, range(len(self.r))), "cffl_density": (density, agents.tolist())},
-                           {"cffl_reputable": float(self.reputable.sum())})
+        density = keep.double().mean(dim=1)
+        return self.per_agent_metrics({"cffl_r": (self.r, range(len(self.r))),
+                                       "cffl_density": (density, payload.clients.tolist())},
+                                      {"cffl_reputable": float(self.reputable.sum())})
 

@@ -37,9 +37,10 @@ from fl_lightning.algorithms.agents import (
 )
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.federation_evaluation import FederationEvaluator, client_test_sets
+from fl_lightning.core.federation_evaluation import client_test_sets
+from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.gram import combine, gram
-from fl_lightning.core.module import RoundPayload, ServerStep
+from fl_lightning.core.module import GLOBAL_MODEL, RoundContext, RoundPayload, ServerStep
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.metrics import pearson
 from fl_lightning.metrics.shapley import (
@@ -124,15 +125,15 @@ class CGSV(AgentModels):
         self.save_hyperparameters()
         self.register_client_state("r", dtype=torch.float64)  # r_i, the agents' importance
         if track_standalone:
-            self.register_client_state("standalone_models", init=self.initial_models)
+            self.register_client_state("standalone_models", init=GLOBAL_MODEL)
         self.rho: float | None = None  # ρ and ρ_r of the latest evaluation
         self.rho_r: float | None = None
 
-    def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
+    def train_clients(self, context: RoundContext, shards: Any) -> torch.Tensor:
         agents = shards.clients
         if self.hparams.track_standalone:  # the same agents alone, same minibatches
-            self.standalone_models[agents] -= self.train_from(round_index, shards, self.standalone_models[agents])
-        return self.train_from(round_index, shards, self.agent_models[agents])  # g_i = −Δw_i; w_i unchanged
+            self.standalone_models[agents] -= self.train_from(context, shards, self.standalone_models[agents])
+        return self.train_from(context, shards, self.agent_models[agents])  # g_i = −Δw_i; w_i unchanged
 
     # ------------------------------------------------------------- gradient aggregation step
     def aggregate(self, payload: RoundPayload) -> ServerStep:
@@ -224,43 +225,49 @@ class CGSV(AgentModels):
         """``compute()`` and the seconds it took: the process's CPU seconds on a CPU, else the wall
         seconds with the device synchronised around it."""
         clock = time.process_time if self.device.type == "cpu" else time.perf_counter
-        self._sync()
+        self.synchronize()
         started = clock()
         result = compute()
-        self._sync()
+        self.synchronize()
         return result, clock() - started
 
+    def synchronize(self) -> None:
+        """Waits for the accelerator's queued work (nothing to wait for on a CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     # ---------------------------------------------------------------- gradient download step
-    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
-        keep = self.mask(-server_step, self.download_ratios(payload))  # (m, D)
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:
+        keep = self.mask(-server_step, self.download_ratios(payload), payload.context.layout)  # (m, D)
         self.agent_models[payload.clients] += -server_step * keep  # w_i ← w_i + v_i, v_i = mask(u_N, q_i)  (5)
-        self.log_agents(keep.double().mean(dim=1), payload.clients)
+        return self.agent_series(keep.double().mean(dim=1), payload)
 
     def download_ratios(self, payload: RoundPayload) -> torch.Tensor:
         """q_i / D = tanh(β r_i) / max_j tanh(β r_j), eq. (5) (β = ∞: 1 for everyone)."""
         altruism = torch.tanh(self.hparams.beta * self.r)
         return (altruism / altruism.max())[payload.clients]
 
-    def mask(self, u_N: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    def mask(self, u_N: torch.Tensor, ratio: torch.Tensor, layout: ParameterLayout) -> torch.Tensor:
         """Which entries of u_N every agent downloads, (m, D) booleans: one ranking of |u_N|
         (per tensor in ``"per_tensor"`` mode), and agent i keeps the ranks below its quota."""
         if self.hparams.sparsify == "model":
             return top_magnitude_mask(u_N, ratio)  # q_i = ⌊D tanh(βr_i) / max_j tanh(βr_j)⌋
-        rank = torch.cat([rank_by_magnitude(u_N[s]) for s in self.layout.slices().values()])
-        numels = torch.tensor(self.layout.numels, device=u_N.device)
+        rank = torch.cat([rank_by_magnitude(u_N[s]) for s in layout.slices().values()])
+        numels = torch.tensor(layout.numels, device=u_N.device)
         quota = torch.ceil(numels * ratio.unsqueeze(1)).repeat_interleave(numels, dim=1)  # ⌈n_l q_i/D⌉
         return rank.unsqueeze(0) < quota
 
     # ----------------------------------------------------------------------------- reporting
-    def log_agents(self, density: torch.Tensor, agents: torch.Tensor) -> None:
+    def agent_series(self, density: torch.Tensor, payload: RoundPayload) -> dict[str, float]:
         """Every r_i, download density q_i / D and distance ||w_i − w|| of the agent's model to
-        the server's (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves (ψ_i, eq. 3,
-        comes with the round's step: ``agent_metrics``)."""
-        series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, agents.tolist()),
-                  "cgsv_distance": ((self.agent_models - self.global_vector()).norm(dim=1), range(len(self.r)))}
-        self.log_per_agent(series)
+        the server's after the round (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves
+        (ψ_i, eq. 3, comes with the round's step: ``agent_metrics``)."""
+        distance = (self.agent_models - payload.context.global_vector).norm(dim=1)
+        series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, payload.clients.tolist()),
+                  "cgsv_distance": (distance, range(len(self.r)))}
+        return self.per_agent_metrics(series)
 
-    def evaluation_metrics(self, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
+    def evaluation_metrics(self, context: RoundContext, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
         """ρ_r (App. B.3), and ρ with standalone models (Sec. 4.1), against the agents' accuracies
         just evaluated, also kept as ``rho_r`` / ``rho``; none before r is known or without every
         agent's accuracy."""
@@ -272,17 +279,18 @@ class CGSV(AgentModels):
         self.rho_r = 100 * float(pearson(self.r.cpu()[tested], final[tested]))  # App. B.3
         metrics[Metric.CGSV_RHO_R] = self.rho_r
         if self.hparams.track_standalone:
-            standalone = self.agent_accuracies(self.standalone_models).double().cpu()
+            standalone = self.agent_accuracies(context, self.standalone_models).double().cpu()
             self.rho = 100 * float(pearson(standalone[tested], final[tested]))  # Sec. 4.1
             metrics |= {Metric.CGSV_RHO: self.rho, Metric.STANDALONE_TEST_ACC_MEAN: float(standalone[tested].mean())}
         return metrics
 
-    def agent_accuracies(self, params: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def agent_accuracies(context: RoundContext, params: torch.Tensor) -> torch.Tensor:
         """Test accuracy of one model per agent, on the sets the core evaluates agents on."""
-        sets = client_test_sets(self.federated_data, params.shape[0])  # own test sets, else the shared one
+        sets = client_test_sets(context.data, params.shape[0])  # own test sets, else the shared one
         if sets is None:
             raise RuntimeError("CGSV evaluates its agents, but the data has no test set: give clients a local or a shared test")
-        return FederationEvaluator(self.model, self.layout).stacked(params, sets)[1]
+        return context.evaluator.stacked(params, sets)[1]
 
 
 @register_algorithm
@@ -328,8 +336,8 @@ class RR(CGSV):
     Aggregation is CGSV's (r from ψ, also logged).
     """
 
-    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:
         turn = payload.clients == payload.round % len(self.agent_models)
         agent = payload.clients[turn]
         self.agent_models[agent] += payload.context.global_vector - self.agent_models[agent]  # v_i = w − w_i
-        self.log_agents(turn.double(), payload.clients)
+        return self.agent_series(turn.double(), payload)

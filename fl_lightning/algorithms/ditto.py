@@ -11,6 +11,7 @@ Fairness and accuracy are measured on the personal models v_k (a (K, d) buffer, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -19,6 +20,8 @@ from fl_lightning.algorithms.fedavg import FedAvg
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.local import with_proximal_term
+from fl_lightning.core.module import GLOBAL_MODEL, RoundContext, RoundPayload, ServerStep
+from fl_lightning.core.payload import as_server_step
 
 
 @register_algorithm
@@ -48,23 +51,27 @@ class Ditto(FedAvg):
                 "lower lam or lr"
             )
         self.save_hyperparameters()
-        self.register_client_state("personal_models", init=lambda k: self.global_vector().repeat(k, 1))  # v_k^0 = w^0
+        self.register_client_state("personal_models", init=GLOBAL_MODEL)  # v_k^0 = w^0
 
     def personal_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         """h_k(v_k; w^t) = F_k(v_k) + (λ/2) ||v_k − w^t||² for every client's row."""
         loss = self.client_objective(logits, targets, mask, local_params, global_params)
-        return with_proximal_term(loss, self.hparams.lam, local_params, global_params, self.layout.names)
+        return with_proximal_term(loss, self.hparams.lam, local_params, global_params, tuple(global_params))
 
-    def train_clients(self, round_index: int, shards: Any) -> torch.Tensor:
-        updates = super().train_clients(round_index, shards)  # line 5: w_k from w^t, FedAvg's upload
+    def train_clients(self, context: RoundContext, shards: Any) -> torch.Tensor:
+        updates = super().train_clients(context, shards)  # line 5: w_k from w^t, FedAvg's upload
         clients = shards.clients
-        start = self.layout.unflatten_stacked(self.personal_models[clients])
-        personal = self.local_train(round_index, shards, start=start, anchor=self.global_params(),  # w^t
-                                    objective=self.personal_objective)  # line 7: the same local steps on h_k
-        self.personal_models[clients] = self.layout.flatten_stacked(personal)
-        drift = (self.personal_models[clients] - self.global_vector()).norm(dim=1)
-        self.log_round({"ditto_personal_distance_mean": float(drift.mean())})
+        start = context.layout.unflatten_stacked(self.personal_models[clients])
+        personal = context.local_train(shards, start=start, anchor=context.global_params,  # w^t
+                                       objective=self.personal_objective)  # line 7: the same local steps on h_k
+        self.personal_models[clients] = context.layout.flatten_stacked(personal)
         return updates
+
+    def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """FedAvg's step for w, with the personal models' mean distance ||v_k − w^t|| logged."""
+        drift = (self.personal_models[payload.clients] - payload.context.global_vector).norm(dim=1)
+        step = as_server_step(super().aggregate(payload))
+        return replace(step, metrics=step.metrics | {"ditto_personal_distance_mean": float(drift.mean())})
 
     def evaluation_params(self) -> torch.Tensor:
         return self.personal_models

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload
 from fl_lightning.core.simulation import clients_per_round, round_generator
 
 Selection = Literal["uniform", "loss_aware"]
@@ -52,24 +52,25 @@ class DRFL(FederatedModule):
         super().__init__(*args, **kwargs)
         self.save_hyperparameters()
 
-    def sample_clients(self, round_index: int, num_clients: int) -> torch.Tensor:
+    def sample_clients(self, context: RoundContext) -> torch.Tensor:
         """S_t: uniform, or the m highest-loss of d candidates drawn ∝ data size (power of choice)."""
         if self.hparams.selection == "uniform":
-            return super().sample_clients(round_index, num_clients)
+            return super().sample_clients(context)
+        num_clients = context.num_clients_total
         m = clients_per_round(num_clients, self.hparams.fraction)
         d = min(num_clients, self.hparams.num_candidates or 2 * m)
         if d < m:
             raise ValueError(f"num_candidates={d} is below the {m} clients a round takes (fraction="
                              f"{self.hparams.fraction} of {num_clients}): set num_candidates >= {m}")
-        sizes = self.federated_data.train_sizes.cpu().double()
-        draw = round_generator(self.hparams.seed, round_index, "candidates")
+        sizes = context.train_sizes.cpu().double()
+        draw = round_generator(self.hparams.seed, context.round, "candidates")
         candidates = torch.multinomial(sizes, d, replacement=False, generator=draw).sort().values
-        return self.highest_losses(candidates, self.candidate_losses(candidates), m)
+        return self.highest_losses(candidates, self.candidate_losses(context, candidates), m)
 
-    def candidate_losses(self, candidates: torch.Tensor) -> torch.Tensor:
+    def candidate_losses(self, context: RoundContext, candidates: torch.Tensor) -> torch.Tensor:
         """F_k(w): each candidate's training loss at the current global model."""
-        shards = self.client_shards(candidates)
-        losses, _ = self.evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+        shards = context.client_shards(candidates)
+        losses, _ = context.evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
         return losses.cpu()
 
     @staticmethod

@@ -92,7 +92,7 @@ class ECI(ValidatedAgents):
         def value(members: torch.Tensor) -> torch.Tensor:
             weights = members.to(n.device).double() * n
             weights = weights / weights.sum(dim=1, keepdim=True).clamp(min=1)  # ∅: no move
-            return self.validation_accuracy(w + weights.to(deltas.dtype) @ deltas)
+            return self.validation_accuracy(payload.context, w + weights.to(deltas.dtype) @ deltas)
 
         if self.hparams.num_permutations is None:
             if m > MAX_EXACT_AGENTS:
@@ -102,9 +102,9 @@ class ECI(ValidatedAgents):
         orders = round_generator(self.hparams.seed, payload.round, "shapley_orders")
         return sampled_shapley(value, m, self.hparams.num_permutations, orders).to(n.device)
 
-    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:
         ratios = (self.r / self.r.max())[payload.clients]  # q_i / D = r_i / max_j r_j
         keep = top_magnitude_mask(-server_step, ratios)
         self.agent_models[payload.clients] += (-server_step) * keep  # w_i ← w_i + mask(Δw_N, q_i)
         agents = range(len(self.r))
-        self.log_per_agent({"eci_r": (self.r, agents), "eci_phi": (self.phi, agents)})
+        return self.per_agent_metrics({"eci_r": (self.r, agents), "eci_phi": (self.phi, agents)})

@@ -8,7 +8,7 @@ import torch
 
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
 
 
 @register_algorithm
@@ -24,7 +24,7 @@ class FedAvg(FederatedModule):
         super().__init__(*args, **kwargs)
         self.save_hyperparameters()
 
-    def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+    def aggregate(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
         weights = payload.num_samples.to(payload.updates.dtype)
         weights = weights / weights.sum()  # p_i = n_i / n
         return self.hparams.server_lr * (weights @ payload.updates)

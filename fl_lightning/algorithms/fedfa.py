@@ -69,7 +69,7 @@ class FedFa(FederatedModule):
         kwargs["momentum"] = momentum
         super().__init__(*args, **kwargs)  # checks gamma (its type) before the momentum it gives
         self.save_hyperparameters()
-        self.register_buffer("server_momentum", torch.zeros(self.layout.num_parameters))  # m
+        self.register_buffer("server_momentum", torch.zeros(self.num_parameters))  # m
         self.register_client_state("participation")  # f_i
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:

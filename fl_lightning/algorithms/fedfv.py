@@ -24,7 +24,7 @@ from pydantic import Field
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.gram import combine, gram
-from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload
 from fl_lightning.core.simulation import round_generator
 
 ProjectionOrder = Literal["loss", "random", "reverse"]
@@ -116,20 +116,17 @@ class FedFV(FederatedModule):
         if bool(stale.any()):
             self.history[stale.to(self.history.device)] = 0
 
-    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
+    def history_rows_to_keep(self, next_round: RoundContext | None) -> torch.Tensor:
         """GH rows a checkpoint after ``rounds_completed`` rounds must hold: clients last seen in
         the window of a later round, less the clients that answer the next round (their rows are
         replaced by their new update before Alg. 3 reads them; sampling and dropout are pure
         functions of (seed, round)). With an attacker, which may add clients, or a sampler
         overridden by a subclass (it may depend on state), the whole window."""
-        if rounds_completed is None:
-            return super().history_rows_to_keep(rounds_completed)
-        needed = self.last_seen >= max(self.first_round_read(rounds_completed), 0)
-        predictable = (type(self).sample_clients is FederatedModule.sample_clients
-                       and type(self).drop_clients is FederatedModule.drop_clients)
-        if self.attacker is None and predictable and bool(needed.any()):
-            num_clients = int(self.last_seen.shape[0])
-            answering = self.drop_clients(rounds_completed, self.sample_clients(rounds_completed, num_clients))
+        if next_round is None:
+            return super().history_rows_to_keep(next_round)
+        needed = self.last_seen >= max(self.first_round_read(next_round.round), 0)
+        answering = next_round.answering_clients() if bool(needed.any()) else None
+        if answering is not None:
             needed[answering.to(needed.device)] = False
         return torch.nonzero(needed).flatten()
 

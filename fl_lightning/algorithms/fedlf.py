@@ -18,7 +18,7 @@ from fl_lightning.core import settings
 from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
-from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
+from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload, ServerStep
 
 QPSolver = Literal["batched", "cvxopt"]
 FairGradient = Literal["paper", "reference"]
@@ -98,10 +98,10 @@ class FedLF(FederatedModule):
         self.register_client_history()  # H_k: every client's last g, and the round it came in
 
     # ------------------------------------------------------------------------- client side
-    def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
+    def train_clients(self, context: RoundContext, shards: ClientShards) -> torch.Tensor:
         if self.hparams.gradient == "full_batch":
-            return full_batch_gradients(self, round_index, shards)
-        return super().train_clients(round_index, shards)
+            return full_batch_gradients(context, shards)
+        return super().train_clients(context, shards)
 
     def client_gradients(self, payload: RoundPayload) -> torch.Tensor:
         """g_i (m, d): w − w_i divided by the round's local lr η_t (A.4), or the gradient itself."""

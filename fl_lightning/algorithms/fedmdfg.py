@@ -18,7 +18,7 @@ from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import ClientShards
-from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
+from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload, ServerStep
 
 ZERO_SIGNAL = 1e-6  # ||g_i|| at most this: a zero update, left out (the reference's defence)
 ZERO_DIRECTION = 1e-3  # ||Σλ_j V_j|| ≤ this · max_j ||V_j||: Pareto-stationary, no step
@@ -106,10 +106,10 @@ class FedMDFG(FederatedModule):
         self.register_client_history()  # every client's last ĝ, and the round it came in
 
     # ------------------------------------------------------------------------- client side
-    def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
+    def train_clients(self, context: RoundContext, shards: ClientShards) -> torch.Tensor:
         if self.hparams.gradient == "full_batch":
-            return full_batch_gradients(self, round_index, shards)
-        return super().train_clients(round_index, shards)
+            return full_batch_gradients(context, shards)
+        return super().train_clients(context, shards)
 
     def equalised_gradients(self, payload: RoundPayload) -> tuple[torch.Tensor, torch.Tensor]:
         """Steps 1-2: which clients sent a non-zero g_i (mask (m,)), and their ĝ_i."""

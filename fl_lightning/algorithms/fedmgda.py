@@ -18,7 +18,7 @@ from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.gram import combine, gram
 from fl_lightning.core.local import with_proximal_term
-from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
+from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload, ServerStep
 
 # the settings the variants below declare again with their own defaults, checked as FedMGDA+'s are
 BoxHalfWidth = Annotated[float, Field(ge=0, allow_inf_nan=False, description=(
@@ -72,11 +72,12 @@ class FedMGDAPlus(FederatedModule):
         super().__init__(*args, **kwargs)
         self.save_hyperparameters()
 
-    def global_lr_at(self, round_index: int) -> float:
-        """η_t = η · β^⌊t/100⌋ with β = decay^(100/T) (Sec. 6.1)."""
+    def global_lr_at(self, context: RoundContext) -> float:
+        """η_t = η · β^⌊t/100⌋ with β = decay^(100/T) (Sec. 6.1); η = the round's local lr
+        when ``global_lr`` is None."""
         beta = self.hparams.decay ** (100 / self.hparams.num_rounds)
-        eta = self.round_lr(round_index) if self.hparams.global_lr is None else self.hparams.global_lr
-        return eta * beta ** (round_index // 100)
+        eta = context.lr if self.hparams.global_lr is None else self.hparams.global_lr
+        return eta * beta ** (context.round // 100)
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
         updates = payload.updates
@@ -88,7 +89,7 @@ class FedMGDAPlus(FederatedModule):
         G_hat = scale[:, None] * G * scale[None, :]  # ĝ_i · ĝ_j
         lambda0 = payload.num_samples.to(G.dtype) / payload.num_samples.sum()  # λ0_i = n_i / n
         qp = min_norm_simplex(G_hat, *box_around(lambda0, self.hparams.epsilon))  # line 5
-        eta = self.global_lr_at(payload.round)
+        eta = self.global_lr_at(payload.context)
         fallback = qp.fallback is not None
         return ServerStep(eta * combine(qp.weights * scale, updates),  # lines 6 and 9: η_t Σ_i λ*_i ĝ_i
                           metrics={"qp_fallback": float(fallback), "global_lr": eta}, qp_fallbacks=int(fallback),
@@ -96,7 +97,7 @@ class FedMGDAPlus(FederatedModule):
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         loss = super().client_objective(logits, targets, mask, local_params, global_params)
-        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, self.layout.names)  # MGDA-Prox
+        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, tuple(global_params))  # MGDA-Prox
 
 
 @register_algorithm

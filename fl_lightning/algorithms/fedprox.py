@@ -26,4 +26,4 @@ class FedProx(FedAvg):
 
     def client_objective(self, logits, targets, mask, local_params, global_params) -> torch.Tensor:
         loss = super().client_objective(logits, targets, mask, local_params, global_params)
-        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, self.layout.names)
+        return with_proximal_term(loss, self.hparams.mu, local_params, global_params, tuple(global_params))

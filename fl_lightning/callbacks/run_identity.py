@@ -278,7 +278,7 @@ def effective_fraction(pl_module: pl.LightningModule) -> Any:
     known yet. ``fraction: 0.1`` of 3 clients runs 1 client a round, i.e. 1/3: that is logged."""
     fraction = pl_module.hparams.get(schema.FRACTION)
     try:
-        num_clients = int(cast(Any, pl_module).num_clients_total)
+        num_clients = int(cast(Any, pl_module).round_context(0).num_clients_total)
     except (RuntimeError, AttributeError):  # no data attached (a module outside a fit), or no federation at all
         return fraction
     if fraction is None or num_clients < 1:

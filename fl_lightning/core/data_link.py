@@ -28,19 +28,19 @@ class FederatedDataLink:
         @property
         def hparams(self) -> AttributeDict: ...
 
-        def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+        def training_samples(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     @property
-    def num_clients_total(self) -> int:
+    def _num_clients_total(self) -> int:
         """K, every client of the federation (known once the data module is attached)."""
-        return int(self.federated_data.num_clients)
+        return int(self._federated_data.num_clients)
 
-    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
+    def _client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
         """The data of ``clients`` (ids on the CPU); in ``"train"``, the samples they train on
         (``training_samples``)."""
         if self._slicer is None:
             self._slicer = ClientDataSlicer()
-        data = self.federated_data
+        data = self._federated_data
         return self._slicer.shards(self._training_data(data) if split == "train" else data, clients, split)
 
     def _training_data(self, data: Any) -> Any:
@@ -48,7 +48,7 @@ class FederatedDataLink:
         data tensors; ``data`` itself when they are unchanged (the default)."""
         cached = self._training_view
         if cached is None or cached[0] is not data.train_index or cached[1] is not data.train_sizes:
-            index, sizes = self.training_samples(data.train_index, data.train_sizes)
+            index, sizes = self.training_samples(data)
             unchanged = index is data.train_index and sizes is data.train_sizes
             view = None if unchanged else SimpleNamespace(train_x=data.train_x, train_y=data.train_y,
                                                           train_index=index, train_sizes=sizes)
@@ -56,7 +56,7 @@ class FederatedDataLink:
         return data if cached[2] is None else cached[2]
 
     @property
-    def federated_data(self) -> Any:
+    def _federated_data(self) -> Any:
         """The FederatedDataModule: the trainer's, or one given to ``attach_data``."""
         datamodule = getattr(self.trainer, "datamodule", None) if private_api.attached_trainer(self) else None
         datamodule = datamodule if datamodule is not None else self._attached_data
@@ -71,9 +71,9 @@ class FederatedDataLink:
         """Use ``datamodule`` without a Trainer (notebooks, benchmarks of the server step)."""
         self._attached_data = datamodule
 
-    def check_data(self) -> None:
+    def _check_data(self) -> None:
         """Refuses data that does not fit the model (classes, input shape, attacker id); moves it to the model's device."""
-        data = self.federated_data
+        data = self._federated_data
         if data.num_classes != self.hparams.num_classes:
             raise ValueError(f"the model has {self.hparams.num_classes} classes but the data has {data.num_classes}: "
                              "set model.num_classes to match (the CLI links it automatically)")

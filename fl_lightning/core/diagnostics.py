@@ -18,7 +18,14 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import conflict_counts
+from fl_lightning.core.payload import RoundOutcome
 from fl_lightning.run_schema import Metric
+
+
+def round_outcome(outputs: Any) -> RoundOutcome | None:
+    """The ``RoundOutcome`` a ``FederatedModule`` round returns (``outputs["outcome"]``), else None."""
+    outcome = outputs.get("outcome") if isinstance(outputs, dict) else None
+    return outcome if isinstance(outcome, RoundOutcome) else None
 
 
 def _log(pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
@@ -66,22 +73,29 @@ class ConflictCounts(Callback):
     def __init__(self) -> None:
         self.layer_sums: list[float] = []
         self.rounds = 0
+        self.layer_names: tuple[str, ...] = ()
+        self.evaluation_follows = False
         self._paper_layers: tuple[ParameterLayout, list[slice]] | None = None
 
-    def _paper_slices(self, pl_module: Any) -> list[slice]:
+    def _paper_slices(self, pl_module: Any, layout: ParameterLayout) -> list[slice]:
         """:func:`paper_layer_slices` of the module's model, built once per layout."""
-        if self._paper_layers is None or self._paper_layers[0] is not pl_module.layout:
-            self._paper_layers = (pl_module.layout, paper_layer_slices(pl_module.model, pl_module.layout))
+        if self._paper_layers is None or self._paper_layers[0] is not layout:
+            self._paper_layers = (layout, paper_layer_slices(pl_module.model, layout))
         return self._paper_layers[1]
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = (outputs or {}).get("server_step")
-        if step is None:
+        outcome = round_outcome(outputs)
+        if outcome is None:
             return
-        own, paper = list(pl_module.layer_slices), self._paper_slices(pl_module)
+        self.evaluation_follows = outcome.evaluates
+        if outcome.direction is None or outcome.payload is None:
+            return
+        context = outcome.payload.context
+        own, paper = list(context.layer_slices), self._paper_slices(pl_module, context.layout)
+        self.layer_names = context.layer_names
         same = own == paper  # layer_grouping="module"
         # one conflict_counts call (one device sync) for both sets of layers
-        model_level, counts = conflict_counts(outputs["payload"].updates, step, own if same else own + paper)
+        model_level, counts = conflict_counts(outcome.payload.updates, outcome.direction, own if same else own + paper)
         per_layer = counts[:len(own)]
         per_paper_layer = per_layer if same else counts[len(own):]
         if len(self.layer_sums) != len(per_layer):
@@ -96,10 +110,10 @@ class ConflictCounts(Callback):
         })
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        if not (self.rounds and pl_module._is_eval_round()):
+        if not (self.rounds and self.evaluation_follows and not trainer.sanity_checking):
             return
         means = {f"{Metric.CONFLICTS_LAYER}/{name}": total / self.rounds
-                 for name, total in zip(pl_module.layer_names, self.layer_sums)}
+                 for name, total in zip(self.layer_names, self.layer_sums)}
         _log(pl_module, means)
         self.layer_sums, self.rounds = [0.0] * len(self.layer_sums), 0
 
@@ -118,9 +132,10 @@ class QPFallbackTotal(Callback):
         self.total = 0
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if "qp_fallbacks" not in (outputs or {}):
+        outcome = round_outcome(outputs)
+        if outcome is None or outcome.payload is None:  # no update reached the server: nothing aggregated
             return
-        self.total += int(outputs["qp_fallbacks"])
+        self.total += outcome.qp_fallbacks
         _log(pl_module, {"qp_fallbacks_total": float(self.total)})
 
     def state_dict(self) -> dict[str, Any]:
@@ -137,9 +152,11 @@ class ImprovementShare(Callback):
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if (outputs or {}).get("server_step") is None:
+        outcome = round_outcome(outputs)
+        if outcome is None or outcome.direction is None or outcome.payload is None:
             return
-        payload = outputs["payload"]
+        payload = outcome.payload
         shards = payload.shards
-        losses_after, _ = pl_module.evaluator.shared(pl_module.model, (shards.x, shards.y, shards.index, shards.sizes))
+        assert shards is not None, "a round's payload carries its clients' shards"
+        losses_after, _ = payload.context.evaluator.shared(pl_module.model, (shards.x, shards.y, shards.index, shards.sizes))
         _log(pl_module, {Metric.IMPROVED_FRACTION: float((losses_after <= payload.losses).float().mean())})

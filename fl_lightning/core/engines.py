@@ -516,12 +516,13 @@ def choose_engine(
 GradientSignal = Literal["update", "full_batch"]  # what a client's row of J means (FedLF, FedMDFG)
 
 
-def full_batch_gradients(module: Any, round_index: int, shards: ClientShards) -> torch.Tensor:
+def full_batch_gradients(context: Any, shards: ClientShards) -> torch.Tensor:
     """Every client's full local gradient ∇F_i(w), (m, d): one full-batch SGD step with lr 1
-    from w gives w − w' = ∇F_i(w) (the client signal of the FedLF and FedMDFG authors' code)."""
+    from w gives w − w' = ∇F_i(w) (the client signal of the FedLF and FedMDFG authors' code);
+    ``context`` is the round's ``RoundContext``."""
     one_step = LocalSGD(lr=1.0, epochs=1, batch_size=None)
-    trained = module.local_train(round_index, shards, sgd=one_step)
-    return module.global_vector().unsqueeze(0) - module.layout.flatten_stacked(trained)
+    trained = context.local_train(shards, sgd=one_step)
+    return context.global_vector.unsqueeze(0) - context.layout.flatten_stacked(trained)
 
 
 class EngineRunner:

@@ -9,25 +9,28 @@ is evaluated every ``eval_every`` rounds and after the last; one Lightning epoch
 and every metric is logged with step = rounds completed: a round's metrics are collected
 (``log_round``) and reach the loggers in one call, as Lightning's epoch metrics would.
 
-The algorithm contract (what a subclass may override, and when state may change):
+The algorithm contract (what a subclass may override, and when state may change). An
+algorithm reaches the engine through one door, the round's ``RoundContext`` (``payload.context``
+or the ``context`` argument); the engine's own attributes are private:
  - ``__init__``: validate its hyper-parameters, ``save_hyperparameters()``, declare per-client
    state with ``register_client_state`` (created once K is known, checkpointed).
  - ``client_objective``: every client's minibatch loss (default: cross-entropy).
- - ``train_clients``: local training -> J; client-side state (a client's own model) may change.
+ - ``train_clients(context, shards)``: local training -> J; client-side state (a client's own
+   model) may change.
  - ``aggregate(payload) -> ServerStep | Tensor``: changes no state and logs nothing; new values
    of the algorithm's state go in ``ServerStep.new_state``, committed with the step, and what
    it logs about the round in ``ServerStep.metrics``, logged with the round's metrics.
- - ``on_round_end(payload, step)``: bookkeeping after an applied step (histories, logs).
+ - ``on_round_end(payload, step)``: bookkeeping after an applied step (histories); returns what
+   it measures of the new state, logged with the round (it logs nothing itself).
  - ``evaluation_params``: what evaluation tests (the global model by default).
- - ``sample_clients``: who is asked each round (``fraction`` uniformly by default).
- - ``training_samples(index, sizes)``: which samples the clients train on (all by default).
- - ``evaluation_metrics(client_metrics)``: metrics added to every evaluation (none by default).
- - ``history_rows_to_keep(rounds_completed)``: the ``history`` rows a checkpoint must hold.
+ - ``sample_clients(context)``: who is asked each round (``fraction`` uniformly by default).
+ - ``training_samples(data)``: which samples the clients train on (all by default).
+ - ``evaluation_metrics(context, client_metrics)``: metrics added to every evaluation.
+ - ``history_rows_to_keep(next_round)``: the ``history`` rows a checkpoint must hold.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import time
 import warnings
@@ -52,6 +55,7 @@ from fl_lightning.core.fused import mean_cross_entropy_objective
 from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
 from fl_lightning.core.payload import (
     RoundContext,
+    RoundOutcome,
     RoundPayload,
     ServerStep,
     as_server_step,
@@ -60,7 +64,7 @@ from fl_lightning.core.payload import (
 from fl_lightning.core.progress import console_callbacks
 from fl_lightning.core.round_log import RoundLog
 from fl_lightning.core.simulation import round_generator
-from fl_lightning.core.state import ClientStateMixin
+from fl_lightning.core.state import GLOBAL_MODEL, ClientStateMixin
 from fl_lightning.core.threads import FitThreads
 from fl_lightning.models import create_fl_model
 from fl_lightning.run_schema import (
@@ -76,19 +80,7 @@ from fl_lightning.run_schema import (
 )
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
-__all__ = ["FederatedModule", "RoundPayload", "ServerStep", "round_generator"]
-
-
-ROUND_HOOKS = ("aggregate", "on_round_end")  # the hooks that receive ``payload.context``
-
-
-def _adding_round_context(hook: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(hook)
-    def with_context(self: FederatedModule, payload: RoundPayload, *args: Any, **kwargs: Any) -> Any:
-        return hook(self, self.with_round_context(payload), *args, **kwargs)
-
-    with_context._adds_round_context = True  # type: ignore[attr-defined]
-    return with_context
+__all__ = ["GLOBAL_MODEL", "FederatedModule", "RoundContext", "RoundOutcome", "RoundPayload", "ServerStep", "round_generator"]
 
 
 # Lightning's max_epochs when a Trainer is given neither max_epochs nor max_steps
@@ -196,7 +188,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if self.needs_every_client and fraction < FULL_PARTICIPATION:
             raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
                              "set fraction: 1.0")
-        self.local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
+        self._local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
         self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk, local_autocast)
         self.history_settings = settings.HistorySettings(history_dtype, history_device)
         self.fit_threads = FitThreads(threads)  # checks the count now, before anything is built
@@ -204,11 +196,11 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.attacker = None if attack is None else attacker
         torch.manual_seed(self.run_seed)
         self.model = create_fl_model(backbone, num_classes, tuple(input_shape), **(backbone_kwargs or {}))
-        self.layout = ParameterLayout.of(self.model)
-        self.layer_slices = layer_slices(self.model, self.layout, layer_grouping)
-        self.layer_names = layer_names(self.layout, layer_grouping)
+        self._layout = ParameterLayout.of(self.model)
+        self._layer_slices = layer_slices(self.model, self._layout, layer_grouping)
+        self._layer_names = layer_names(self._layout, layer_grouping)
         self.automatic_optimization = False
-        self.engines = EngineRunner(self.engine_settings)
+        self._engines = EngineRunner(self.engine_settings)
         self.last_client_metrics: dict[str, list[float]] = {}
         self.round_log = RoundLog()
 
@@ -244,10 +236,10 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         """
         return masked_cross_entropy(logits, targets, mask)
 
-    def train_clients(self, round_index: int, shards: ClientShards) -> torch.Tensor:
+    def train_clients(self, context: RoundContext, shards: ClientShards) -> torch.Tensor:
         """Local training from the global model; returns J (m, d) with g_i = w - w_i."""
-        trained = self.local_train(round_index, shards)
-        return self.layout.flatten_stacked(trained).neg_().add_(self.global_vector())  # w − w_i, in place
+        trained = context.local_train(shards)
+        return context.layout.flatten_stacked(trained).neg_().add_(context.global_vector)  # w − w_i, in place
 
     def aggregate(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
         """The server step d (d,) from the round's uploads (the server applies w <- w - d),
@@ -255,26 +247,11 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         What it needs of the engine it reads from ``payload.context`` (``RoundContext``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement aggregate(payload)")
 
-    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
-        """Algorithm bookkeeping after the step is applied (histories, ...); ``payload.context``
-        as in ``aggregate``."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """An algorithm's ``aggregate`` and ``on_round_end`` always receive a payload with its
-        ``context``, a payload built by hand (a test, a notebook) included."""
-        super().__init_subclass__(**kwargs)
-        for name in ROUND_HOOKS:
-            hook = cls.__dict__.get(name)
-            if hook is not None and not getattr(hook, "_adds_round_context", False):
-                setattr(cls, name, _adding_round_context(hook))
-
-    def round_context(self, round_index: int) -> RoundContext:
-        """The read-only view of the engine that round ``round_index``'s hooks receive."""
-        return RoundContext(self, round_index)
-
-    def with_round_context(self, payload: RoundPayload) -> RoundPayload:
-        """``payload``, with the context of its round when it has none (a new payload)."""
-        return payload if payload._context is not None else replace(payload, _context=self.round_context(payload.round))
+    def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> Mapping[str, float] | None:
+        """Algorithm bookkeeping after the step is applied (histories, downloads, ...);
+        ``payload.context`` as in ``aggregate``. Returns what it measures of the state after the
+        round (CGSV's r_i and download densities), logged with the round's metrics; logs nothing."""
+        return None
 
     def evaluation_params(self) -> torch.Tensor | None:
         """The parameters evaluation uses: ``None`` for the global model, a flat (d,)
@@ -282,59 +259,80 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         one model per client (Ditto's personal models, CGSV's agent models)."""
         return None
 
-    def sample_clients(self, round_index: int, num_clients: int) -> torch.Tensor:
+    def sample_clients(self, context: RoundContext) -> torch.Tensor:
         """S_t, sorted ids: ``fraction`` of the K clients uniformly without replacement."""
-        return simulation.sample_uniformly(self.hparams.seed, round_index, num_clients, self.hparams.fraction)
+        return simulation.sample_uniformly(self.hparams.seed, context.round, context.num_clients_total,
+                                           self.hparams.fraction)
 
-    def training_samples(self, index: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_samples(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples every client trains on, for all K clients at once: from the data's
-        (K, n) ``index`` (row k: client k's positions in ``train_x``, padded beyond
-        ``sizes[k]``) and (K,) ``sizes``, the (K, n') index and sizes of the training shards.
-        Asked once per data tensors (again if the data moves). Default: every sample;
-        ``ValidatedAgents`` (CFFL, ECI) hold out the server's validation set."""
-        return index, sizes
+        (K, n) ``train_index`` (row k: client k's positions in ``train_x``, padded beyond
+        ``train_sizes[k]``) and (K,) ``train_sizes``, the (K, n') index and sizes of the
+        training shards. Asked once per data tensors (again if the data moves). Default:
+        every sample; ``ValidatedAgents`` (CFFL, ECI) hold out the server's validation set."""
+        return data.train_index, data.train_sizes
 
-    def evaluation_metrics(self, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
+    def evaluation_metrics(self, context: RoundContext, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
         """Metrics the algorithm adds to every evaluation, from the per-client values just
         evaluated (``last_client_metrics``: ``test_accuracy``, ``test_loss``, ...; empty without
         test data); a name the evaluation logs itself is refused. Default: none; CGSV adds its
         fairness correlations ρ_r and ρ."""
         return {}
 
-    def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor:
-        """Ids of the ``history`` rows (``register_client_history``) a checkpoint taken after
-        ``rounds_completed`` rounds (None: not known) must hold: those a later round may read
-        before writing them again; the rest are left out (``core.state``). Default: every client
-        ever seen (FedLF and FedMDFG read any absent client's last upload); FedFV keeps fewer."""
+    def history_rows_to_keep(self, next_round: RoundContext | None) -> torch.Tensor:
+        """Ids of the ``history`` rows (``register_client_history``) a checkpoint must hold, taken
+        before ``next_round`` (None: not known): those a later round may read before writing
+        them again; the rest are left out (``core.state``). Default: every client ever seen
+        (FedLF and FedMDFG read any absent client's last upload); FedFV keeps fewer."""
         return torch.nonzero(self.last_seen >= 0).flatten()
 
-    # ---------------------------------------------------------------- helpers for hooks
-    def global_vector(self) -> torch.Tensor:
+    @property
+    def num_parameters(self) -> int:
+        """d, the number of trainable parameters (the length of w and of every update)."""
+        return self._layout.num_parameters
+
+    # ------------------------------------------------------------ the engine's door and helpers
+    def round_context(self, round_index: int) -> RoundContext:
+        """The read-only view of the engine that round ``round_index``'s hooks receive."""
+        return RoundContext(self, round_index)
+
+    def _with_round_context(self, payload: RoundPayload) -> RoundPayload:
+        """``payload``, with the context of its round when it has none (a new payload)."""
+        return payload if payload._context is not None else replace(payload, _context=self.round_context(payload.round))
+
+    def _predictable_answering(self, round_index: int) -> torch.Tensor | None:
+        """Who answers round ``round_index`` when it is a pure function of (seed, round): the
+        default sampler and no attacker (``RoundContext.answering_clients``)."""
+        if self.attacker is not None or type(self).sample_clients is not FederatedModule.sample_clients:
+            return None
+        return self._drop_clients(round_index, self.sample_clients(self.round_context(round_index)))
+
+    def _global_vector(self) -> torch.Tensor:
         """The global model w as a flat vector (d,)."""
-        return model_vector(self.model, self.layout)
+        return model_vector(self.model, self._layout)
 
-    def global_params(self) -> dict[str, torch.Tensor]:
+    def _global_params(self) -> dict[str, torch.Tensor]:
         """The global model's trainable parameters by name (what proximal terms pull towards)."""
-        return {n: p for n, p in self.model.named_parameters() if n in self.layout.names}
+        return {n: p for n, p in self.model.named_parameters() if n in self._layout.names}
 
-    def round_lr(self, round_index: int | None = None) -> float:
+    def _round_lr(self, round_index: int | None = None) -> float:
         """The local learning rate of a round: lr * lr_decay^t."""
-        return self.local_sgd.round_lr(self.round_index if round_index is None else round_index)
+        return self._local_sgd.round_lr(self._round_index if round_index is None else round_index)
 
-    def round_sgd(self, round_index: int) -> LocalSGD:
+    def _round_sgd(self, round_index: int) -> LocalSGD:
         """The local SGD settings of a round (``local_sgd`` at ``round_lr``); the last one is
         kept, so rounds of one learning rate do not build and check a new one each."""
-        lr = self.round_lr(round_index)
-        kept = getattr(self, "_round_sgd", None)
-        if kept is None or kept[0] is not self.local_sgd or kept[1] != lr:
-            kept = self._round_sgd = (self.local_sgd, lr, replace(self.local_sgd, lr=lr))
+        lr = self._round_lr(round_index)
+        kept = getattr(self, "_kept_round_sgd", None)
+        if kept is None or kept[0] is not self._local_sgd or kept[1] != lr:
+            kept = self._kept_round_sgd = (self._local_sgd, lr, replace(self._local_sgd, lr=lr))
         return kept[2]
 
-    def drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
+    def _drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled clients that answer; each fails with probability ``dropout_prob``."""
         return simulation.drop_clients(self.hparams.seed, round_index, sampled, self.hparams.dropout_prob)
 
-    def local_train(self, round_index: int, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
+    def _local_train(self, round_index: int, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
                     anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
                     objective: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Local SGD of the shards' clients, stacked [m, ...] results.
@@ -346,27 +344,27 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         ``client_objective``. Under DDP every rank trains its own block of the clients and
         the results are all-gathered, so every rank returns all m clients.
         """
-        sgd = sgd or self.round_sgd(round_index)
+        sgd = sgd or self._round_sgd(round_index)
         order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs,
                             round_generator(self.hparams.seed, round_index, "shuffle"))
-        start = self.global_params() if start is None else start
-        anchor = self.global_params() if anchor is None else anchor
-        return self.engines.train_across_ranks(private_api.attached_trainer(self), self.model, self.layout, shards, order, start, anchor,
+        start = self._global_params() if start is None else start
+        anchor = self._global_params() if anchor is None else anchor
+        return self._engines.train_across_ranks(private_api.attached_trainer(self), self.model, self._layout, shards, order, start, anchor,
                                                sgd, objective or self.client_objective)
 
     @property
     def engine_used(self) -> str | None:
-        return self.engines.engine_used
+        return self._engines.engine_used
 
     @property
-    def world_size(self) -> int:
+    def _world_size(self) -> int:
         """Processes sharing the clients of a round (Lightning's DDP world size)."""
         return world_size(private_api.attached_trainer(self))
 
     @property
-    def evaluator(self) -> FederationEvaluator:
+    def _evaluator(self) -> FederationEvaluator:
         """Evaluates clients under shared or per-client models, split across ranks."""
-        return FederationEvaluator(self.model, self.layout, private_api.attached_trainer(self))
+        return FederationEvaluator(self.model, self._layout, private_api.attached_trainer(self))
 
     # ------------------------------------------------------------------ lightning wiring
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -387,42 +385,42 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
                 + console_callbacks(private_api.attached_trainer(self)))
 
     def setup(self, stage: str) -> None:
-        self.materialise_client_states(self.num_clients_total)
+        self._materialise_client_states(self._num_clients_total)
 
     def on_fit_start(self) -> None:
         check_trainer_length(self.trainer, int(self.hparams.num_rounds))
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
-        self.check_data()
-        asked, num_clients = float(self.hparams.fraction), self.num_clients_total
+        self._check_data()
+        asked, num_clients = float(self.hparams.fraction), self._num_clients_total
         if simulation.participation_that_runs(num_clients, asked) != asked:
             ran = simulation.clients_per_round(num_clients, asked)
             self.print(f"fraction {asked:g} of {num_clients} clients is {ran} client{'s' * (ran != 1)} a round: "
                        f"participation {ran / num_clients:.3g} runs and is what the run logs")
-        if self.world_size > 1:
+        if self._world_size > 1:
             # every rank logs the same all-gathered values: nothing to reduce across ranks
             warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(", category=UserWarning)
 
     def on_validation_start(self) -> None:
-        self.check_data()
+        self._check_data()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Also keep the global generators: the per-round streams are pure functions of
         (seed, round), but stochastic layers (dropout, drop-path) draw from the global one."""
         checkpoint["fl_rng"] = global_generator_states()
-        self.compact_history(checkpoint)  # only the history rows still to be read (core.state)
+        self._compact_history(checkpoint)  # only the history rows still to be read (core.state)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Creates the declared per-client state with the checkpoint's shapes (``load_from_checkpoint``
         restores before any setup) and restores the global generators."""
         state = checkpoint.get("state_dict", {})
-        self.expand_history(checkpoint)
-        self.materialise_from_checkpoint(state)
+        self._expand_history(checkpoint)
+        self._materialise_from_checkpoint(state)
         if checkpoint.get("fl_rng") is not None:
             restore_global_generators(checkpoint["fl_rng"])
 
     # --------------------------------------------------------------------------- a round
     @property
-    def round_index(self) -> int:
+    def _round_index(self) -> int:
         """0-based index of the round being run (= the Lightning epoch)."""
         return int(self.current_epoch)
 
@@ -430,29 +428,33 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        """One round; returns its outcome for the diagnostics callbacks (``on_train_batch_end``)."""
-        t, data = self.round_index, self.federated_data
-        sampled = self.sample_clients(t, int(data.train_sizes.shape[0]))
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, RoundOutcome]:
+        """One round; returns ``{"outcome": RoundOutcome}`` for the callbacks (``on_train_batch_end``;
+        Lightning's manual optimisation passes a step's output on as a mapping)."""
+        return {"outcome": self._run_round(self._round_index)}
+
+    def _run_round(self, t: int) -> RoundOutcome:
+        context = self.round_context(t)
+        outcome = RoundOutcome(t, self._evaluates_after(t + 1))
+        sampled = self.sample_clients(context)
         if self.attacker is not None:
             sampled = self.attacker.joins(sampled)
-        answered = self.drop_clients(t, sampled)
+        answered = self._drop_clients(t, sampled)
         metrics: dict[str, float | torch.Tensor] = {"clients_sampled": float(len(sampled)), "clients_answered": float(len(answered))}
         if len(answered) == 0:
             self.print(f"round {t + 1}: no sampled client answered; the global model is kept")
             self.log_round(metrics | {"clients_aggregated": 0.0})
-            return {}
+            return outcome
 
         self._sync()
         started = time.perf_counter()
-        shards = self.client_shards(answered)
-        losses, accuracies = self.evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
-        updates = self.train_clients(t, shards)
+        shards = self._client_shards(answered)
+        losses, accuracies = self._evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+        updates = self.train_clients(context, shards)
         self._sync()
         client_time = time.perf_counter() - started
 
-        payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards,
-                               self.round_context(t))
+        payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards, context)
         if self.attacker is not None:
             payload = self.attacker.corrupt(payload)
         finite = finite_rows(payload.updates)
@@ -468,29 +470,28 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             Metric.TRAIN_LOSS: losses.mean(),
             "train_acc": accuracies.mean(),
             "client_time_s": client_time,
-            "engine_vectorised": float(self.engines.engine_used == "vectorised"),
-            "chunk_size": float(self.engines.last_chunk_size or 0),
-            "oom_retries": float(self.engines.oom_retries),
+            "engine_vectorised": float(self._engines.engine_used == "vectorised"),
+            "chunk_size": float(self._engines.last_chunk_size or 0),
+            "oom_retries": float(self._engines.oom_retries),
         }
         if payload.num_clients == 0:
             self.log_round(metrics)
-            return {}
+            return outcome
 
         started = time.perf_counter()
         step = as_server_step(self.aggregate(payload))
         self._sync()
         metrics["server_time_s"] = time.perf_counter() - started
         metrics = self._with_algorithm_metrics(step, metrics)
-        outcome = {"payload": payload, "server_step": None, "qp_fallbacks": step.qp_fallbacks,
-                   "details": step.details}
+        outcome = replace(outcome, payload=payload, qp_fallbacks=step.qp_fallbacks, details=step.details)
         if not torch.isfinite(step.direction).all():
             self.print(f"round {t + 1}: the server step is not finite; the global model and the state are kept")
             self.log_round(metrics | {"server_step_nonfinite": 1.0})
             return outcome
         self._apply_server_step(step.direction)
-        self._commit_round(payload, step)
-        self.log_round(metrics | {"server_step_norm": step.direction.norm()})
-        return outcome | {"server_step": step.direction}
+        after = self._commit_round(payload, step)
+        self.log_round(self._with_round_end_metrics(after, metrics | {"server_step_norm": step.direction.norm()}))
+        return replace(outcome, direction=step.direction)
 
     def _with_algorithm_metrics(self, step: ServerStep,
                                metrics: dict[str, float | torch.Tensor]) -> dict[str, float | torch.Tensor]:
@@ -502,15 +503,31 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
                              "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
         return step.metrics | metrics
 
-    def _commit_round(self, payload: RoundPayload, step: ServerStep) -> None:
-        """After an applied step: the state ``aggregate`` proposed, then ``on_round_end``."""
+    def _with_round_end_metrics(self, after: Mapping[str, float], metrics: dict[str, float | torch.Tensor]
+                                ) -> dict[str, float | torch.Tensor]:
+        """The round's metrics with what ``on_round_end`` returned; a name both use is refused."""
+        clash = sorted(after.keys() & metrics.keys())
+        if clash:
+            raise ValueError(f"{type(self).__name__}.on_round_end returns {clash}, which the round logs already: "
+                             "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
+        return dict(after) | metrics
+
+    def _commit_round(self, payload: RoundPayload, step: ServerStep) -> Mapping[str, float]:
+        """After an applied step: the state ``aggregate`` proposed, then ``on_round_end`` (its metrics)."""
         for name, value in step.new_state.items():
             getattr(self, name).copy_(value)
-        self.on_round_end(payload, step.direction)
+        return self.on_round_end(payload, step.direction) or {}
+
+    def propose(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
+        """What ``aggregate`` answers to ``payload``, a payload built by hand (a test, a notebook)
+        given its round's context first; changes nothing."""
+        return self.aggregate(self._with_round_context(payload))
 
     def server_round(self, payload: RoundPayload) -> torch.Tensor:
-        """``aggregate`` and ``_commit_round`` without moving the model (outside a Trainer there is
-        no server optimizer): the server side of a round for notebooks, tests and benchmarks."""
+        """``aggregate`` and the commit of its state, then ``on_round_end``, without moving the
+        model (outside a Trainer there is no server optimizer): the server side of a round for
+        notebooks, tests and benchmarks."""
+        payload = self._with_round_context(payload)
         step = as_server_step(self.aggregate(payload))
         self._commit_round(payload, step)
         return step.direction
@@ -520,7 +537,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         optimizer = self.optimizers()
         assert not isinstance(optimizer, list), "FederatedModule configures one server optimizer"
         params = dict(self.model.named_parameters())
-        for name, piece in self.layout.unflatten(server_step).items():
+        for name, piece in self._layout.unflatten(server_step).items():
             params[name].grad = piece.detach().to(params[name].dtype).clone()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -532,9 +549,9 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         if private_api.attached_trainer(self) is None:
             return
         if self.trainer.training:
-            self.round_log.add_round(metrics, self.round_index + 1)
+            self.round_log.add_round(metrics, self._round_index + 1)
         else:
-            self.round_log.add_evaluation(metrics, self.rounds_completed())
+            self.round_log.add_evaluation(metrics, self._rounds_completed())
 
     def on_train_epoch_start(self) -> None:
         self.round_log.send_round(self.trainer)  # the previous round's, after its checkpoint
@@ -553,26 +570,29 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         self.round_log.send_round(self.trainer)
 
     # ------------------------------------------------------------------------ evaluation
-    def rounds_completed(self) -> int:
+    def _rounds_completed(self) -> int:
         """Rounds done when evaluating: inside fit the current round has just finished."""
         fitting = private_api.attached_trainer(self) is not None and self.trainer.state.fn == "fit"
-        return self.round_index + 1 if fitting else self.round_index
+        return self._round_index + 1 if fitting else self._round_index
 
-    def _is_eval_round(self) -> bool:
+    def _evaluates_now(self) -> bool:
         """Whether this validation pass evaluates: every ``eval_every`` rounds and after the last."""
         if self.trainer.sanity_checking:
             return False
         if self.trainer.state.fn != "fit":
             return True
-        done = self.rounds_completed()
-        return done % self.hparams.eval_every == 0 or done == self.hparams.num_rounds
+        return self._evaluates_after(self._rounds_completed())
+
+    def _evaluates_after(self, rounds_done: int) -> bool:
+        """Whether a fit evaluates after ``rounds_done`` rounds: every ``eval_every`` and after the last."""
+        return rounds_done % self.hparams.eval_every == 0 or rounds_done == self.hparams.num_rounds
 
     def evaluate_all_clients(self) -> dict[str, float]:
         """Every client's test loss/accuracy and their fairness summary (``last_client_metrics``
         keeps the per-client values), the shared test set under the shared model, and what the
         algorithm adds (``evaluation_metrics``)."""
-        metrics, self.last_client_metrics = self.evaluator.evaluate(self.federated_data, self.evaluation_params())
-        added = self.evaluation_metrics(self.last_client_metrics)
+        metrics, self.last_client_metrics = self._evaluator.evaluate(self._federated_data, self.evaluation_params())
+        added = self.evaluation_metrics(self.round_context(self._rounds_completed()), self.last_client_metrics)
         clash = sorted(added.keys() & metrics.keys())
         if clash:
             raise ValueError(f"{type(self).__name__}.evaluation_metrics adds {clash}, which the evaluation logs "
@@ -580,14 +600,14 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         return metrics | added
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if not self._is_eval_round():
+        if not self._evaluates_now():
             return
         metrics = self.evaluate_all_clients()
         shown = {f"{k}_now": metrics[k] for k in (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC) if k in metrics}
         if self.trainer.state.fn != "fit":  # validate: Lightning's results table
-            self.log_dict({**metrics, "step": float(self.rounds_completed())}, batch_size=1)
+            self.log_dict({**metrics, "step": float(self._rounds_completed())}, batch_size=1)
             self.log_dict(shown, prog_bar=True, logger=False, batch_size=1)
             return
-        self.round_log.add_evaluation(metrics, self.rounds_completed())
-        self.round_log.add_evaluation(shown, self.rounds_completed(), progress_bar=True)
+        self.round_log.add_evaluation(metrics, self._rounds_completed())
+        self.round_log.add_evaluation(shown, self._rounds_completed(), progress_bar=True)
 

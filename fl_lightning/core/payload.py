@@ -18,18 +18,25 @@ if TYPE_CHECKING:
 
 
 class RoundContext:
-    """What an algorithm's round hooks (``aggregate``, ``on_round_end``) may read of the engine,
-    and nothing else: ``payload.context``. Read-only: every field is a property.
+    """The one door from an algorithm to the engine: what its hooks may read of the run, and
+    nothing else. ``aggregate`` and ``on_round_end`` read it as ``payload.context``;
+    ``train_clients``, ``sample_clients``, ``evaluation_metrics`` and ``history_rows_to_keep``
+    receive it. Read-only: every field is a property.
 
     - ``round``: t, counted from 0; ``lr``: the round's local step size η_t = lr · lr_decay^t;
     - ``layout``: the flat layout of the parameters (``layout.unflatten(v)``, ``num_parameters``);
       ``layer_slices`` / ``layer_names``: the "layers" of per-layer work (``layer_grouping``);
     - ``global_vector``: the global model w as a new flat (d,) tensor (in ``on_round_end``: after
-      the round's step);
-    - ``num_clients_total``: K;
+      the round's step); ``global_params``: its trainable tensors by name (what a proximal term
+      pulls towards);
+    - ``num_clients_total``: K; ``train_sizes``: every client's (K,) number of training samples;
+      ``data``: the federation's data (``train_x``, ``train_y``, ``train_index``, test sets);
+    - ``client_shards(clients)``: the training shards of some clients;
     - ``local_train(shards, start=None, anchor=None, sgd=None, objective=None)``: local SGD of
-      more clients or from other starting points, this round's shuffles and step size;
-    - ``evaluator``: evaluates clients under a shared or one model per client.
+      clients, from the global model or other starting points, this round's shuffles and step size;
+    - ``evaluator``: evaluates clients under a shared model or one model per client;
+    - ``answering_clients()``: who answers this round when that is a pure function of (seed,
+      round) (the default sampler, no attacker), else None.
     """
 
     __slots__ = ("_module", "_round")
@@ -43,38 +50,62 @@ class RoundContext:
 
     @property
     def lr(self) -> float:
-        return float(self._module.round_lr(self._round))
+        return float(self._module._round_lr(self._round))
 
     @property
     def layout(self) -> ParameterLayout:
-        return self._module.layout
+        return self._module._layout
 
     @property
     def layer_slices(self) -> tuple[slice, ...]:
-        return tuple(self._module.layer_slices)
+        return tuple(self._module._layer_slices)
 
     @property
     def layer_names(self) -> tuple[str, ...]:
-        return tuple(self._module.layer_names)
+        return tuple(self._module._layer_names)
 
     @property
     def global_vector(self) -> torch.Tensor:
-        return self._module.global_vector()
+        return self._module._global_vector()
+
+    @property
+    def global_params(self) -> dict[str, torch.Tensor]:
+        return self._module._global_params()
 
     @property
     def num_clients_total(self) -> int:
-        return int(self._module.num_clients_total)
+        return int(self._module._num_clients_total)
+
+    @property
+    def train_sizes(self) -> torch.Tensor:
+        return self._module._federated_data.train_sizes
+
+    @property
+    def data(self) -> Any:
+        return self._module._federated_data
 
     @property
     def evaluator(self) -> FederationEvaluator:
-        return self._module.evaluator
+        return self._module._evaluator
+
+    def client_shards(self, clients: torch.Tensor) -> ClientShards:
+        """The training shards of ``clients`` (ids), the samples they train on."""
+        return self._module._client_shards(clients)
 
     def local_train(self, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
                     anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
                     objective: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Local SGD of ``shards``' clients in this round: stacked [m, ...] results
-        (``FederatedModule.local_train``)."""
-        return self._module.local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
+        """Local SGD of ``shards``' clients in this round: stacked [m, ...] results. ``start``
+        defaults to the global model (shared); stacked [m, ...] tensors start every client from
+        its own model (``anchor``, default the global model, is what proximal terms pull
+        towards). ``sgd`` overrides the local SGD settings (its lr is used as given);
+        ``objective`` overrides ``client_objective``."""
+        return self._module._local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
+
+    def answering_clients(self) -> torch.Tensor | None:
+        """The clients that answer this round, when they are a pure function of (seed, round):
+        the default sampler and no attacker; else None (they may depend on state)."""
+        return self._module._predictable_answering(self._round)
 
 
 @dataclass
@@ -96,11 +127,13 @@ class RoundPayload:
 
     @property
     def context(self) -> RoundContext:
-        """The round's read-only view of the engine (``RoundContext``). Every payload a
-        ``FederatedModule`` hook receives has one, a hand-built one included: the module adds it."""
+        """The round's read-only view of the engine (``RoundContext``). Every payload a round
+        hands ``aggregate`` and ``on_round_end`` has one; a payload built by hand gets it from
+        ``module.propose(payload)`` / ``module.server_round(payload)``."""
         if self._context is None:
             raise RuntimeError("this RoundPayload has no context: call the hook through its module "
-                               "(aggregate / on_round_end add it), or build it with _context=module.round_context(t)")
+                               "(module.propose(payload) or module.server_round(payload) add it), "
+                               "or build it with _context=module.round_context(t)")
         return self._context
 
     def select(self, keep: torch.Tensor) -> RoundPayload:
@@ -132,8 +165,7 @@ class ServerStep:
     - ``qp_fallbacks``: QPs of the round a fallback solver answered (``algorithms.qp``: warned,
       never fatal), added to the run's ``qp_fallbacks_total``;
     - ``details``: what the aggregation found that is not logged (FedMGDA+'s λ*, FedLF's
-      layer groups), for tests, notebooks and callbacks (``outputs["details"]`` of the
-      round's ``on_train_batch_end``).
+      layer groups), for tests, notebooks and callbacks (``RoundOutcome.details``).
     """
 
     direction: torch.Tensor  # (d,)
@@ -141,6 +173,30 @@ class ServerStep:
     metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)  # metric name -> value
     qp_fallbacks: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What a round did, as the callbacks read it (``outputs`` of ``on_train_batch_end``):
+
+    - ``payload``: the uploads aggregated (None when no client's update reached the server);
+    - ``direction``: the server step d applied (None when none was: no upload, or d not finite);
+    - ``qp_fallbacks`` and ``details``: the algorithm's ``ServerStep`` fields;
+    - ``evaluates``: whether an evaluation of every client follows this round (every
+      ``eval_every`` rounds and after the last).
+    """
+
+    round: int
+    evaluates: bool
+    payload: RoundPayload | None = None
+    direction: torch.Tensor | None = None
+    qp_fallbacks: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def applied(self) -> bool:
+        """Whether the round moved the global model."""
+        return self.direction is not None
 
 
 def as_server_step(proposal: ServerStep | torch.Tensor) -> ServerStep:

@@ -31,6 +31,9 @@ HISTORY_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": 
                                           "float16": torch.float16}
 
 
+GLOBAL_MODEL = "global_model"  # register_client_state(init=GLOBAL_MODEL): one copy of w^0 per client
+
+
 @dataclass(frozen=True)
 class ClientStateSpec:
     """One declared piece of per-client state: (K, *per_client_shape) filled with ``fill`` in
@@ -40,7 +43,7 @@ class ClientStateSpec:
     per_client_shape: tuple[int, ...] = ()
     dtype: torch.dtype | None = None
     fill: float = 0.0
-    init: Callable[[int], torch.Tensor] | None = None
+    init: Callable[[int], torch.Tensor] | str | None = None  # or GLOBAL_MODEL
     offload: bool = False  # keep in host memory (pinned when a GPU is present)
 
 
@@ -53,7 +56,7 @@ class ClientStateMixin(nn.Module):
         from fl_lightning.core.flat import ParameterLayout
         from fl_lightning.core.settings import HistorySettings
 
-        layout: ParameterLayout
+        _layout: ParameterLayout
         history_settings: HistorySettings
         history: torch.Tensor
         last_seen: torch.Tensor
@@ -61,9 +64,13 @@ class ClientStateMixin(nn.Module):
         @property
         def hparams(self) -> AttributeDict: ...
 
-        def history_rows_to_keep(self, rounds_completed: int | None) -> torch.Tensor: ...  # a hook
+        def history_rows_to_keep(self, next_round: Any) -> torch.Tensor: ...  # a hook
 
-    def declared_client_states(self) -> dict[str, ClientStateSpec]:
+        def _global_vector(self) -> torch.Tensor: ...
+
+        def round_context(self, round_index: int) -> Any: ...
+
+    def _declared_client_states(self) -> dict[str, ClientStateSpec]:
         if "_client_state_specs" not in self.__dict__:
             self.__dict__["_client_state_specs"] = {}
         return self.__dict__["_client_state_specs"]
@@ -74,30 +81,35 @@ class ClientStateMixin(nn.Module):
         per_client_shape: tuple[int, ...] = (),
         dtype: torch.dtype | None = None,
         fill: float = 0.0,
-        init: Callable[[int], torch.Tensor] | None = None,
+        init: Callable[[int], torch.Tensor] | str | None = None,
         offload: bool = False,
     ) -> None:
-        """Declares the buffer ``name`` of shape (K, *per_client_shape) filled with ``fill``
-        (or built by ``init(K)``, e.g. one copy of the global model per client)."""
-        self.declared_client_states()[name] = ClientStateSpec(name, per_client_shape, dtype, fill, init, offload)
+        """Declares the buffer ``name`` of shape (K, *per_client_shape) filled with ``fill``, or
+        built by ``init(K)``, or with ``init=GLOBAL_MODEL`` one copy of the global model w^0 per
+        client (K, d)."""
+        if isinstance(init, str) and init != GLOBAL_MODEL:
+            raise ValueError(f"register_client_state({name!r}, init={init!r}): init is a function of K or GLOBAL_MODEL")
+        self._declared_client_states()[name] = ClientStateSpec(name, per_client_shape, dtype, fill, init, offload)
 
-    def materialise_client_states(self, num_clients: int) -> None:
+    def _materialise_client_states(self, num_clients: int) -> None:
         """Creates every declared state that does not exist yet for these K clients."""
-        for spec in self.declared_client_states().values():
+        for spec in self._declared_client_states().values():
             current = private_api.own_buffers(self).get(spec.name)
             if current is not None and current.shape[0] == num_clients:
                 continue  # setup runs again for every fit/validate: keep the state
-            if spec.init is not None:
+            if spec.init == GLOBAL_MODEL:
+                value = self._global_vector().repeat(num_clients, 1)
+            elif callable(spec.init):
                 value = spec.init(num_clients)
             else:
                 dtype = spec.dtype or self._state_reference().dtype
                 value = torch.full((num_clients, *spec.per_client_shape), spec.fill, dtype=dtype)
             self._register_state(spec, value)
 
-    def materialise_from_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> None:
+    def _materialise_from_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Creates the declared states with the checkpoint's shapes, so ``load_state_dict``
         can fill them before any setup has told the module K."""
-        for spec in self.declared_client_states().values():
+        for spec in self._declared_client_states().values():
             saved = state_dict.get(spec.name)
             if saved is not None and private_api.own_buffers(self).get(spec.name) is None:
                 self._register_state(spec, torch.empty_like(saved, device="cpu"))
@@ -117,7 +129,7 @@ class ClientStateMixin(nn.Module):
     def _apply(self, fn: Callable, recurse: bool = True) -> Any:
         # ``.to(device)``/``.cuda()`` move every buffer; offloaded state stays on the host
         buffers = private_api.own_buffers(self)
-        offloaded = {name: buffers.pop(name) for name, spec in self.declared_client_states().items()
+        offloaded = {name: buffers.pop(name) for name, spec in self._declared_client_states().items()
                      if spec.offload and name in buffers}
         try:
             super()._apply(fn, recurse)
@@ -131,7 +143,7 @@ class ClientStateMixin(nn.Module):
         ``history`` (K, d) and ``last_seen`` (K,) that FedFV, FedLF and FedMDFG keep, stored
         in the module's ``history_dtype`` and, with ``history_device="cpu"``, in host memory.
         Read and write them with ``history_rows`` and ``store_history``."""
-        d = num_parameters or self.layout.num_parameters
+        d = num_parameters or self._layout.num_parameters
         where = self.history_settings
         dtype = HISTORY_DTYPES.get(where.dtype or "")  # None: the parameters' dtype
         self.register_client_state("history", (d,), dtype=dtype, offload=where.device == "cpu")
@@ -161,35 +173,36 @@ class ClientStateMixin(nn.Module):
             missing[clients.cpu()] = False
 
     # ----------------------------------------------------------- compact checkpoints
-    def compact_history(self, checkpoint: dict[str, Any]) -> None:
+    def _compact_history(self, checkpoint: dict[str, Any]) -> None:
         """Replaces the checkpoint's (K, d) ``history`` by the rows ``history_rows_to_keep`` names
         (the rounds completed are the fit loop's, as the checkpoint records them)."""
         state = checkpoint.get("state_dict", {})
         history = state.get("history")
-        if "history" not in self.declared_client_states() or history is None or "last_seen" not in state:
+        if "history" not in self._declared_client_states() or history is None or "last_seen" not in state:
             return
         if self.__dict__.get("_compaction_deferred"):
             return  # a checkpoint kept in memory: compacted when it is written
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
         rounds_completed = progress.get("processed")
-        rows = self.history_rows_to_keep(rounds_completed).to(torch.long).cpu().sort().values
+        next_round = None if rounds_completed is None else self.round_context(int(rounds_completed))
+        rows = self.history_rows_to_keep(next_round).to(torch.long).cpu().sort().values
         if len(rows) == history.shape[0]:
             return  # every row is needed: the buffer as it is
         state["history"] = history[rows.to(history.device)].clone()
         checkpoint[COMPACT_HISTORY_KEY] = {"rows": rows, "num_clients": int(history.shape[0])}
 
     @contextlib.contextmanager
-    def compaction_deferred(self) -> Iterator[None]:
+    def _deferring_compaction(self) -> Iterator[None]:
         """Checkpoints dumped inside keep the whole history buffer (by reference, no copy);
-        ``compact_history`` them before writing, while the buffer is unchanged."""
+        ``_compact_history`` them before writing, while the buffer is unchanged."""
         self.__dict__["_compaction_deferred"] = True
         try:
             yield
         finally:
             self.__dict__["_compaction_deferred"] = False
 
-    def expand_history(self, checkpoint: dict[str, Any]) -> None:
-        """Undoes ``compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the
+    def _expand_history(self, checkpoint: dict[str, Any]) -> None:
+        """Undoes ``_compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the
         rows left out, which ``history_rows`` refuses to read until they are written again."""
         compact = checkpoint.pop(COMPACT_HISTORY_KEY, None)
         state = checkpoint.get("state_dict", {})

@@ -30,10 +30,8 @@ import pytest
 import torch
 
 from fl_lightning.algorithms import ALGORITHMS
-from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.core.payload import RoundPayload, as_server_step
-from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.data.datamodule import FederatedDataModule
 from tests.test_all_algorithms import FULL_PARTICIPATION
 
@@ -294,8 +292,8 @@ ALGORITHMS_DIR = Path(inspect.getfile(FederatedModule)).parents[1] / "algorithms
 def engine_names() -> set[str]:
     """Every attribute the engine gives a module that is not the algorithm API: what
     ``FederatedModule`` and its mixins define, what its ``__init__`` sets, and Lightning's logging."""
-    defined = {n for cls in (FederatedModule, ClientStateMixin, FederatedDataLink) for n in vars(cls)
-               if not n.startswith("__")}
+    engine_classes = FederatedModule.__mro__[:FederatedModule.__mro__.index(pl.LightningModule)]
+    defined = {n for cls in engine_classes for n in vars(cls) if not n.startswith("__")}
     bare = set(vars(pl.LightningModule()))
     built = set(vars(ALGORITHMS["FedAvg"](backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))))
     return (defined | (built - bare) | set(LOG_METHODS)) - ALGORITHM_API

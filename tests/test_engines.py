@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from fl_lightning.core.engines import SequentialEngine, VectorisedEngine, choose_engine
+from fl_lightning.core.engine_runner import choose_engine
+from fl_lightning.core.engines import SequentialEngine, VectorisedEngine
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.local import (
     ClientShards,

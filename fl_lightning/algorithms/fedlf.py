@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithms.client_signal import GradientSignal, full_batch_gradients
 from fl_lightning.algorithms.qp import batched_min_norm_simplex, min_norm_simplex
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.gram import layer_combination, layer_grams
 from fl_lightning.core.local import ClientShards
 from fl_lightning.core.module import FederatedModule, RoundContext, RoundPayload, ServerStep

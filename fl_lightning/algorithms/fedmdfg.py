@@ -10,10 +10,10 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithms.client_signal import GradientSignal, full_batch_gradients
 from fl_lightning.algorithms.qp import min_norm_simplex
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
-from fl_lightning.core.engines import GradientSignal, full_batch_gradients
 from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.gram import combine, gram

@@ -1,5 +1,6 @@
-"""Clients of a round split across Lightning's DDP ranks: each rank works on a contiguous
-block of clients and the results are all-gathered, so every rank holds every client's."""
+"""What a module reads of its Trainer: the length of a fit (``check_trainer_length``), and the
+clients of a round split across Lightning's DDP ranks: each rank works on a contiguous block of
+clients and the results are all-gathered, so every rank holds every client's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# Lightning's max_epochs when a Trainer is given neither max_epochs nor max_steps
+LIGHTNING_DEFAULT_MAX_EPOCHS = 1000
+
+
+def check_trainer_length(trainer: Any, num_rounds: int) -> None:
+    """A fit runs ``num_rounds`` rounds, one epoch (and one step) each: a Trainer's own
+    ``max_epochs``/``max_steps`` that says otherwise is refused, not overridden in silence (an
+    unlimited -1 and Lightning's default 1000, when neither is given, are left to ``num_rounds``)."""
+    max_epochs, max_steps = trainer.fit_loop.max_epochs, trainer.max_steps
+    if max_epochs not in (None, -1, LIGHTNING_DEFAULT_MAX_EPOCHS, num_rounds):
+        raise ValueError(f"Trainer(max_epochs={max_epochs}) but the module runs num_rounds={num_rounds} rounds (one "
+                         "epoch each): set num_rounds on the module and leave max_epochs out")
+    if max_steps not in (None, -1, num_rounds):
+        raise ValueError(f"Trainer(max_steps={max_steps}) but the module runs num_rounds={num_rounds} rounds (one "
+                         "step each): set num_rounds on the module and leave max_steps out")
 
 
 def world_size(trainer: Any) -> int:

@@ -19,8 +19,8 @@ Two engines compute the same thing:
 Both engines draw their minibatches from the same ``batch_order`` (``core.local``) so they
 agree to float rounding. Each client does exactly E passes over its own n_i samples with batch
 size B (the last batch of an epoch may be smaller; ``batch_size=None`` is full batch).
-``choose_engine`` picks one for a round and ``EngineRunner`` runs it across DDP ranks, halving
-the clients stacked at once after an out-of-memory error and remembering the size that fitted.
+``core.engine_runner`` picks one for a round and runs it across DDP ranks, halving the clients
+stacked at once after an out-of-memory error and remembering the size that fitted.
 """
 
 from __future__ import annotations
@@ -30,20 +30,17 @@ import copy
 import itertools
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fl_lightning.core.distributed import across_ranks, world_size
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.fused import FeedForwardGradients, feedforward_gradients, mean_weights
 from fl_lightning.core.local import ClientObjective, ClientShards, LocalSGD, steps_per_epoch
 from fl_lightning.core.settings import (
     ChunkSize,
-    EngineName,
-    EngineSettings,
     OptionalAutocast,
     check_setting,
 )
@@ -490,85 +487,3 @@ class SequentialEngine:
                     optimizer.step()
             trained.append(layout.flatten({n: local_params[n].detach() for n in layout.names}).clone())
         return layout.unflatten_stacked(torch.stack(trained))
-
-
-def choose_engine(
-    name: str,
-    num_clients: int,
-    num_parameters: int,
-    memory_budget_bytes: int,
-    clients_per_chunk: int | str | None = None,
-    autocast: str | None = None,
-) -> VectorisedEngine | SequentialEngine:
-    """``auto`` picks the vectorised engine unless the stacked parameters, gradients and
-    momenta of one chunk of clients would not fit in the memory budget (an ``"auto"``
-    chunk always fits: it is sized from the free memory)."""
-    check_setting("engine", name, EngineName)
-    if name == "auto":
-        stacked = 1 if isinstance(clients_per_chunk, str) else min(num_clients, clients_per_chunk or num_clients)
-        needed = 4 * stacked * num_parameters * 4  # params, grads, momentum, copies (fp32)
-        name = "vectorised" if needed <= memory_budget_bytes else "sequential"
-    if name == "vectorised":
-        return VectorisedEngine(clients_per_chunk, autocast)
-    return SequentialEngine(autocast)
-
-
-GradientSignal = Literal["update", "full_batch"]  # what a client's row of J means (FedLF, FedMDFG)
-
-
-def full_batch_gradients(context: Any, shards: ClientShards) -> torch.Tensor:
-    """Every client's full local gradient ∇F_i(w), (m, d): one full-batch SGD step with lr 1
-    from w gives w − w' = ∇F_i(w) (the client signal of the FedLF and FedMDFG authors' code);
-    ``context`` is the round's ``RoundContext``."""
-    one_step = LocalSGD(lr=1.0, epochs=1, batch_size=None)
-    trained = context.local_train(shards, sgd=one_step)
-    return context.global_vector.unsqueeze(0) - context.layout.flatten_stacked(trained)
-
-
-class EngineRunner:
-    """Runs the chosen engine; remembers a chunk size that ran out of memory (halved), so
-    later rounds start from the size that fitted.
-
-    After ``train``: ``engine_used`` (``"vectorised"``/``"sequential"``), ``last_chunk_size``
-    and ``oom_retries`` (over the run) say what happened."""
-
-    def __init__(self, settings: EngineSettings) -> None:
-        self.engine, self.memory_budget_gb = settings.engine, settings.memory_budget_gb
-        self.clients_per_chunk, self.autocast = settings.clients_per_chunk, settings.autocast
-        self.engine_used: str | None = None
-        self.last_chunk_size: int | None = None
-        self.oom_retries = 0
-        self._chunk_cap: int | None = None
-
-    def train_across_ranks(self, trainer: Any, model: nn.Module, layout: ParameterLayout, shards: ClientShards,
-                           order: torch.Tensor, start: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor],
-                           sgd: LocalSGD, objective: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``train``, with every DDP rank training its own block of the clients and the results
-        all-gathered, so every rank returns all m clients."""
-        if world_size(trainer) == 1:
-            return self.train(model, layout, shards, order, start, anchor, sgd, objective)
-        per_client_start = is_stacked_start(start, layout)
-
-        def train_block(rows: slice) -> tuple[torch.Tensor]:
-            block_start = {n: v[rows] for n, v in start.items()} if per_client_start else start
-            trained = self.train(model, layout, shards.rows(rows), order[:, rows], block_start, anchor, sgd, objective)
-            return (layout.flatten_stacked(trained),)
-
-        (flat,) = across_ranks(trainer, shards.num_clients, train_block)
-        return layout.unflatten_stacked(flat)
-
-    def train(self, model: nn.Module, layout: ParameterLayout, shards: ClientShards, order: torch.Tensor,
-              start: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor], sgd: LocalSGD,
-              objective: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
-        chunk = self.clients_per_chunk
-        if self._chunk_cap is not None:
-            chunk = self._chunk_cap if chunk in (None, "auto") else min(chunk, self._chunk_cap)
-        engine = choose_engine(self.engine, shards.num_clients, layout.num_parameters,
-                               int(self.memory_budget_gb * 2**30), chunk, self.autocast)
-        self.engine_used = engine.name
-        trained = engine.train(model, layout, start, shards, order, sgd, objective, anchor=anchor)
-        self.last_chunk_size = engine.chunk_size
-        if engine.oom_retries:
-            self.oom_retries += engine.oom_retries
-            self._chunk_cap = engine.chunk_size
-        return trained

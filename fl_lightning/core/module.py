@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, cast
 
@@ -47,12 +47,12 @@ from fl_lightning import private_api
 from fl_lightning.core import settings, simulation
 from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.diagnostics import ConflictCounts, ImprovementShare, QPFallbackTotal
-from fl_lightning.core.distributed import world_size
-from fl_lightning.core.engines import EngineRunner
-from fl_lightning.core.federation_evaluation import FederationEvaluator
-from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices, model_vector
+from fl_lightning.core.distributed import check_trainer_length
+from fl_lightning.core.engine_access import EngineAccess
+from fl_lightning.core.engine_runner import EngineRunner
+from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices
 from fl_lightning.core.fused import mean_cross_entropy_objective
-from fl_lightning.core.local import ClientShards, LocalSGD, batch_order, masked_cross_entropy
+from fl_lightning.core.local import ClientShards, LocalSGD, masked_cross_entropy
 from fl_lightning.core.payload import (
     RoundContext,
     RoundOutcome,
@@ -62,7 +62,7 @@ from fl_lightning.core.payload import (
     finite_rows,
 )
 from fl_lightning.core.progress import console_callbacks
-from fl_lightning.core.round_log import RoundLog
+from fl_lightning.core.round_log import RoundLog, RoundLogging
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import GLOBAL_MODEL, ClientStateMixin
 from fl_lightning.core.threads import FitThreads
@@ -83,24 +83,7 @@ from fl_lightning.seeding import global_generator_states, restore_global_generat
 __all__ = ["GLOBAL_MODEL", "FederatedModule", "RoundContext", "RoundOutcome", "RoundPayload", "ServerStep", "round_generator"]
 
 
-# Lightning's max_epochs when a Trainer is given neither max_epochs nor max_steps
-LIGHTNING_DEFAULT_MAX_EPOCHS = 1000
-
-
-def check_trainer_length(trainer: Any, num_rounds: int) -> None:
-    """A fit runs ``num_rounds`` rounds, one epoch (and one step) each: a Trainer's own
-    ``max_epochs``/``max_steps`` that says otherwise is refused, not overridden in silence (an
-    unlimited -1 and Lightning's default 1000, when neither is given, are left to ``num_rounds``)."""
-    max_epochs, max_steps = trainer.fit_loop.max_epochs, trainer.max_steps
-    if max_epochs not in (None, -1, LIGHTNING_DEFAULT_MAX_EPOCHS, num_rounds):
-        raise ValueError(f"Trainer(max_epochs={max_epochs}) but the module runs num_rounds={num_rounds} rounds (one "
-                         "epoch each): set num_rounds on the module and leave max_epochs out")
-    if max_steps not in (None, -1, num_rounds):
-        raise ValueError(f"Trainer(max_steps={max_steps}) but the module runs num_rounds={num_rounds} rounds (one "
-                         "step each): set num_rounds on the module and leave max_steps out")
-
-
-class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
+class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDataLink, pl.LightningModule):
     """Base class of every federated algorithm; subclasses implement ``aggregate``.
 
     Args:
@@ -307,65 +290,6 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             return None
         return self._drop_clients(round_index, self.sample_clients(self.round_context(round_index)))
 
-    def _global_vector(self) -> torch.Tensor:
-        """The global model w as a flat vector (d,)."""
-        return model_vector(self.model, self._layout)
-
-    def _global_params(self) -> dict[str, torch.Tensor]:
-        """The global model's trainable parameters by name (what proximal terms pull towards)."""
-        return {n: p for n, p in self.model.named_parameters() if n in self._layout.names}
-
-    def _round_lr(self, round_index: int | None = None) -> float:
-        """The local learning rate of a round: lr * lr_decay^t."""
-        return self._local_sgd.round_lr(self._round_index if round_index is None else round_index)
-
-    def _round_sgd(self, round_index: int) -> LocalSGD:
-        """The local SGD settings of a round (``local_sgd`` at ``round_lr``); the last one is
-        kept, so rounds of one learning rate do not build and check a new one each."""
-        lr = self._round_lr(round_index)
-        kept = getattr(self, "_kept_round_sgd", None)
-        if kept is None or kept[0] is not self._local_sgd or kept[1] != lr:
-            kept = self._kept_round_sgd = (self._local_sgd, lr, replace(self._local_sgd, lr=lr))
-        return kept[2]
-
-    def _drop_clients(self, round_index: int, sampled: torch.Tensor) -> torch.Tensor:
-        """The sampled clients that answer; each fails with probability ``dropout_prob``."""
-        return simulation.drop_clients(self.hparams.seed, round_index, sampled, self.hparams.dropout_prob)
-
-    def _local_train(self, round_index: int, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
-                    anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
-                    objective: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Local SGD of the shards' clients, stacked [m, ...] results.
-
-        ``start`` defaults to the global model (shared); pass stacked [m, ...] tensors to
-        start every client from its own model (``anchor``, default the global model, is what
-        proximal terms pull towards). ``sgd`` overrides the local SGD settings (its lr is used
-        as given; by default the module's, with this round's lr); ``objective`` overrides
-        ``client_objective``. Under DDP every rank trains its own block of the clients and
-        the results are all-gathered, so every rank returns all m clients.
-        """
-        sgd = sgd or self._round_sgd(round_index)
-        order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs,
-                            round_generator(self.hparams.seed, round_index, "shuffle"))
-        start = self._global_params() if start is None else start
-        anchor = self._global_params() if anchor is None else anchor
-        return self._engines.train_across_ranks(private_api.attached_trainer(self), self.model, self._layout, shards, order, start, anchor,
-                                               sgd, objective or self.client_objective)
-
-    @property
-    def engine_used(self) -> str | None:
-        return self._engines.engine_used
-
-    @property
-    def _world_size(self) -> int:
-        """Processes sharing the clients of a round (Lightning's DDP world size)."""
-        return world_size(private_api.attached_trainer(self))
-
-    @property
-    def _evaluator(self) -> FederationEvaluator:
-        """Evaluates clients under shared or per-client models, split across ranks."""
-        return FederationEvaluator(self.model, self._layout, private_api.attached_trainer(self))
-
     # ------------------------------------------------------------------ lightning wiring
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -482,7 +406,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         step = as_server_step(self.aggregate(payload))
         self._sync()
         metrics["server_time_s"] = time.perf_counter() - started
-        metrics = self._with_algorithm_metrics(step, metrics)
+        metrics = self._joined("aggregate", step.metrics, metrics, ("server_step_norm", "server_step_nonfinite"))
         outcome = replace(outcome, payload=payload, qp_fallbacks=step.qp_fallbacks, details=step.details)
         if not torch.isfinite(step.direction).all():
             self.print(f"round {t + 1}: the server step is not finite; the global model and the state are kept")
@@ -490,27 +414,17 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
             return outcome
         self._apply_server_step(step.direction)
         after = self._commit_round(payload, step)
-        self.log_round(self._with_round_end_metrics(after, metrics | {"server_step_norm": step.direction.norm()}))
+        self.log_round(self._joined("on_round_end", after, metrics | {"server_step_norm": step.direction.norm()}))
         return replace(outcome, direction=step.direction)
 
-    def _with_algorithm_metrics(self, step: ServerStep,
-                               metrics: dict[str, float | torch.Tensor]) -> dict[str, float | torch.Tensor]:
-        """The round's metrics after what ``aggregate`` logs (``ServerStep.metrics``), logged
-        whether or not the step is applied; a name both use is refused."""
-        clash = sorted(step.metrics.keys() & (metrics.keys() | {"server_step_norm", "server_step_nonfinite"}))
+    def _joined(self, hook: str, added: Mapping[str, Any], metrics: Mapping[str, Any],
+                reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``metrics`` with what the algorithm's ``hook`` adds; a name both use is refused."""
+        clash = sorted(added.keys() & (metrics.keys() | set(reserved)))
         if clash:
-            raise ValueError(f"{type(self).__name__}.aggregate logs {clash}, which the round logs itself: "
+            raise ValueError(f"{type(self).__name__}.{hook} adds {clash}, which the module logs itself: "
                              "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
-        return step.metrics | metrics
-
-    def _with_round_end_metrics(self, after: Mapping[str, float], metrics: dict[str, float | torch.Tensor]
-                                ) -> dict[str, float | torch.Tensor]:
-        """The round's metrics with what ``on_round_end`` returned; a name both use is refused."""
-        clash = sorted(after.keys() & metrics.keys())
-        if clash:
-            raise ValueError(f"{type(self).__name__}.on_round_end returns {clash}, which the round logs already: "
-                             "give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
-        return dict(after) | metrics
+        return dict(added) | dict(metrics)
 
     def _commit_round(self, payload: RoundPayload, step: ServerStep) -> Mapping[str, float]:
         """After an applied step: the state ``aggregate`` proposed, then ``on_round_end`` (its metrics)."""
@@ -542,33 +456,6 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    def log_round(self, metrics: Mapping[str, float | torch.Tensor]) -> None:
-        """Log metrics of this round with step = rounds completed (algorithms and callbacks may call
-        it too; in an evaluation they join its metrics). Collected, converted with one host sync,
-        and sent in one call per round (``core.round_log``)."""
-        if private_api.attached_trainer(self) is None:
-            return
-        if self.trainer.training:
-            self.round_log.add_round(metrics, self._round_index + 1)
-        else:
-            self.round_log.add_evaluation(metrics, self._rounds_completed())
-
-    def on_train_epoch_start(self) -> None:
-        self.round_log.send_round(self.trainer)  # the previous round's, after its checkpoint
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.round_log.end_round(self.trainer)  # visible to the epoch-end callbacks (monitors, the bar)
-
-    def on_train_epoch_end(self) -> None:
-        self.round_log.end_round(self.trainer)  # anything logged after the round's step
-
-    def on_validation_epoch_end(self) -> None:
-        self.round_log.end_evaluation(self.trainer)
-
-    def on_train_end(self) -> None:
-        self.round_log.end_round(self.trainer)
-        self.round_log.send_round(self.trainer)
-
     # ------------------------------------------------------------------------ evaluation
     def _rounds_completed(self) -> int:
         """Rounds done when evaluating: inside fit the current round has just finished."""
@@ -593,11 +480,7 @@ class FederatedModule(ClientStateMixin, FederatedDataLink, pl.LightningModule):
         algorithm adds (``evaluation_metrics``)."""
         metrics, self.last_client_metrics = self._evaluator.evaluate(self._federated_data, self.evaluation_params())
         added = self.evaluation_metrics(self.round_context(self._rounds_completed()), self.last_client_metrics)
-        clash = sorted(added.keys() & metrics.keys())
-        if clash:
-            raise ValueError(f"{type(self).__name__}.evaluation_metrics adds {clash}, which the evaluation logs "
-                             "itself: give the algorithm's metrics other names (e.g. prefixed with the algorithm's)")
-        return metrics | added
+        return self._joined("evaluation_metrics", added, metrics)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._evaluates_now():

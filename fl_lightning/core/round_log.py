@@ -17,9 +17,11 @@ number (to the default dtype), and does what Lightning does with epoch metrics:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from fl_lightning import private_api
 
 Value = float | int | bool | torch.Tensor
 
@@ -115,3 +117,43 @@ def publish(trainer: Any, values: dict[str, float], rounded: torch.Tensor, shown
     trainer.callback_metrics.update(tensors)
     trainer.logged_metrics.update({k: v for k, v in tensors.items() if k not in shown})
     trainer.progress_bar_metrics.update({k: values[k] for k in shown})
+
+
+class RoundLogging:
+    """``FederatedModule``'s side of the round log: ``log_round`` collects a round's (or an
+    evaluation's) metrics, and Lightning's epoch hooks send them (a LightningModule mixin)."""
+
+    if TYPE_CHECKING:  # what FederatedModule (a LightningModule) provides
+        round_log: RoundLog
+        trainer: Any
+        @property
+        def _round_index(self) -> int: ...
+
+        def _rounds_completed(self) -> int: ...
+
+    def log_round(self, metrics: Mapping[str, float | torch.Tensor]) -> None:
+        """Log metrics of this round with step = rounds completed (the module's and its callbacks';
+        an algorithm returns its metrics instead; in an evaluation they join its metrics). Collected, converted with one host sync,
+        and sent in one call per round (``core.round_log``)."""
+        if private_api.attached_trainer(self) is None:
+            return
+        if self.trainer.training:
+            self.round_log.add_round(metrics, self._round_index + 1)
+        else:
+            self.round_log.add_evaluation(metrics, self._rounds_completed())
+
+    def on_train_epoch_start(self) -> None:
+        self.round_log.send_round(self.trainer)  # the previous round's, after its checkpoint
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.round_log.end_round(self.trainer)  # visible to the epoch-end callbacks (monitors, the bar)
+
+    def on_train_epoch_end(self) -> None:
+        self.round_log.end_round(self.trainer)  # anything logged after the round's step
+
+    def on_validation_epoch_end(self) -> None:
+        self.round_log.end_evaluation(self.trainer)
+
+    def on_train_end(self) -> None:
+        self.round_log.end_round(self.trainer)
+        self.round_log.send_round(self.trainer)

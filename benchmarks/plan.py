@@ -75,7 +75,10 @@ def missing_data(configs: Iterable[dict]) -> list[MissingData]:
     found: dict[tuple, MissingData] = {}
     for config in configs:
         data = _data(config)
-        source, data_dir = data.get(schema.SOURCE, schema.DEFAULT_SOURCE), str(data.get("data_dir", schema.DEFAULT_DATA_DIR))
+        source, data_dir = (
+            data.get(schema.SOURCE, schema.DEFAULT_SOURCE),
+            str(data.get("data_dir", schema.DEFAULT_DATA_DIR)),
+        )
         params = data.get(schema.SOURCE_PARAMS) or {}
         key = (source, data_dir, json.dumps(params, sort_keys=True))
         if key in found:
@@ -203,7 +206,9 @@ def _published_durations_by_suite(path: Path) -> dict[str, dict[str, list[float]
             for row in csv.DictReader(rows):
                 if row.get("status") != "FINISHED" or not row.get("end_time"):
                     continue
-                seconds = (datetime.fromisoformat(row["end_time"]) - datetime.fromisoformat(row["start_time"])).total_seconds()
+                seconds = (
+                    datetime.fromisoformat(row["end_time"]) - datetime.fromisoformat(row["start_time"])
+                ).total_seconds()
                 durations.setdefault(row["suite"], {}).setdefault(row["cell"], []).append(seconds)
     except (OSError, KeyError, ValueError):
         return {}
@@ -270,8 +275,13 @@ def plan_lines(cells: list, durations: dict[str, list[float]], jobs: int,
         lines.append("  of which " + ", ".join(f"{m} {_duration(t / jobs)}" for m, t in largest))
     if len(per_row) > 1:
         longest = sorted(per_row.items(), key=lambda item: -sum(item[1]))[:5]
-        lines.append("  longest rows (runs x median run at --jobs 1): " + "; ".join(
-            f"{row} {len(times)} x {_duration(statistics.median(times))} = {_duration(sum(times))}" for row, times in longest))
+        lines.append(
+            "  longest rows (runs x median run at --jobs 1): "
+            + "; ".join(
+                f"{row} {len(times)} x {_duration(statistics.median(times))} = {_duration(sum(times))}"
+                for row, times in longest
+            )
+        )
     gpu_figures, gpu = gpu_throughput()
     on_gpu = [gpu_estimate_seconds(cell.config, gpu_figures) for cell in cells] if gpu_figures else []
     if any(seconds is not None for seconds in on_gpu):

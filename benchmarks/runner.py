@@ -203,7 +203,9 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     stopped_by: int = signal.SIGINT
     # SIGTERM (kill, a scheduler's stop, a shell's background job, which ignores SIGINT) stops the
     # suite as Ctrl-C does, and is passed on to the workers (Ctrl-C reaches them from the terminal)
-    on_term = signal.signal(signal.SIGTERM, _stop_suite) if threading.current_thread() is threading.main_thread() else None
+    on_term = (
+        signal.signal(signal.SIGTERM, _stop_suite) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
         for future in as_completed(futures):
@@ -216,8 +218,13 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
             stopped_by = stop.signum
             launcher.stop(stop.signum)
         verb = "terminated" if stopped_by == signal.SIGTERM else "interrupted"
-        print(f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
-              f"`{program_name()} run {name}` again runs them, from their last checkpoint where the suite keeps checkpoints", file=sys.stderr, flush=True)
+        print(
+            f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
+            f"`{program_name()} run {name}` again runs them, "
+            "from their last checkpoint where the suite keeps checkpoints",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()

@@ -63,8 +63,8 @@ def check_store(tracking_uri: str) -> None:
 def finished_runs_read_only(
     tracking_uri: str, suite: str
 ) -> tuple[set[tuple[str, str, str]], dict[str, list[float]], str]:
-    """A dry run's view of the store: (finished runs, their wall seconds per cell, a note), read without creating or altering
-    it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
+    """A dry run's view of the store: (finished runs, their wall seconds per cell, a note), read without
+    creating or altering it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
     through a read-only connection, a schema of another MLflow version is not migrated."""
     from fl_lightning.read_only_store import (
         EMPTY,

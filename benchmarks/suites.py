@@ -200,7 +200,9 @@ def check_algorithms(cells: list[Cell], name: str) -> None:
         types = signature_types(cls)
         for setting, value in init_args.items():
             if setting not in types:
-                raise SystemExit(f"{where}: {class_name} takes no setting {setting!r}{did_you_mean(setting, list(types))}")
+                raise SystemExit(
+                    f"{where}: {class_name} takes no setting {setting!r}{did_you_mean(setting, list(types))}"
+                )
             try:
                 check_setting(setting, value, types[setting], strict=True)
             except ValueError as error:

@@ -274,7 +274,8 @@ def main(args: list[str] | None = None) -> None:
             raise SystemExit(2)
         return
     asked = model_help_name(command_args)
-    if asked is not None and "." not in asked and asked not in ALGORITHM_NAMES:  # a class path is LightningCLI's to check
+    # a class path is LightningCLI's to check
+    if asked is not None and "." not in asked and asked not in ALGORITHM_NAMES:
         print(f"error: --model.help {asked}: no such algorithm{did_you_mean(asked, list(ALGORITHM_NAMES))} "
               f"(the algorithms: {', '.join(ALGORITHM_NAMES)})", file=sys.stderr)
         raise SystemExit(2)

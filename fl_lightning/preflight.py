@@ -96,9 +96,11 @@ def check_lightning_version(path: str, checkpoint: Mapping[str, Any]) -> None:
 
     version = checkpoint.get("pytorch-lightning_version")
     if not isinstance(version, str) or not version.strip():
-        raise PreflightError(f"--ckpt_path {path} does not say which Lightning wrote it (no 'pytorch-lightning_version'): "
-                             "it was not written by a Lightning Trainer or was edited; resume from the run's last.ckpt "
-                             "as fl-lightning fit wrote it, or leave --ckpt_path out")
+        raise PreflightError(
+            f"--ckpt_path {path} does not say which Lightning wrote it (no 'pytorch-lightning_version'): "
+            "it was not written by a Lightning Trainer or was edited; resume from the run's last.ckpt "
+            "as fl-lightning fit wrote it, or leave --ckpt_path out"
+        )
     # the migrations rewrite the loops' and callbacks' entries, never the weights: those stay shared
     # (memory-mapped, unread) instead of a deep copy of every tensor of a large run's history
     trial = {key: value if key == "state_dict" else copy.deepcopy(value) for key, value in checkpoint.items()}

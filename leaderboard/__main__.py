@@ -1,4 +1,5 @@
-"""``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish] [--experiments NAME ...]``;
+"""``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish]
+[--experiments NAME ...]``;
 ``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
 [--format csv parquet] [--all-metrics]`` (the run set as tidy tables: ``leaderboard/export.py``).
 

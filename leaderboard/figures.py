@@ -250,8 +250,11 @@ def pareto_figure(table: BenchmarkTable) -> Figure | None:
                           arrowprops=dict(arrowstyle="-", color=colors[id(row)], linewidth=0.8,
                                           shrinkA=0, shrinkB=4),
                           gid=f"pareto-label:{row.config}")
-        axes.set(xlabel=label, ylabel="mean client test accuracy (%)",
-                 title=f"Accuracy vs {'angle' if metric == Metric.TEST_ACC_ANGLE else 'std'} (labelled: Pareto-optimal)")
+        axes.set(
+            xlabel=label,
+            ylabel="mean client test accuracy (%)",
+            title=f"Accuracy vs {'angle' if metric == Metric.TEST_ACC_ANGLE else 'std'} (labelled: Pareto-optimal)",
+        )
         axes.grid(True, alpha=0.3)
         axes.margins(x=0.25, y=0.2)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[id(row)],

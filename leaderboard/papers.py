@@ -34,8 +34,17 @@ from fl_lightning.run_schema import Metric
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
 FILE_NAME = "paper_numbers.yaml"
 # Metrics that are fractions of correctly classified examples (a value above 1 is a percentage).
-FRACTION_METRICS = (Metric.TEST_ACC_MEAN, Metric.TEST_ACC_STD, Metric.TEST_ACC_MIN, Metric.TEST_ACC_MAX, Metric.TEST_ACC_WORST5,
-                    Metric.TEST_ACC_BEST5, Metric.TEST_ACC_WORST10, Metric.TEST_ACC_BEST10, Metric.GLOBAL_TEST_ACC)
+FRACTION_METRICS = (
+    Metric.TEST_ACC_MEAN,
+    Metric.TEST_ACC_STD,
+    Metric.TEST_ACC_MIN,
+    Metric.TEST_ACC_MAX,
+    Metric.TEST_ACC_WORST5,
+    Metric.TEST_ACC_BEST5,
+    Metric.TEST_ACC_WORST10,
+    Metric.TEST_ACC_BEST10,
+    Metric.GLOBAL_TEST_ACC,
+)
 
 
 @dataclass(frozen=True)

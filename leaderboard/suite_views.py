@@ -33,37 +33,61 @@ from leaderboard.views import config_cell, replay_text, stat_cell, versions_text
 
 def index_view(tables: list[BenchmarkTable]) -> TableView:
     """Every table of the store: its task, client test, seeds, runs, superseded runs, code versions."""
-    headers = [Header("Benchmark", "suite's benchmark name; a second line says what differs when its runs had "
-                      "several tasks", key="benchmark"),
-               Header("Suite", key="suite"), Header("Scale", key="scale"),
-               Header("Task", "main = the benchmark's table with the most configurations; other task = never "
-                      "ranked with the main table", key="task"),
-               Header("Client test", "how each client's accuracy was measured", key="client_test"),
-               Header("Configurations", kind="num", first="desc", key="configs"),
-               Header("Seeds", "seeds in the means per configuration", kind="num", first="desc", key="seeds"),
-               Header("Runs", kind="num", first="desc", key="runs"),
-               Header("Status", "runs per MLflow status", key="status"),
-               Header("Superseded", "older FINISHED runs replaced by a newer run of the same (configuration, seed)",
-                      kind="num", first="desc", key="superseded"),
-               Header("Code versions", "fl_lightning/ source tree (and commits) of the runs in the means", key="versions"),
-               Header("Replayed", "runs in the means fitted again from their logged settings by `fl-lightning replay`, "
-                      "and how many gave every number of every round again", key="replayed")]
+    headers = [
+        Header(
+            "Benchmark",
+            "suite's benchmark name; a second line says what differs when its runs had several tasks",
+            key="benchmark",
+        ),
+        Header("Suite", key="suite"),
+        Header("Scale", key="scale"),
+        Header(
+            "Task",
+            "main = the benchmark's table with the most configurations; other task = never ranked with the main table",
+            key="task",
+        ),
+        Header("Client test", "how each client's accuracy was measured", key="client_test"),
+        Header("Configurations", kind="num", first="desc", key="configs"),
+        Header("Seeds", "seeds in the means per configuration", kind="num", first="desc", key="seeds"),
+        Header("Runs", kind="num", first="desc", key="runs"),
+        Header("Status", "runs per MLflow status", key="status"),
+        Header(
+            "Superseded",
+            "older FINISHED runs replaced by a newer run of the same (configuration, seed)",
+            kind="num",
+            first="desc",
+            key="superseded",
+        ),
+        Header("Code versions", "fl_lightning/ source tree (and commits) of the runs in the means", key="versions"),
+        Header(
+            "Replayed",
+            "runs in the means fitted again from their logged settings by `fl-lightning replay`, "
+            "and how many gave every number of every round again",
+            key="replayed",
+        ),
+    ]
     view = TableView("benchmarks", headers)
     for table in tables:
         scale = ", ".join(s.upper() + "-SCALE" if s != "unknown" else "scale unknown" for s in table.scales) or "—"
         status = ", ".join(f"{k} {v}" for k, v in table.status_counts.items())
         task = ("main" if table.main else "other task") + (f": {table.difference}" if table.difference else "")
         versions = versions_text(table)
-        view.rows.append([
-            Cell(table.benchmark, table.benchmark, link=f"benchmarks/{table.slug}"),
-            Cell(table.suite, table.suite), Cell(scale, scale), Cell(task, task),
-            Cell(table.client_test, table.client_test),
-            Cell(str(len(table.rows)), str(len(table.rows))), Cell(table.seeds_text, str(max(table.seed_counts or [0]))),
-            Cell(str(len(table.runs)), str(len(table.runs))), Cell(status, status),
-            Cell(str(table.superseded_count), str(table.superseded_count)),
-            Cell(("⚠ mixed: " if table.mixed_versions else "") + versions, versions, code=not table.mixed_versions),
-            Cell(replay_text(table), str(table.replays[0])),
-        ])
+        view.rows.append(
+            [
+                Cell(table.benchmark, table.benchmark, link=f"benchmarks/{table.slug}"),
+                Cell(table.suite, table.suite),
+                Cell(scale, scale),
+                Cell(task, task),
+                Cell(table.client_test, table.client_test),
+                Cell(str(len(table.rows)), str(len(table.rows))),
+                Cell(table.seeds_text, str(max(table.seed_counts or [0]))),
+                Cell(str(len(table.runs)), str(len(table.runs))),
+                Cell(status, status),
+                Cell(str(table.superseded_count), str(table.superseded_count)),
+                Cell(("⚠ mixed: " if table.mixed_versions else "") + versions, versions, code=not table.mixed_versions),
+                Cell(replay_text(table), str(table.replays[0])),
+            ]
+        )
         view.row_classes.append("" if table.main else "other-task")
     return view
 

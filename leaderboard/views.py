@@ -135,7 +135,9 @@ def comparison_view(table: BenchmarkTable) -> TableView:
     columns = table.paper_metric_columns()
     headers = [Header("Configuration", key="config"), Header("Source", "where the paper reports it", key="source")]
     for column in columns:
-        headers.append(Header(f"{column.label} paper", column.title, "num", "desc" if column.better == "max" else "asc"))
+        headers.append(
+            Header(f"{column.label} paper", column.title, "num", "desc" if column.better == "max" else "asc")
+        )
         headers.append(Header(f"{column.label} ours", column.title + " (our runs in the means, mean ± std over seeds)",
                               "num", "desc" if column.better == "max" else "asc"))
     view = TableView(f"papers-{table.slug}", headers)
@@ -210,12 +212,18 @@ def runs_view(table: BenchmarkTable) -> TableView:
         rounds = run.rounds_completed()
         final = run.final(acc.key)
         used = used_text(table, run)
-        view.rows.append([
-            Cell(run.run_id, run.run_id, code=True), Cell(run.config, run.config),
-            Cell(run.seed, run.seed if run.seed.lstrip("-").isdigit() else ""), Cell(run.status, run.status),
-            Cell(format_number(final, acc), num_text(final)), Cell(MISSING if rounds is None else str(rounds), num_text(rounds)),
-            Cell(used, used), Cell(run.git_sha[:10] or MISSING, run.git_sha, code=True),
-        ])
+        view.rows.append(
+            [
+                Cell(run.run_id, run.run_id, code=True),
+                Cell(run.config, run.config),
+                Cell(run.seed, run.seed if run.seed.lstrip("-").isdigit() else ""),
+                Cell(run.status, run.status),
+                Cell(format_number(final, acc), num_text(final)),
+                Cell(MISSING if rounds is None else str(rounds), num_text(rounds)),
+                Cell(used, used),
+                Cell(run.git_sha[:10] or MISSING, run.git_sha, code=True),
+            ]
+        )
     return view
 
 
@@ -237,4 +245,6 @@ def replay_text(table: BenchmarkTable) -> str:
     if not replayed:
         return "none"
     diverged = replayed - identical
-    return f"{replayed} of {len(table.used_runs)}: " + (f"⚠ {diverged} diverged" if diverged else f"{identical} identical")
+    return f"{replayed} of {len(table.used_runs)}: " + (
+        f"⚠ {diverged} diverged" if diverged else f"{identical} identical"
+    )

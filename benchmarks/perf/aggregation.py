@@ -8,7 +8,8 @@ algorithm's ``aggregate`` + ``on_round_end`` is timed on the same random round
 warm-up round that fills histories. In the same process, direct loop transcriptions of
 FedFV's and FedMGDA+'s server steps (``reference_loops.py``) run on the same round.
 
-    python -m benchmarks.perf.aggregation [--repeats 3] [--device cpu] [--out benchmarks/perf/results/aggregation_cpu.json]
+    python -m benchmarks.perf.aggregation [--repeats 3] [--device cpu] [--out
+    benchmarks/perf/results/aggregation_cpu.json]
 
 ``python -m benchmarks.perf`` runs it as its aggregation section (m=100, d≈0.8M by default).
 """
@@ -33,7 +34,8 @@ from fl_lightning.core.payload import as_server_step
 from fl_lightning.data.datamodule import FederatedDataModule
 
 # size name -> (backbone, its arguments); the NF-ResNet-18s are FedLF's Table 9 model (Pan et al.,
-# the FedLF code's three-stage layout, 0.19M) and the standard ResNet-18 widths (11.2M); counted on mnist5k-shaped input, 10 classes
+# the FedLF code's three-stage layout, 0.19M) and the standard ResNet-18 widths (11.2M); counted on mnist5k-shaped
+# input, 10 classes
 MODELS: dict[str, tuple[str, dict]] = {
     "0.2M": ("fl_mlp", {"hidden_sizes": [200, 200]}),
     "0.8M": ("fl_mlp", {"hidden_sizes": [1000]}),

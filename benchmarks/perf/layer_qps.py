@@ -137,12 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     for grams in batches:
         result = compare(grams, args.repeats)
         results.append(result)
-        print(f"  {result['problems']:3d} QPs of n={result['n']}: keeping finished {result['seconds_keeping_finished']:.3f} s, "
-              f"dropping them {result['seconds_dropping_finished']:.3f} s ({result['speedup']:.2f}x), "
-              f"{result['iterations']} iterations, identical: {result['identical_weights'] and result['identical_gaps']}"
-              + (f", on the host CPU {result['seconds_on_host_cpu_dropping_finished']:.3f} s"
-                 if "seconds_on_host_cpu_dropping_finished" in result else ""),
-              flush=True)
+        print(
+            f"  {result['problems']:3d} QPs of n={result['n']}: "
+            f"keeping finished {result['seconds_keeping_finished']:.3f} s, "
+            f"dropping them {result['seconds_dropping_finished']:.3f} s ({result['speedup']:.2f}x), "
+            f"{result['iterations']} iterations, identical: {result['identical_weights'] and result['identical_gaps']}"
+            + (
+                f", on the host CPU {result['seconds_on_host_cpu_dropping_finished']:.3f} s"
+                if "seconds_on_host_cpu_dropping_finished" in result
+                else ""
+            ),
+            flush=True,
+        )
     if args.profile:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # 20 iterations do not converge

@@ -80,10 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()[0]
     result = measure(args.repeats, args.source)
-    entry = {"label": args.label, "source": args.source or "installed", "machine": {"cpu": cpu_model(),
-             "cpu_cores": os.cpu_count()}, "repeats": args.repeats, "load_average_1min_before": load_before,
-             "load_average_1min_after": os.getloadavg()[0], "median_seconds": {k: v for k, v in result.items() if k != "all"},
-             "all_seconds": result["all"]}
+    entry = {
+        "label": args.label,
+        "source": args.source or "installed",
+        "machine": {"cpu": cpu_model(), "cpu_cores": os.cpu_count()},
+        "repeats": args.repeats,
+        "load_average_1min_before": load_before,
+        "load_average_1min_after": os.getloadavg()[0],
+        "median_seconds": {k: v for k, v in result.items() if k != "all"},
+        "all_seconds": result["all"],
+    }
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {"measurements": []}
     previous["measurements"].append(entry)
     args.out.write_text(json.dumps(previous, indent=1))

@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     measurement = {"label": args.label, "machine": describe_machine(torch.device("cpu")),
                    "torch_threads": torch.get_num_threads(), "rounds": args.rounds, "warmup": args.warmup,
                    "results": results}
-    existing = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "round_overhead", "measurements": []}
+    existing = (
+        json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "round_overhead", "measurements": []}
+    )
     existing["measurements"].append(measurement)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_suffix(".json.partial")

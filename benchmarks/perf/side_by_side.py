@@ -57,9 +57,17 @@ def cli_seconds(case: str, threads: int) -> float:
     from fl_lightning.lightning_cli import run
 
     model, data = CASES[case]
-    args = ["fit", "--model", "FedAvg", f"--model.threads={threads}", "--trainer.logger=false",
-            "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-            *[f"--model.{k}={_flag(v)}" for k, v in model.items()], *[f"--data.{k}={_flag(v)}" for k, v in data.items()]]
+    args = [
+        "fit",
+        "--model",
+        "FedAvg",
+        f"--model.threads={threads}",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        *[f"--model.{k}={_flag(v)}" for k, v in model.items()],
+        *[f"--data.{k}={_flag(v)}" for k, v in data.items()],
+    ]
     started = time.perf_counter()
     run(args)
     return time.perf_counter() - started

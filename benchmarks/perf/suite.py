@@ -129,7 +129,10 @@ def run_cell_process(cell: dict, timeout: float) -> dict:
         result_path = Path(folder) / "result.json"
         command = [sys.executable, "-m", "benchmarks.perf.round_throughput",
                    "--cell", json.dumps(spec), "--result", str(result_path)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
         try:
             process = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                                      timeout=timeout)
@@ -218,7 +221,10 @@ def run_aggregation_process(args: argparse.Namespace) -> dict:
                    "--out", str(out)]
         if args.algorithms:
             command += ["--algorithms", *args.algorithms]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         tail: list[str] = []
@@ -312,7 +318,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="*", choices=list(VARIANTS),
                         help="extra vectorised cells (default: all, --quick: none; `--variants` alone: none)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--rounds", type=int, help=f"timed rounds per cell (default {CELL_DEFAULTS['rounds']}; --quick: 1)")
+    parser.add_argument(
+        "--rounds", type=int, help=f"timed rounds per cell (default {CELL_DEFAULTS['rounds']}; --quick: 1)"
+    )
     parser.add_argument("--warmup", type=int, default=CELL_DEFAULTS["warmup"], help="untimed rounds first")
     parser.add_argument("--samples-per-client", type=int, default=CELL_DEFAULTS["samples_per_client"])
     parser.add_argument("--batch-size", type=int, default=CELL_DEFAULTS["batch_size"])
@@ -328,8 +336,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         choices=["throughput", "aggregation"])
     parser.add_argument("--algorithms", nargs="+", help="aggregation: algorithm names (default: all)")
     parser.add_argument("--aggregation-clients", type=int, default=100, help="aggregation: m")
-    parser.add_argument("--aggregation-size", choices=["0.2M", "0.8M"], help="aggregation: d (default 0.8M; --quick 0.2M)")
-    parser.add_argument("--aggregation-repeats", type=int, help="aggregation: timed server steps (default 3; --quick 1)")
+    parser.add_argument(
+        "--aggregation-size", choices=["0.2M", "0.8M"], help="aggregation: d (default 0.8M; --quick 0.2M)"
+    )
+    parser.add_argument(
+        "--aggregation-repeats", type=int, help="aggregation: timed server steps (default 3; --quick 1)"
+    )
     parser.add_argument("--out", help="results file (default benchmarks/perf/results/perf_<cpu|cuda>.json)")
     parser.add_argument("--in-process", action="store_true",
                         help="run the throughput cells in this process (no interpreter start per cell: for a "
@@ -358,18 +370,24 @@ def main(argv: list[str] | None = None) -> int:
             "device": args.device,
             "algorithm": "FedAvg, full participation of `clients` clients, engine as named",
             "data": "samples_per_client training samples per client: synthetic (fl_logreg), "
-                    "mnist5k (fl_mlp), seeded N(0,1) 3x32x32 images (CIFAR-shaped models)",
-            "rounds_timed": args.rounds, "warmup_rounds": args.warmup,
-            "max_timed_seconds": args.max_timed_seconds, "cell_timeout": args.cell_timeout,
-            "samples_per_client": args.samples_per_client, "batch_size": args.batch_size,
-            "local_epochs": args.local_epochs, "seed": args.seed, "threads": args.threads, "in_process": args.in_process,
+            "mnist5k (fl_mlp), seeded N(0,1) 3x32x32 images (CIFAR-shaped models)",
+            "rounds_timed": args.rounds,
+            "warmup_rounds": args.warmup,
+            "max_timed_seconds": args.max_timed_seconds,
+            "cell_timeout": args.cell_timeout,
+            "samples_per_client": args.samples_per_client,
+            "batch_size": args.batch_size,
+            "local_epochs": args.local_epochs,
+            "seed": args.seed,
+            "threads": args.threads,
+            "in_process": args.in_process,
             "seconds_per_round": "median over the timed rounds; a round = one Lightning epoch, "
-                                 "wall clock (device synchronised)",
+            "wall clock (device synchronised)",
             "peak_memory": "cuda: torch.cuda.max_memory_allocated of the cell's process; cpu: peak RSS "
-                           "(ru_maxrss) of the cell's process minus its RSS after setup",
+            "(ru_maxrss) of the cell's process minus its RSS after setup",
             "variants": {name: VARIANTS[name] for name in args.variants},
             "other_processes_cores": "average number of cores other processes of the machine kept busy "
-                                     f"while the cell ran (/proc/stat); above {BUSY_CORES} its timings are not clean",
+            f"while the cell ran (/proc/stat); above {BUSY_CORES} its timings are not clean",
         },
         "throughput": [],
         "aggregation": None,

@@ -22,7 +22,7 @@ from fl_lightning.algorithms.qfedavg import QFedAvg
 from fl_lightning.algorithms.registry import ALGORITHMS, register_algorithm
 
 __all__ = [
-    "ALGORITHMS", "register_algorithm", "AFL", "CFFL", "CGSV", "DW", "EU", "RR", "Standalone", "Ditto", "DRFL", "ECI", "FedAvg",
-    "FedFa", "FedFV", "FedGini", "FedLF", "FedMDFG", "FedAvgN", "FedMGDA", "FedMGDAPlus", "MGDAProx", "FedProx",
-    "QFedAvg",
+    "ALGORITHMS", "register_algorithm", "AFL", "CFFL", "CGSV", "DW", "EU", "RR", "Standalone", "Ditto",
+    "DRFL", "ECI", "FedAvg", "FedFa", "FedFV", "FedGini", "FedLF", "FedMDFG", "FedAvgN", "FedMGDA",
+    "FedMGDAPlus", "MGDAProx", "FedProx", "QFedAvg",
 ]

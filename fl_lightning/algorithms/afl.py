@@ -79,7 +79,9 @@ class AFL(FederatedModule):
         losses[payload.clients] = payload.losses.to(losses.dtype)  # F, indexed by client id
         self.mixture.copy_(simplex_projection(self.mixture + self.hparams.lr_lambda * losses))
         self.num_averaged += 1  # w̄_t = w̄_{t-1} + (w_t - w̄_{t-1}) / t
-        self.averaged_model += (payload.context.global_vector.to(self.averaged_model.dtype) - self.averaged_model) / self.num_averaged
+        self.averaged_model += (
+            payload.context.global_vector.to(self.averaged_model.dtype) - self.averaged_model
+        ) / self.num_averaged
 
     def evaluation_params(self) -> torch.Tensor | None:
         return self.averaged_model if int(self.num_averaged) > 0 else None

@@ -289,7 +289,9 @@ class CGSV(AgentModels):
         """Test accuracy of one model per agent, on the sets the core evaluates agents on."""
         sets = client_test_sets(context.data, params.shape[0])  # own test sets, else the shared one
         if sets is None:
-            raise RuntimeError("CGSV evaluates its agents, but the data has no test set: give clients a local or a shared test")
+            raise RuntimeError(
+                "CGSV evaluates its agents, but the data has no test set: give clients a local or a shared test"
+            )
         return context.evaluator.stacked(params, sets)[1]
 
 

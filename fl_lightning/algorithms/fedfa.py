@@ -78,7 +78,8 @@ class FedFa(FederatedModule):
         weights = self.client_weights(payload.accuracies, participation[payload.clients])  # p_i
         dw = -(weights.to(payload.updates.dtype) @ payload.updates)  # w_new - w = -Σ_i p_i g_i
         gamma = self.hparams.gamma
-        m = self.server_momentum.mul(gamma).add_(dw.to(self.server_momentum.dtype), alpha=1 - gamma)  # m <- γ m + (1 - γ) dw
+        # m <- γ m + (1 - γ) dw
+        m = self.server_momentum.mul(gamma).add_(dw.to(self.server_momentum.dtype), alpha=1 - gamma)
         eta = self.hparams.eta or payload.context.lr
         return ServerStep(-dw + eta * m.to(dw.dtype),  # w - (w_new - η m)
                           new_state={"participation": participation, "server_momentum": m})

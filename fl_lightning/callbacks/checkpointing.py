@@ -5,7 +5,8 @@ Lightning's default :class:`~lightning.pytorch.callbacks.ModelCheckpoint` keeps 
 epoch (here a round). :class:`RoundCheckpoint` keeps ``last.ckpt`` only and writes it after the
 first round of the fit, then every ``every_n_rounds`` rounds and after the last one; by default N
 is chosen after the second round so that writing takes at most ``time_budget`` of the fit's time
-(N = ⌈write seconds / (budget · round seconds)⌉), and follows the cost of later writes. The rounds in between are not lost on a Ctrl-C,
+(N = ⌈write seconds / (budget · round seconds)⌉), and follows the cost of later writes. The rounds in between are not
+lost on a Ctrl-C,
 a SIGTERM or a failure: the checkpoint of the last completed round is kept in memory (the
 tensors by reference, checked unchanged through their version counters, everything else copied)
 and written when the fit ends on an exception, if the round that was running has not yet
@@ -159,7 +160,8 @@ class RoundCheckpoint(ModelCheckpoint):
     def choose_interval(self, trainer: pl.Trainer) -> None:
         """N = ⌈write seconds / (budget · round seconds)⌉ from the latest write and the median of
         the recent rounds (the first, warming up, left out); chosen after the second round, said
-        then (logged at INFO by ``fl_lightning.callbacks.checkpointing``), and followed at every write (histories make later writes larger). A given N is kept."""
+        then (logged at INFO by ``fl_lightning.callbacks.checkpointing``), and followed at every write (histories make
+        later writes larger). A given N is kept."""
         if self.fixed_interval or self.write_seconds is None or self.round_seconds is None:
             return
         rounds = max(1, math.ceil(self.write_seconds / (self.time_budget * max(self.round_seconds, 1e-9))))

@@ -17,7 +17,8 @@ forwards to it:
    store's tables and experiment (a lock or retries for fits started together:
    :func:`~fl_lightning.callbacks.mlflow_store.open_mlflow_experiment`), point a logger
    at the run the checkpoint recorded (``init_args.run_id``: the saved ``config.yaml`` names
-   it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a continued run whose params changed gives way
+   it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a continued run whose params
+   changed gives way
    to a new run (``num_rounds`` excepted: a resume may extend the run), a new unnamed run is
    named by :func:`~fl_lightning.callbacks.run_identity.run_name`, and a continued run is
    logged through :class:`ContinuedRunLogger`, which leaves out the (metric, step) pairs the
@@ -299,9 +300,12 @@ class MLflowFitSetup:
                 found.append(None)
                 continue
             if uri not in DEFAULT_STORES:
-                print(f"Resuming from {ckpt_path}: its MLflow run {recorded['run_id']} is in {recorded['tracking_uri']}, "
-                      f"not in {uri}, so the resumed fit logs to a new run in {uri}; to continue that run, pass "
-                      f"{TRACKING_URI_OPTION} {recorded['tracking_uri']}", flush=True)
+                print(
+                    f"Resuming from {ckpt_path}: its MLflow run {recorded['run_id']} is in {recorded['tracking_uri']}, "
+                    f"not in {uri}, so the resumed fit logs to a new run in {uri}; to continue that run, pass "
+                    f"{TRACKING_URI_OPTION} {recorded['tracking_uri']}",
+                    flush=True,
+                )
                 self.elsewhere.add(recorded["run_id"])
                 found.append(None)
                 continue

@@ -151,12 +151,15 @@ def seed_sqlite_store(tracking_uri: str) -> bool:
         else:  # MLflow's own migrations, into the temporary file
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-            SqlAlchemyStore(sqlite_uri(partial), str(Path("mlruns").resolve())).engine.dispose()  # MLflow's default root
+            # MLflow's default root
+            SqlAlchemyStore(sqlite_uri(partial), str(Path("mlruns").resolve())).engine.dispose()
         os.replace(partial, database)
     except OSError as error:
         with contextlib.suppress(OSError):
             partial.unlink()
-        raise OSError(error.errno, f"the MLflow store could not be created ({error.strerror})", str(database)) from error
+        raise OSError(
+            error.errno, f"the MLflow store could not be created ({error.strerror})", str(database)
+        ) from error
     return True
 
 
@@ -187,7 +190,9 @@ def client_accuracy_figure(accuracies: list[float], title: str) -> Figure:
     axes.axhline(values.mean(), color="black", linestyle="--", label=f"mean {values.mean():.3f}")
     tenth = max(1, int(np.ceil(0.1 * len(values))))
     axes.axhline(values[:tenth].mean(), color="tab:red", linestyle=":", label=f"worst 10% {values[:tenth].mean():.3f}")
-    axes.axhline(values[-tenth:].mean(), color="tab:green", linestyle=":", label=f"best 10% {values[-tenth:].mean():.3f}")
+    axes.axhline(
+        values[-tenth:].mean(), color="tab:green", linestyle=":", label=f"best 10% {values[-tenth:].mean():.3f}"
+    )
     axes.set(xlabel="clients, sorted by accuracy", ylabel="test accuracy", ylim=(0, 1), title=title)
     axes.legend(loc="lower right", fontsize=8)
     return figure
@@ -235,7 +240,8 @@ def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
 def unlogged_epoch_metrics(trainer: pl.Trainer) -> dict[str, float]:
     """The metrics of the running training epoch that Lightning will send to the loggers.
 
-    Reads Lightning's running result collection (``private_api.running_epoch_results``): Lightning sends a round's metrics to the loggers only after that
+    Reads Lightning's running result collection (``private_api.running_epoch_results``): Lightning sends a round's
+    metrics to the loggers only after that
     round's checkpoint is written, and no public view holds exactly them. ``trainer.logged_metrics``
     and ``trainer.callback_metrics`` are cumulative (they still hold, e.g., the evaluation
     metrics of an earlier round, or a metric this round did not log), so a round restored
@@ -337,7 +343,9 @@ class MLflowRunInfo(Callback):
             os.environ.pop(name, None)
         self.http_settings = set()
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         if not in_memory_checkpoint(trainer):  # a checkpoint file: the store first
             flush_loggers(trainer)
         loggers = mlflow_loggers(trainer) if trainer.is_global_zero else []  # rank 0 writes the file
@@ -353,7 +361,9 @@ class MLflowRunInfo(Callback):
             ],
         }
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         self.resumed_from = checkpoint.get(CHECKPOINT_KEY)
 
     def _continue_runs(self, trainer: pl.Trainer, loggers: list[MLFlowLogger]) -> None:
@@ -401,7 +411,11 @@ class MLflowRunInfo(Callback):
             client, run_id = logger.experiment, logger.run_id
             # the configuration's label (every setting that changes how it computes), unless the
             # benchmark runner gave the suite's own through the logger's tags
-            label = {} if Tag.ALGORITHM_CONFIG in (logger.tags or {}) else {Tag.ALGORITHM_CONFIG: algorithm_config(pl_module)}
+            label = (
+                {}
+                if Tag.ALGORITHM_CONFIG in (logger.tags or {})
+                else {Tag.ALGORITHM_CONFIG: algorithm_config(pl_module)}
+            )
             client.log_batch(run_id, tags=[RunTag(key, value) for key, value in (tags | label).items()])
             if dataset is not None:
                 client.log_inputs(run_id, datasets=[dataset])
@@ -425,7 +439,9 @@ class MLflowRunInfo(Callback):
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_dict(logger.run_id, payload, "clients/final_client_metrics.json")
             if accuracies:
-                figure = client_accuracy_figure(accuracies, f"{type(pl_module).__name__}, round {trainer.current_epoch}")
+                figure = client_accuracy_figure(
+                    accuracies, f"{type(pl_module).__name__}, round {trainer.current_epoch}"
+                )
                 logger.experiment.log_figure(logger.run_id, figure, "clients/client_accuracy.png")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -452,5 +468,8 @@ class MLflowRunInfo(Callback):
         try:
             self._log_client_metrics(trainer, pl_module, f"{how}: {type(exception).__name__}: {exception}")
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
-            print(f"(the clients' final metrics were not logged to MLflow: {fault_line(error) or type(error).__name__})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"(the clients' final metrics were not logged to MLflow: {fault_line(error) or type(error).__name__})",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -72,7 +72,8 @@ class FederatedDataLink:
         self._attached_data = datamodule
 
     def _check_data(self) -> None:
-        """Refuses data that does not fit the model (classes, input shape, attacker id); moves it to the model's device."""
+        """Refuses data that does not fit the model (classes, input shape, attacker id); moves it to the
+        model's device."""
         data = self._federated_data
         if data.num_classes != self.hparams.num_classes:
             raise ValueError(f"the model has {self.hparams.num_classes} classes but the data has {data.num_classes}: "

@@ -158,5 +158,7 @@ class ImprovementShare(Callback):
         payload = outcome.payload
         shards = payload.shards
         assert shards is not None, "a round's payload carries its clients' shards"
-        losses_after, _ = payload.context.evaluator.shared(pl_module.model, (shards.x, shards.y, shards.index, shards.sizes))
+        losses_after, _ = payload.context.evaluator.shared(
+            pl_module.model, (shards.x, shards.y, shards.index, shards.sizes)
+        )
         _log(pl_module, {Metric.IMPROVED_FRACTION: float((losses_after <= payload.losses).float().mean())})

@@ -83,8 +83,17 @@ class EngineAccess(nn.Module):
                             round_generator(self.hparams.seed, round_index, "shuffle"))
         start = self._global_params() if start is None else start
         anchor = self._global_params() if anchor is None else anchor
-        return self._engines.train_across_ranks(private_api.attached_trainer(self), self.model, self._layout, shards, order, start, anchor,
-                                               sgd, objective or self.client_objective)
+        return self._engines.train_across_ranks(
+            private_api.attached_trainer(self),
+            self.model,
+            self._layout,
+            shards,
+            order,
+            start,
+            anchor,
+            sgd,
+            objective or self.client_objective,
+        )
 
     @property
     def engine_used(self) -> str | None:

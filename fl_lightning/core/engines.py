@@ -8,7 +8,8 @@ Two engines compute the same thing:
   pass is the model's stacked form (``fl_lightning.models.stacked``: batched matmuls and
   grouped convolutions, plain autograd) when every submodule has a stacked rule, and
   ``torch.func.vmap`` over ``functional_call`` otherwise; fully connected nets under the
-  plain mean cross-entropy skip autograd with hand-derived gradients (``core.fused``). Clients are ordered by their number of
+  plain mean cross-entropy skip autograd with hand-derived gradients (``core.fused``). Clients are ordered by their
+  number of
   steps so that, at step s, the clients that still have a batch form a prefix of the
   stack: later steps only touch that prefix (slices are views, updates are in place), so
   a client with 3 batches costs 3 steps of work, not ``max_steps``.
@@ -421,7 +422,10 @@ class VectorisedEngine:
             prefixes: dict[int, tuple[list[torch.Tensor], list[torch.Tensor] | None]] = {}
             for a, (xb, yb, mask, _) in zip(active, batches):
                 if a not in prefixes:  # views: the update lands in params (a few sizes per epoch)
-                    prefixes[a] = ([params[n][:a] for n in names], None if momentum is None else [b[:a] for b in momentum])
+                    prefixes[a] = (
+                        [params[n][:a] for n in names],
+                        None if momentum is None else [b[:a] for b in momentum],
+                    )
                 prefix, momentum_prefix = prefixes[a]
                 live = {n: p.detach().requires_grad_() for n, p in zip(names, prefix)}
                 with autocast_context(device, autocast):

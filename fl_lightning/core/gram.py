@@ -118,7 +118,9 @@ def _beyond_range(coefficients: torch.Tensor, dtype: torch.dtype) -> bool:
     return bool((coefficients.abs() > torch.finfo(dtype).max).logical_and_(torch.isfinite(coefficients)).any())
 
 
-def conflict_counts(updates: torch.Tensor, step: torch.Tensor, slices: list[slice] | None = None) -> tuple[int, list[int]]:
+def conflict_counts(
+    updates: torch.Tensor, step: torch.Tensor, slices: list[slice] | None = None
+) -> tuple[int, list[int]]:
     """How many clients' updates g_i conflict with the applied server step s.
 
     The server moves w by −s and client i's own descent move is −g_i, so they conflict

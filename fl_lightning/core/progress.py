@@ -24,7 +24,11 @@ from tqdm.auto import tqdm
 
 from fl_lightning.run_schema import Metric
 
-_SHOWN = {f"{Metric.TEST_ACC_MEAN}_now": "mean acc", f"{Metric.GLOBAL_TEST_ACC}_now": "global acc", Metric.TRAIN_LOSS: "loss"}
+_SHOWN = {
+    f"{Metric.TEST_ACC_MEAN}_now": "mean acc",
+    f"{Metric.GLOBAL_TEST_ACC}_now": "global acc",
+    Metric.TRAIN_LOSS: "loss",
+}
 
 
 class RoundProgressBar(TQDMProgressBar):

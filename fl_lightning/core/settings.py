@@ -157,7 +157,9 @@ class SettingsGroup:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self), include_extras=True)
         for field in dataclasses.fields(self):
-            check_setting(self.LABELS.get(field.name, field.name), getattr(self, field.name), hints[field.name], strict=True)
+            check_setting(
+                self.LABELS.get(field.name, field.name), getattr(self, field.name), hints[field.name], strict=True
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,7 +98,9 @@ _INFO = SourceInfo("adult", 2, (NUM_FEATURES,), has_official_test=True, natural_
 
 def _describe(num_clients: int = 2) -> SourceInfo:
     if num_clients != 2:
-        raise ValueError(f"adult has 2 natural clients (PhD, non-PhD), got num_clients={num_clients}; set num_clients: 2")
+        raise ValueError(
+            f"adult has 2 natural clients (PhD, non-PhD), got num_clients={num_clients}; set num_clients: 2"
+        )
     return _INFO
 
 

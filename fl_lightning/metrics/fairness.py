@@ -179,7 +179,8 @@ def pearson(x: Any, y: Any) -> torch.Tensor:
     constant = [name for name, v in (("x", xt), ("y", yt)) if bool((v == v[0]).all())]
     if constant:
         warnings.warn(
-            f"pearson: {' and '.join(constant)} {'is' if len(constant) == 1 else 'are'} constant across clients, so the correlation "
+            f"pearson: {' and '.join(constant)} {'is' if len(constant) == 1 else 'are'} constant across clients, "
+            "so the correlation "
             "is undefined (zero variance); returning nan",
             RuntimeWarning,
             stacklevel=2,

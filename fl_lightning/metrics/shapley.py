@@ -64,7 +64,11 @@ def _vectors_and_weights(updates: torch.Tensor, weights: torch.Tensor | None) ->
             f"updates of agents {bad} hold NaN or inf: every cosine with them would be NaN; "
             "drop those agents (or their rounds) before computing CGSV"
         )
-    r = torch.ones(u.shape[0], dtype=u.dtype, device=u.device) if weights is None else torch.as_tensor(weights).detach().double()
+    r = (
+        torch.ones(u.shape[0], dtype=u.dtype, device=u.device)
+        if weights is None
+        else torch.as_tensor(weights).detach().double()
+    )
     if r.shape != (u.shape[0],):
         raise ValueError(f"weights must have one entry per agent ({u.shape[0]}), got shape {tuple(r.shape)}")
     if not bool(torch.isfinite(r).all()):

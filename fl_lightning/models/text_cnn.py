@@ -69,7 +69,9 @@ class TextCnn(nn.Module):
         if len(self.input_shape) != 1:
             raise ValueError(f"fl_text_cnn takes token sequences, input_shape=(max_length,), got {self.input_shape}")
         if not widths or min(widths) < 1 or max(widths) > self.input_shape[0]:
-            raise ValueError(f"fl_text_cnn kernel_sizes {widths} must be >= 1 and at most max_length={self.input_shape[0]}")
+            raise ValueError(
+                f"fl_text_cnn kernel_sizes {widths} must be >= 1 and at most max_length={self.input_shape[0]}"
+            )
         self.vocab_size = int(vocab_size)
         self.kernel_sizes = widths
         # a plain parameter (nn.Embedding's N(0, 1) initialisation), looked up with F.embedding

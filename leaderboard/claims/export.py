@@ -129,26 +129,49 @@ def export_json(results: Iterable[ClaimResult], plan: LedgerPlan | None = None,
     data = []
     for claim_result in results:
         claim = claim_result.claim
-        data.append(dict(
-            id=claim.id, paper=claim.paper, where=claim.where, quote=claim.quote, claim=claim.text,
-            bar=claim.bar, quantity=claim.quantity, verdict=claim_result.verdict,
-            data_verdict=claim_result.data_verdict if claim_result.comparisons else None,
-            fragile=claim_result.fragile, fragile_at=dict(claim_result.fragile_points),
-            amended=claim_result.amended, amendments=[a.id for a in claim_result.amendments],
-            by_construction=claim.by_construction or None, not_testable=claim.not_testable or None,
-            retired=None if claim.retired is None else dict(date=claim.retired.date, reason=claim.retired.reason),
-            seeds_planned=claim_result.seeds_planned, seeds=claim_result.seeds,
-            extension_verdict=claim_result.extension_verdict or None,
-            paper_positions=claim_result.paper_positions, reason=claim_result.reason,
-            not_tested=claim.not_tested or None,
-            offline=None if claim.offline is None else dict(suite=claim.offline.suite, benchmark=claim.offline.benchmark),
-            paper_scale=None if claim.paper_scale is None else dict(suite=claim.paper_scale.suite,
-                                                                   benchmark=claim.paper_scale.benchmark),
-            comparisons=[_result_json(e) for e in claim_result.comparisons],
-            ablations=[dict(suite=a.ablation.location.suite, benchmark=a.ablation.location.benchmark,
-                            factor=a.ablation.factor, verdict=a.verdict,
-                            comparisons=[_result_json(e) for e in a.comparisons]) for a in claim_result.ablations],
-        ))
+        data.append(
+            dict(
+                id=claim.id,
+                paper=claim.paper,
+                where=claim.where,
+                quote=claim.quote,
+                claim=claim.text,
+                bar=claim.bar,
+                quantity=claim.quantity,
+                verdict=claim_result.verdict,
+                data_verdict=claim_result.data_verdict if claim_result.comparisons else None,
+                fragile=claim_result.fragile,
+                fragile_at=dict(claim_result.fragile_points),
+                amended=claim_result.amended,
+                amendments=[a.id for a in claim_result.amendments],
+                by_construction=claim.by_construction or None,
+                not_testable=claim.not_testable or None,
+                retired=None if claim.retired is None else dict(date=claim.retired.date, reason=claim.retired.reason),
+                seeds_planned=claim_result.seeds_planned,
+                seeds=claim_result.seeds,
+                extension_verdict=claim_result.extension_verdict or None,
+                paper_positions=claim_result.paper_positions,
+                reason=claim_result.reason,
+                not_tested=claim.not_tested or None,
+                offline=None
+                if claim.offline is None
+                else dict(suite=claim.offline.suite, benchmark=claim.offline.benchmark),
+                paper_scale=None
+                if claim.paper_scale is None
+                else dict(suite=claim.paper_scale.suite, benchmark=claim.paper_scale.benchmark),
+                comparisons=[_result_json(e) for e in claim_result.comparisons],
+                ablations=[
+                    dict(
+                        suite=a.ablation.location.suite,
+                        benchmark=a.ablation.location.benchmark,
+                        factor=a.ablation.factor,
+                        verdict=a.verdict,
+                        comparisons=[_result_json(e) for e in a.comparisons],
+                    )
+                    for a in claim_result.ablations
+                ],
+            )
+        )
     document = dict(
         plan=None if plan is None else dict(
             version=plan.version, registered=plan.registered, primary_point=plan.primary_point,
@@ -263,8 +286,10 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
         badges, notes = [], []
         if claim.retired is not None:
             badges.append("retired")
-            notes.append(f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
-                         f"still shown, and not counted in the tally.")
+            notes.append(
+                f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
+                f"still shown, and not counted in the tally."
+            )
         if result.fragile:
             badges.append("fragile")
             notes.append("Fragile: at the " + point_label(result.plan.primary_point if result.plan else "final")
@@ -277,7 +302,9 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             badges.append("by construction")
             notes.append(f"Holds by construction: {claim.by_construction}")
         if claim.not_testable:
-            notes.append(f"Not testable as stated: {claim.not_testable} The project's stand-ins are the ablations below.")
+            notes.append(
+                f"Not testable as stated: {claim.not_testable} The project's stand-ins are the ablations below."
+            )
         if result.extension_verdict:
             notes.append(f"Seeds beyond the plan's {result.seeds_planned} give {result.extension_verdict}; "
                          "an extension, not the verdict.")
@@ -296,7 +323,10 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             if command not in commands:
                 commands.append(command)
         if claim.paper_scale is not None:
-            commands.append(command_for(claim.paper_scale, suites).replace(" --jobs 2", "") + "   # paper scale: needs the data and a GPU")
+            commands.append(
+                command_for(claim.paper_scale, suites).replace(" --jobs 2", "")
+                + "   # paper scale: needs the data and a GPU"
+            )
         rows.append(ClaimRow(
             paper=claim.name, citation=claim.citation, where=claim.where, claim=claim.text, quote=claim.quote,
             bar=claim.bar, claim_id=claim.id, lines=lines,

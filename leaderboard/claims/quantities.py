@@ -59,19 +59,26 @@ QUANTITIES: dict[str, Quantity] = {
     "worst_client": Quantity("worst client", "%", 100, _at(Metric.TEST_ACC_MIN)),
     "angle": Quantity("fairness angle", "rad", 1, _at(Metric.TEST_ACC_ANGLE), 3),
     "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final(Metric.CGSV_RHO)),
-    "conflicts": Quantity("conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL)),
-    Metric.CONFLICTS_LAYER: Quantity("conflicting (client, layer) pairs per round (layer level)", "pairs", 1,
-                                _over_rounds(Metric.CONFLICTS_LAYER)),
-    "server_time": Quantity("server time per round", "ms", 1,
-                            lambda run, window: _times_1000(run.mean_over_rounds("server_time_s")), 1),
+    "conflicts": Quantity(
+        "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL)
+    ),
+    Metric.CONFLICTS_LAYER: Quantity(
+        "conflicting (client, layer) pairs per round (layer level)", "pairs", 1, _over_rounds(Metric.CONFLICTS_LAYER)
+    ),
+    "server_time": Quantity(
+        "server time per round", "ms", 1, lambda run, window: _times_1000(run.mean_over_rounds("server_time_s")), 1
+    ),
     "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION)),
     # CGSV Fig. 1 on the agents' uploads (CGSV shapley_check_every): means over the run's check rounds
-    "shapley_l1_gap": Quantity("l1 error from the exact CGSV: sampled minus psi", "", 1,
-                               _over_rounds("cgsv_shapley_l1_gap"), 4),
-    "shapley_l2_gap": Quantity("l2 error from the exact CGSV: sampled minus psi", "", 1,
-                               _over_rounds("cgsv_shapley_l2_gap"), 4),
-    "shapley_time_ratio": Quantity("time of the sampled approximation over psi's", "x", 1,
-                                   _over_rounds("cgsv_shapley_time_ratio"), 2),
+    "shapley_l1_gap": Quantity(
+        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4
+    ),
+    "shapley_l2_gap": Quantity(
+        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4
+    ),
+    "shapley_time_ratio": Quantity(
+        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2
+    ),
     # per-agent series (CGSV Fig. 2 and Sec. 3.3): "agent_r:3" = agent 3's final reputation r
     "agent_r": Quantity("reputation r", "", 1, lambda run, window: None, 4),
     "agent_distance": Quantity("distance to the server model", "", 1, lambda run, window: None, 3),

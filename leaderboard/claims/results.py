@@ -237,7 +237,9 @@ def difference_text(entry: ComparisonResult, claim: Claim) -> str:
     text += f", {result.n} seed{'s' if result.n != 1 else ''}"
     if result.verdict == INCONCLUSIVE and entry.detectable is not None:
         if entry.comparison.direction == "equal":
-            text += f"; equivalence detectable within ±{entry.detectable:.{decimals}f} (margin {entry.comparison.margin:g})"
+            text += (
+                f"; equivalence detectable within ±{entry.detectable:.{decimals}f} (margin {entry.comparison.margin:g})"
+            )
         else:
             text += f"; detectable ≥ {entry.detectable:.{decimals}f}"
     paper = entry.comparison.paper_difference

@@ -175,7 +175,9 @@ def _comparisons(raw: object, benchmark: str | None, quantity: str, direction: s
             raise ClaimsError(f"{here}: needs a `treatment` (and a `baseline` or a `threshold`)")
         bench = str(entry.get("benchmark") or benchmark or "")
         if not bench:
-            raise ClaimsError(f"{here}: no benchmark (give the claim an `offline` location or the comparison a `benchmark`)")
+            raise ClaimsError(
+                f"{here}: no benchmark (give the claim an `offline` location or the comparison a `benchmark`)"
+            )
         if ("baseline" in entry) == ("threshold" in entry):
             raise ClaimsError(f"{here}: give exactly one of `baseline` and `threshold`")
         entry_direction = str(entry.get("direction") or direction)
@@ -255,16 +257,34 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
                 _comparisons(own, location.benchmark, quantity, direction, margin, here) if own is not None
                 else tuple(_on_benchmark(c, location.benchmark) for c in comparisons))
             ablations.append(Ablation(location, str(entry["factor"]), ablation_comparisons))
-        claims.append(Claim(
-            id=claim_id, paper=paper, citation=citation, name=name, where=str(raw["where"]), text=str(raw["claim"]),
-            quantity=quantity, direction=direction, margin=margin, offline=offline,
-            paper_scale=_location(raw.get("paper_scale"), f"{where}, paper_scale"), comparisons=comparisons,
-            ablations=tuple(ablations), not_tested=not_tested, reason=str(raw.get("reason") or "").strip(), file=file,
-            quote=" ".join(str(raw.get("quote") or "").split()), bar=" ".join(str(raw.get("bar") or "").split()),
-            quantity_note=" ".join(str(raw.get("quantity_note") or "").split()), not_testable=not_testable,
-            by_construction=" ".join(str(raw.get("by_construction") or "").split()),
-            retired=None if retired is None else Retirement(str(retired["date"]), " ".join(str(retired["reason"]).split())),
-        ))
+        claims.append(
+            Claim(
+                id=claim_id,
+                paper=paper,
+                citation=citation,
+                name=name,
+                where=str(raw["where"]),
+                text=str(raw["claim"]),
+                quantity=quantity,
+                direction=direction,
+                margin=margin,
+                offline=offline,
+                paper_scale=_location(raw.get("paper_scale"), f"{where}, paper_scale"),
+                comparisons=comparisons,
+                ablations=tuple(ablations),
+                not_tested=not_tested,
+                reason=str(raw.get("reason") or "").strip(),
+                file=file,
+                quote=" ".join(str(raw.get("quote") or "").split()),
+                bar=" ".join(str(raw.get("bar") or "").split()),
+                quantity_note=" ".join(str(raw.get("quantity_note") or "").split()),
+                not_testable=not_testable,
+                by_construction=" ".join(str(raw.get("by_construction") or "").split()),
+                retired=None
+                if retired is None
+                else Retirement(str(retired["date"]), " ".join(str(retired["reason"]).split())),
+            )
+        )
     return claims
 
 

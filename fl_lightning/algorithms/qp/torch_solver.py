@@ -358,7 +358,8 @@ def batched_min_norm_simplex(
     if bool(unconverged.any()):
         warnings.warn(
             f"batched_min_norm_simplex: {int(unconverged.sum())} of {grams.shape[0]} QPs did not reach "
-            f"tol={tol:g} in {max_iter} iterations (largest suboptimality bound {solve.gap.max().item():.3g} of max|G|); "
+            f"tol={tol:g} in {max_iter} iterations (largest suboptimality bound "
+            f"{solve.gap.max().item():.3g} of max|G|); "
             "their weights are feasible but not optimal: raise max_iter or tol",
             RuntimeWarning,
             stacklevel=2,

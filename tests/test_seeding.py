@@ -64,4 +64,4 @@ def test_a_fit_leaves_no_seed_behind_for_the_next_fit_in_the_process(store):
 
     fit(store, "--seed_everything=2")
     assert SEED_ENV not in __import__("os").environ
-    assert FedAvg(backbone="fl_logreg", input_shape=(64,)).run_seed == 0
+    assert FedAvg(backbone="fl_logreg", input_shape=(64,)).hparams.seed == 0

@@ -82,6 +82,6 @@ class FederatedDataLink:
             raise ValueError(f"the model expects inputs {tuple(self.hparams.input_shape)} but the data has "
                              f"{tuple(data.input_shape)}: set model.input_shape to match")
         if self.attacker is not None:
-            self.attacker.check(int(data.train_sizes.shape[0]))
+            self.attacker.check(self._num_clients_total)
         if data.train_x.device != self.device:
             data.to(self.device)

@@ -171,7 +171,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         threads: settings.Count = 1,
     ) -> None:
         super().__init__()
-        self.run_seed = run_seed(seed, "model.seed")
+        self._resolved_seed = run_seed(seed, "model.seed")  # hparams.seed: the seed's one home, from here on
         self.save_hyperparameters()
         # the settings in groups, each checked by its fields' types (``core.settings``); the
         # federation's are read from ``hparams`` (Lightning's home for them, saved in checkpoints)
@@ -187,7 +187,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         self.fit_threads = FitThreads(threads)  # checks the count now, before anything is built
         attacker = simulation.MaliciousClient(attack, attack_client, attack_strength)
         self.attacker = None if attack is None else attacker
-        torch.manual_seed(self.run_seed)
+        torch.manual_seed(self.hparams.seed)
         self.model = create_fl_model(backbone, num_classes, tuple(input_shape), **(backbone_kwargs or {}))
         self._layout = ParameterLayout.of(self.model)
         self._layer_slices = layer_slices(self.model, self._layout, layer_grouping)
@@ -213,7 +213,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
-        private_api.record_hparams(self, {"seed": self.run_seed})
+        private_api.record_hparams(self, {"seed": self._resolved_seed})
         settings.check_settings(type(self), self.hparams, base=FederatedModule)  # the base's: by its groups
 
     # ----------------------------------------------------------------- hooks to override

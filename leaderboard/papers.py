@@ -28,7 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from fl_lightning.choices import did_you_mean
 from fl_lightning.run_schema import Metric
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -76,38 +86,80 @@ def canonical_metric(name: str, value: float) -> tuple[str, float]:
     return name, value
 
 
+class PaperNumberEntry(BaseModel):
+    """One entry of a ``paper_numbers.yaml``, as the file declares it (``extra="forbid"``: a
+    misspelt key is refused, not ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    benchmark_setting: str | None = None
+    matches_benchmark: str | None = None
+    algorithm_config: str | None = None
+    metrics: dict[str, StrictFloat | StrictInt | None] | None = None
+    source: str | None = None
+    offline_counterpart: str | None = None
+    counterpart_config: str | None = None
+    caveat: str | None = None
+
+    @field_validator("metrics")
+    @classmethod
+    def _fractions(cls, metrics: dict[str, float | None] | None) -> dict[str, float | None] | None:
+        for name, value in (metrics or {}).items():
+            name, value = canonical_metric(str(name), float(value)) if value is not None else (name, None)
+            if value is not None and name in FRACTION_METRICS and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} = {value} is not a fraction in [0, 1] "
+                                 "(write 50.42% as 0.5042, or name the metric <name>_percent)")
+        return metrics
+
+    @model_validator(mode="after")
+    def _complete(self) -> PaperNumberEntry:
+        if not self.metrics:
+            raise ValueError("'metrics' must be a non-empty mapping of metric name -> number")
+        if not self.algorithm_config:
+            raise ValueError("'algorithm_config' is missing")
+        return self
+
+
+ENTRY_KEYS = list(PaperNumberEntry.model_fields)
+
+
+def _problem(error: ValidationError) -> str:
+    """A pydantic refusal of one entry, in the file's words: the first problem, one line."""
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "missing" and not first["loc"]:
+        return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
+    if first["type"] == "extra_forbidden":
+        return f"unknown key {key!r}{did_you_mean(key, ENTRY_KEYS)}; valid: {', '.join(ENTRY_KEYS)}"
+    if first["type"] == "model_type":
+        return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
+    if first["type"] == "value_error":
+        return str(first["ctx"]["error"])
+    if first["loc"][:1] == ("metrics",) and len(first["loc"]) > 1:
+        return f"metric {str(first['loc'][1])!r} = {first['input']!r} is not a number"
+    return f"{key}: {first['msg']}"
+
+
 def _entry(raw: object, paper: str, file: Path, index: int) -> tuple[PaperNumber | None, str | None]:
     where = f"{file} entry {index}"
-    if not isinstance(raw, dict):
-        return None, f"{where}: expected a mapping with benchmark_setting, algorithm_config, metrics, source"
-    metrics_raw = raw.get("metrics")
-    if not isinstance(metrics_raw, dict) or not metrics_raw:
-        return None, f"{where}: 'metrics' must be a non-empty mapping of metric name -> number"
-    metrics: dict[str, float] = {}
-    for name, value in metrics_raw.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None, f"{where}: metric {name!r} = {value!r} is not a number"
-        name, value = canonical_metric(str(name), float(value))
-        if name in FRACTION_METRICS and not 0.0 <= value <= 1.0:
-            return None, (f"{where}: {name} = {value} is not a fraction in [0, 1] "
-                          "(write 50.42% as 0.5042, or name the metric <name>_percent)")
-        metrics[name] = value
-    if not raw.get("algorithm_config"):
-        return None, f"{where}: 'algorithm_config' is missing"
-    matches = raw.get("matches_benchmark")
+    try:
+        entry = PaperNumberEntry.model_validate(raw)
+    except ValidationError as error:
+        return None, f"{where}: {_problem(error)}"
+    assert entry.metrics is not None and entry.algorithm_config  # checked by the model
+    metrics = dict(canonical_metric(str(name), float(value)) for name, value in entry.metrics.items()
+                   if value is not None)
     return PaperNumber(
         paper=paper,
-        setting=str(raw.get("benchmark_setting") or "(setting not described)"),
-        matches_benchmark=str(matches) if matches else None,
-        algorithm_config=str(raw["algorithm_config"]),
+        setting=entry.benchmark_setting or "(setting not described)",
+        matches_benchmark=entry.matches_benchmark or None,
+        algorithm_config=entry.algorithm_config,
         metrics=metrics,
-        source=str(raw.get("source") or paper),
+        source=entry.source or paper,
         file=str(file),
-        offline_counterpart=str(raw["offline_counterpart"]) if raw.get("offline_counterpart") else None,
-        counterpart_config=str(raw["counterpart_config"]) if raw.get("counterpart_config") else None,
-        caveat=" ".join(str(raw.get("caveat") or "").split()),
+        offline_counterpart=entry.offline_counterpart or None,
+        counterpart_config=entry.counterpart_config or None,
+        caveat=" ".join((entry.caveat or "").split()),
     ), None
 
 

@@ -8,10 +8,20 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import yaml
+from pydantic import ValidationError
 
+from leaderboard.claims.claims_format import (
+    ClaimsFileSpec,
+    ClaimSpec,
+    ComparisonSpec,
+    LocationSpec,
+    SideSpec,
+    refusal,
+)
 from leaderboard.claims.quantities import AGENT_METRICS, QUANTITIES, quantity_of
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import (
@@ -135,23 +145,17 @@ class CoverageEntry:
         return self.item.split(":", 1)[0].strip()
 
 
-def _location(raw: object, where: str) -> Location | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping) or not raw.get("suite") or not raw.get("benchmark"):
-        raise ClaimsError(f"{where}: expected {{suite: ..., benchmark: ...}}, got {raw!r}")
-    return Location(str(raw["suite"]), str(raw["benchmark"]))
+def _location(spec: LocationSpec | None) -> Location | None:
+    return None if spec is None else Location(spec.suite, spec.benchmark)
 
 
-def _side(raw: object, benchmark: str, quantity: str, where: str) -> Side:
-    if isinstance(raw, str):
+def _side(spec: str | SideSpec, benchmark: str, quantity: str, where: str) -> Side:
+    if isinstance(spec, str):
         _check_quantity(quantity, where)
-        return Side(raw, benchmark, quantity)
-    if isinstance(raw, Mapping) and raw.get("config"):
-        side = Side(str(raw["config"]), str(raw.get("benchmark") or benchmark), str(raw.get("quantity") or quantity))
-        _check_quantity(side.quantity, where)
-        return side
-    raise ClaimsError(f"{where}: a side is a configuration label or {{config, benchmark, quantity}}, got {raw!r}")
+        return Side(spec, benchmark, quantity)
+    side = Side(spec.config, spec.benchmark or benchmark, spec.quantity or quantity)
+    _check_quantity(side.quantity, where)
+    return side
 
 
 def _check_quantity(name: str, where: str) -> None:
@@ -164,33 +168,24 @@ def _check_quantity(name: str, where: str) -> None:
         raise ClaimsError(f"{where}: quantity {name!r} needs an agent, e.g. {name}:0")
 
 
-def _comparisons(raw: object, benchmark: str | None, quantity: str, direction: str, margin: float,
+def _comparisons(specs: list[ComparisonSpec], benchmark: str | None, quantity: str, direction: str, margin: float,
                  where: str) -> tuple[Comparison, ...]:
-    if not isinstance(raw, list):
-        raise ClaimsError(f"{where}: `comparisons` must be a list")
     result = []
-    for index, entry in enumerate(raw, start=1):
+    for index, entry in enumerate(specs, start=1):
         here = f"{where}, comparison {index}"
-        if not isinstance(entry, Mapping) or "treatment" not in entry:
-            raise ClaimsError(f"{here}: needs a `treatment` (and a `baseline` or a `threshold`)")
-        bench = str(entry.get("benchmark") or benchmark or "")
+        bench = entry.benchmark or benchmark or ""
         if not bench:
             raise ClaimsError(
                 f"{here}: no benchmark (give the claim an `offline` location or the comparison a `benchmark`)"
             )
-        if ("baseline" in entry) == ("threshold" in entry):
-            raise ClaimsError(f"{here}: give exactly one of `baseline` and `threshold`")
-        entry_direction = str(entry.get("direction") or direction)
-        entry_margin = float(entry.get("margin", margin) or 0.0)
+        entry_direction = entry.direction or direction
+        entry_margin = float((entry.margin if entry.margin is not None else margin) or 0.0)
         _check_direction(entry_direction, entry_margin, here)
-        paper = entry.get("paper") or ()
-        if not isinstance(paper, list | tuple) or not all(isinstance(v, int | float) for v in paper):
-            raise ClaimsError(f"{here}: `paper` is a list of the paper's numbers, got {paper!r}")
         result.append(Comparison(
-            treatment=_side(entry["treatment"], bench, quantity, here),
-            baseline=_side(entry["baseline"], bench, quantity, here) if "baseline" in entry else None,
-            threshold=float(entry["threshold"]) if "threshold" in entry else None,
-            direction=entry_direction, margin=entry_margin, paper=tuple(float(v) for v in paper),
+            treatment=_side(entry.treatment, bench, quantity, here),
+            baseline=None if entry.baseline is None else _side(entry.baseline, bench, quantity, here),
+            threshold=None if entry.threshold is None else float(entry.threshold),
+            direction=entry_direction, margin=entry_margin, paper=tuple(float(v) for v in entry.paper or ()),
         ))
     return tuple(result)
 
@@ -209,80 +204,88 @@ def _on_benchmark(comparison: Comparison, benchmark: str) -> Comparison:
                       comparison.direction, comparison.margin, comparison.paper)
 
 
+def _words(text: str | None) -> str:
+    """A YAML text block as one line (its runs of white space as one space)."""
+    return " ".join((text or "").split())
+
+
+def _file_spec(spec: object, file: str) -> ClaimsFileSpec:
+    try:
+        return ClaimsFileSpec.model_validate(spec)
+    except ValidationError as error:
+        if not isinstance(spec, Mapping) or error.errors()[0]["loc"][:1] == ("claims",):
+            raise ClaimsError(f"{file}: expected a mapping with `paper`, `citation` and a list `claims`") from None
+        raise ClaimsError(f"{file}: {refusal(error, ClaimsFileSpec)}") from None
+
+
+def _claim_spec(raw: Mapping[str, Any], index: int, file: str) -> ClaimSpec:
+    try:
+        return ClaimSpec.model_validate(raw)
+    except ValidationError as error:
+        named = raw.get("id") if isinstance(raw, Mapping) and isinstance(raw.get("id"), str) else index
+        raise ClaimsError(f"{file}: claim {named}: {refusal(error, ClaimSpec)}") from None
+
+
 def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
     """The claims of one ``claims.yaml`` (already parsed); ClaimsError names what is wrong."""
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("claims"), list):
-        raise ClaimsError(f"{file}: expected a mapping with `paper`, `citation` and a list `claims`")
-    citation = str(spec.get("citation") or paper)
-    name = str(spec.get("name") or citation)
+    document = _file_spec(spec, file)
+    citation = document.citation or paper
+    name = document.name or citation
     claims, seen = [], set()
-    for index, raw in enumerate(spec["claims"], start=1):
-        where = f"{file}: claim {index}"
-        if not isinstance(raw, Mapping):
-            raise ClaimsError(f"{where}: expected a mapping")
-        missing = [key for key in ("id", "where", "claim", "quantity", "direction") if not raw.get(key)]
-        if missing:
-            raise ClaimsError(f"{where}: missing {', '.join(missing)}")
-        claim_id = str(raw["id"])
+    for index, raw in enumerate(document.claims, start=1):
+        entry = _claim_spec(raw, index, file)
+        claim_id = entry.id
         where = f"{file}: claim {claim_id}"
         if claim_id in seen:
             raise ClaimsError(f"{where}: the id is used twice")
         seen.add(claim_id)
-        quantity, direction = str(raw["quantity"]), str(raw["direction"])
-        margin = float(raw.get("margin") or 0.0)
+        quantity, direction = entry.quantity, entry.direction
+        margin = float(entry.margin or 0.0)
         _check_direction(direction, margin, where)
         if quantity.split(":", 1)[0] not in QUANTITIES:  # a claim-level agent quantity may leave the agent to its sides
             _check_quantity(quantity, where)
-        offline = _location(raw.get("offline"), f"{where}, offline")
-        comparisons = _comparisons(raw.get("comparisons") or [], offline.benchmark if offline else None,
+        offline = _location(entry.offline)
+        comparisons = _comparisons(entry.comparisons or [], offline.benchmark if offline else None,
                                    quantity, direction, margin, where)
-        not_tested = str(raw.get("not_tested") or "")
-        not_testable = " ".join(str(raw.get("not_testable") or "").split())
+        not_tested = entry.not_tested or ""
+        not_testable = _words(entry.not_testable)
         if not (not_tested or not_testable) and (offline is None or not comparisons):
             raise ClaimsError(f"{where}: needs an `offline` location and comparisons, or `not_tested` / "
                               "`not_testable` with the reason")
-        retired = raw.get("retired")
-        if retired is not None and (not isinstance(retired, Mapping) or not retired.get("date")
-                                    or not retired.get("reason")):
-            raise ClaimsError(f"{where}: `retired` is {{date: YYYY-MM-DD, reason: ...}}")
         ablations = []
-        for number, entry in enumerate(raw.get("ablations") or [], start=1):
+        for number, ablation in enumerate(entry.ablations or [], start=1):
             here = f"{where}, ablation {number}"
-            location = _location(entry, here)
-            assert location is not None
-            if not entry.get("factor"):
-                raise ClaimsError(f"{here}: say which factor it changes (`factor`)")
-            own = entry.get("comparisons")
+            location = Location(ablation.suite, ablation.benchmark)
             ablation_comparisons = (
-                _comparisons(own, location.benchmark, quantity, direction, margin, here) if own is not None
+                _comparisons(ablation.comparisons, location.benchmark, quantity, direction, margin, here)
+                if ablation.comparisons is not None
                 else tuple(_on_benchmark(c, location.benchmark) for c in comparisons))
-            ablations.append(Ablation(location, str(entry["factor"]), ablation_comparisons))
+            ablations.append(Ablation(location, str(ablation.factor), ablation_comparisons))
+        retired = entry.retired
         claims.append(
             Claim(
                 id=claim_id,
                 paper=paper,
                 citation=citation,
                 name=name,
-                where=str(raw["where"]),
-                text=str(raw["claim"]),
+                where=entry.where,
+                text=entry.claim,
                 quantity=quantity,
                 direction=direction,
                 margin=margin,
                 offline=offline,
-                paper_scale=_location(raw.get("paper_scale"), f"{where}, paper_scale"),
+                paper_scale=_location(entry.paper_scale),
                 comparisons=comparisons,
                 ablations=tuple(ablations),
                 not_tested=not_tested,
-                reason=str(raw.get("reason") or "").strip(),
+                reason=(entry.reason or "").strip(),
                 file=file,
-                quote=" ".join(str(raw.get("quote") or "").split()),
-                bar=" ".join(str(raw.get("bar") or "").split()),
-                quantity_note=" ".join(str(raw.get("quantity_note") or "").split()),
+                quote=_words(entry.quote),
+                bar=_words(entry.bar),
+                quantity_note=_words(entry.quantity_note),
                 not_testable=not_testable,
-                by_construction=" ".join(str(raw.get("by_construction") or "").split()),
-                retired=None
-                if retired is None
-                else Retirement(str(retired["date"]), " ".join(str(retired["reason"]).split())),
+                by_construction=_words(entry.by_construction),
+                retired=None if retired is None else Retirement(retired.date, _words(retired.reason)),
             )
         )
     return claims
@@ -291,21 +294,13 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
 def parse_coverage(spec: object, paper: str, file: str = "") -> list[CoverageEntry]:
     """A paper's ``coverage`` list: every table, figure and comparative sentence, each with claim ids
     or ``not_claimed`` and the reason."""
-    raw = spec.get("coverage") if isinstance(spec, Mapping) else None
-    if raw is None:
+    if not isinstance(spec, Mapping) or spec.get("coverage") is None:
         return []
-    if not isinstance(raw, list):
-        raise ClaimsError(f"{file}: `coverage` is a list of {{item, claims}} or {{item, not_claimed}}")
     entries = []
-    for number, entry in enumerate(raw, start=1):
-        here = f"{file}: coverage entry {number}"
-        if not isinstance(entry, Mapping) or not entry.get("item"):
-            raise ClaimsError(f"{here}: needs an `item` (a table, figure or sentence of the paper)")
-        ids = entry.get("claims") or []
-        if not isinstance(ids, list) or (not ids and not entry.get("not_claimed")):
-            raise ClaimsError(f"{here} ({entry['item']}): give `claims: [ids]` or `not_claimed: reason`")
-        entries.append(CoverageEntry(paper, str(entry["item"]), tuple(str(i) for i in ids),
-                                     " ".join(str(entry.get("not_claimed") or "").split())))
+    for entry in _file_spec(spec, file).coverage or []:
+        if not entry.claims and not entry.not_claimed:
+            raise ClaimsError(f"{file}: coverage {entry.item!r}: give `claims: [ids]` or `not_claimed: reason`")
+        entries.append(CoverageEntry(paper, entry.item, tuple(entry.claims or ()), _words(entry.not_claimed)))
     return entries
 
 

@@ -15,9 +15,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 
+from fl_lightning.choices import did_you_mean
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import LeaderboardError
 
@@ -79,58 +91,96 @@ class LedgerPlan:
         return (self.primary_point, *self.sensitivity_points)
 
 
-def _number(raw: Mapping, key: str, kind: type, where: str, default: object, positive: bool = True) -> object:
-    value = raw.get(key, default)
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise RegistrationError(f"{where}: `{key}` must be an integer, got {value!r}")
-    if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise RegistrationError(f"{where}: `{key}` must be a number, got {value!r}")
-    if positive and not value > 0:  # type: ignore[operator]
-        raise RegistrationError(f"{where}: `{key}` must be positive, got {value!r}")
-    return kind(value)
+Positive = Annotated[StrictInt, Field(gt=0)]
+
+
+class _Declared(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SeedsSpec(_Declared):
+    default: Positive = 10
+    suites: dict[str, Positive] | None = None
+
+
+class ConvergenceSpec(_Declared):
+    window: Positive = 3
+    change_pp: Annotated[StrictFloat | StrictInt, Field(gt=0)] = 1.0
+
+
+class DegeneracySpec(_Declared):
+    constant_predictor: StrictBool = True
+    worst5_at_zero: StrictBool = True
+
+
+def _point(point: Any) -> str:
+    window_of(str(point))  # refuses anything but final / last<k>
+    return str(point)
+
+
+Point = Annotated[str, BeforeValidator(_point)]
+
+
+class PlanSpec(_Declared):
+    """``ledger_plan.yaml`` as declared (``extra="forbid"``: a misspelt key is refused)."""
+
+    version: Positive = 1
+    registered: Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v, dt.date) else v)] = ""
+    primary_point: Point = "final"
+    sensitivity_points: list[Point] | None = None
+    alpha: Annotated[StrictFloat | StrictInt, Field(gt=0, lt=0.5)] = 0.05
+    multiplicity: str | None = None
+    seeds: SeedsSpec | None = None
+    min_seeds: Positive = 3
+    star_min_seeds: Positive = 10
+    margin_rule: str | None = None
+    convergence: ConvergenceSpec | None = None
+    degeneracy: DegeneracySpec | None = None
+
+
+NESTED: dict[str, type[BaseModel]] = {"seeds": SeedsSpec, "convergence": ConvergenceSpec, "degeneracy": DegeneracySpec}
+
+
+def _said(error: ValidationError, model: type[BaseModel]) -> str:
+    """pydantic's first refusal in the file's words, one line."""
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
+    if first["type"] == "extra_forbidden":
+        *within, name = key.split(".")
+        nested = NESTED.get(within[0], model) if within else model
+        known = list(nested.model_fields)
+        return f"unknown key {key!r}{did_you_mean(name, known)}; known: {', '.join(known)}"
+    if first["type"] == "value_error":
+        return str(first["ctx"]["error"])
+    if first["type"] == "missing":
+        return f"missing {key}"
+    return f"`{key}` {first['msg'].lower()}, got {first['input']!r}"
 
 
 def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
     if not isinstance(raw, Mapping):
         raise RegistrationError(f"{where}: expected a mapping of the plan's keys")
-    known = {"version", "registered", "primary_point", "sensitivity_points", "alpha", "multiplicity", "seeds",
-             "min_seeds", "star_min_seeds", "margin_rule", "convergence", "degeneracy"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise RegistrationError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    points = [str(raw.get("primary_point", "final"))] + [str(p) for p in raw.get("sensitivity_points") or []]
-    for point in points:
-        try:
-            window_of(point)
-        except ValueError as error:
-            raise RegistrationError(f"{where}: {error}") from None
-    alpha = float(_number(raw, "alpha", float, where, 0.05))  # type: ignore[arg-type]
-    if not alpha < 0.5:
-        raise RegistrationError(f"{where}: `alpha` must lie in (0, 0.5), got {alpha}")
-    seeds = raw.get("seeds") or {}
-    if not isinstance(seeds, Mapping):
-        raise RegistrationError(f"{where}: `seeds` is {{default: N, suites: {{suite: N}}}}")
-    suites = seeds.get("suites") or {}
-    for name, count in suites.items():
-        _number({"n": count}, "n", int, f"{where}: seeds of suite {name}", 0)
-    convergence = raw.get("convergence") or {}
-    degeneracy = raw.get("degeneracy") or {}
+    try:
+        spec = PlanSpec.model_validate(raw)
+    except ValidationError as error:
+        raise RegistrationError(f"{where}: {_said(error, PlanSpec)}") from None
+    seeds = spec.seeds or SeedsSpec()
+    convergence = spec.convergence or ConvergenceSpec()
+    degeneracy = spec.degeneracy or DegeneracySpec()
     return LedgerPlan(
-        version=int(_number(raw, "version", int, where, 1)),  # type: ignore[call-overload]
-        registered=str(raw.get("registered") or ""),
-        primary_point=points[0],
-        sensitivity_points=tuple(points[1:]),
-        alpha=alpha,
-        multiplicity=str(raw.get("multiplicity") or "holm within a family"),
-        default_seeds=int(_number(seeds, "default", int, f"{where}: seeds", 10)),  # type: ignore[call-overload]
-        suite_seeds={str(k): int(v) for k, v in suites.items()},
-        min_seeds=int(_number(raw, "min_seeds", int, where, 3)),  # type: ignore[call-overload]
-        star_min_seeds=int(_number(raw, "star_min_seeds", int, where, 10)),  # type: ignore[call-overload]
-        margin_rule=str(raw.get("margin_rule") or ""),
-        convergence=Convergence(int(_number(convergence, "window", int, f"{where}: convergence", 3)),  # type: ignore[call-overload]
-                                float(_number(convergence, "change_pp", float, f"{where}: convergence", 1.0))),  # type: ignore[arg-type]
-        degeneracy=Degeneracy(bool(degeneracy.get("constant_predictor", True)),
-                              bool(degeneracy.get("worst5_at_zero", True))),
+        version=spec.version,
+        registered=spec.registered or "",
+        primary_point=spec.primary_point,
+        sensitivity_points=tuple(spec.sensitivity_points or ()),
+        alpha=float(spec.alpha),
+        multiplicity=spec.multiplicity or "holm within a family",
+        default_seeds=seeds.default,
+        suite_seeds=dict(seeds.suites or {}),
+        min_seeds=spec.min_seeds,
+        star_min_seeds=spec.star_min_seeds,
+        margin_rule=spec.margin_rule or "",
+        convergence=Convergence(convergence.window, float(convergence.change_pp)),
+        degeneracy=Degeneracy(degeneracy.constant_predictor, degeneracy.worst5_at_zero),
     )
 
 
@@ -161,13 +211,32 @@ class Amendment:
         return self.target.startswith("plan")
 
 
-def _date(value: object, where: str) -> str:
+def _date(value: Any) -> str:
     if isinstance(value, dt.date):
         return value.isoformat()
     try:
         return dt.date.fromisoformat(str(value)).isoformat()
     except ValueError:
-        raise RegistrationError(f"{where}: `date` must be YYYY-MM-DD, got {value!r}") from None
+        raise ValueError(f"`date` must be YYYY-MM-DD, got {value!r}") from None
+
+
+def _stripped(value: Any) -> Any:
+    return str(value).strip() if isinstance(value, str | int | float) and not isinstance(value, bool) else value
+
+
+Stripped = Annotated[str, BeforeValidator(_stripped)]
+
+
+class AmendmentSpec(_Declared):
+    """One entry of ``ledger_amendments.yaml`` as declared (``extra="forbid"``)."""
+
+    id: Stripped
+    date: Annotated[str, BeforeValidator(_date)]
+    target: Stripped
+    before: Stripped
+    after: Stripped
+    reason: Stripped
+    results_seen: StrictBool
 
 
 def parse_amendments(raw: object, where: str = AMENDMENTS_FILE) -> list[Amendment]:
@@ -181,23 +250,22 @@ def parse_amendments(raw: object, where: str = AMENDMENTS_FILE) -> list[Amendmen
     result: list[Amendment] = []
     for number, entry in enumerate(entries, start=1):
         here = f"{where}: entry {number}"
-        if not isinstance(entry, Mapping):
-            raise RegistrationError(f"{here}: expected a mapping")
-        missing = [k for k in ("id", "date", "target", "before", "after", "reason", "results_seen") if k not in entry]
-        if missing:
-            raise RegistrationError(f"{here}: missing {', '.join(missing)}")
-        if str(entry["id"]) != f"A{number}":
+        if isinstance(entry, Mapping) and "id" in entry and str(entry["id"]) != f"A{number}":
             raise RegistrationError(f"{here}: id {entry['id']!r} should be A{number} (append new entries at the end; "
                                     "never renumber or remove one)")
-        if not isinstance(entry["results_seen"], bool):
-            raise RegistrationError(f"{here}: `results_seen` must be true or false")
-        date = _date(entry["date"], here)
-        if result and date < result[-1].date:
-            raise RegistrationError(f"{here}: dated {date}, before entry {number - 1} ({result[-1].date}); "
+        try:
+            spec = AmendmentSpec.model_validate(entry)
+        except ValidationError as error:
+            if error.errors()[0]["loc"] == ("results_seen",) and error.errors()[0]["type"] != "missing":
+                raise RegistrationError(f"{here}: `results_seen` must be true or false") from None
+            missing = [str(e["loc"][0]) for e in error.errors() if e["type"] == "missing"]
+            said = f"missing {', '.join(missing)}" if missing else _said(error, AmendmentSpec)
+            raise RegistrationError(f"{here}: {said}") from None
+        if result and spec.date < result[-1].date:
+            raise RegistrationError(f"{here}: dated {spec.date}, before entry {number - 1} ({result[-1].date}); "
                                     "amendments are appended in time order")
-        result.append(Amendment(f"A{number}", date, str(entry["target"]), str(entry["before"]).strip(),
-                                str(entry["after"]).strip(), " ".join(str(entry["reason"]).split()),
-                                entry["results_seen"]))
+        result.append(Amendment(f"A{number}", spec.date, spec.target, spec.before, spec.after,
+                                " ".join(spec.reason.split()), spec.results_seen))
     return result
 
 

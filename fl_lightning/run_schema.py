@@ -94,6 +94,7 @@ class Tag:
     CLIENT_TEST = "client_test"
     CLIENT_TEST_SIZE = "client_test_size"
     PER_CLIENT_MODELS = "per_client_models"  # "true" / "false"
+    INTERPRETATION = "algorithm_interpretation"  # the algorithm class's ``interpretation`` (algorithm_facts)
     SEED = SEED
     DATA_SEED = DATA_SEED
     # a resumed fit (``callbacks.mlflow_run.MLflowRunInfo``)

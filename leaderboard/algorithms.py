@@ -1,31 +1,32 @@
-"""What the leaderboard learns from the algorithm classes themselves (by the runs' ``algorithm`` tag).
+"""The notes the leaderboard shows under an algorithm's rows, from the runs themselves.
 
 An algorithm class may carry ``interpretation = "..."``: its implementation is a reading of the
-method from secondary sources (FedGini: its paper is unavailable here). Every row of such an
-algorithm shows that text under the algorithm's name, on the index matrix and on its table.
+method from secondary sources (FedGini: its paper is unavailable here). A fit logs it as the run
+tag ``algorithm_interpretation``; runs logged before that tag get the note from
+``fl_lightning.algorithm_facts`` by the algorithm's name. Every row of such an algorithm shows the
+text under the algorithm's name, on the index matrix and on its table. The leaderboard imports no
+algorithm (and no torch) to learn it.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Iterable
+
+from fl_lightning.algorithm_facts import interpretation_of
+from fl_lightning.run_schema import Tag
+from leaderboard.runs import RunRecord
 
 
-@functools.cache
-def interpretation(algorithm: str) -> str:
-    """The class attribute ``interpretation`` of the algorithm named ``algorithm`` ("" if none or unknown)."""
-    if not algorithm:
-        return ""
-    try:
-        from fl_lightning import algorithms
-    except ImportError:  # the leaderboard without the library: nothing to say
-        return ""
-    cls = getattr(algorithms, algorithm, None)
-    text = getattr(cls, "interpretation", "") if isinstance(cls, type) else ""
-    return text if isinstance(text, str) else ""
-
-
-def interpretations(names: str) -> str:
-    """The interpretation notes of a row's algorithm(s) (``ConfigRow.algorithm``: names joined by ", ")."""
-    notes = [f"{name}: {note}" if ", " in names else note
-             for name in names.split(", ") if (note := interpretation(name))]
-    return "; ".join(notes)
+def interpretations(runs: Iterable[RunRecord]) -> str:
+    """The interpretation notes of a row's algorithm(s): each algorithm's tag, else its known note;
+    "" for an algorithm that follows its paper."""
+    notes: dict[str, str] = {}
+    for run in runs:
+        algorithm = run.tags.get(Tag.ALGORITHM, "")
+        if not algorithm:
+            continue
+        tagged = run.tags.get(Tag.INTERPRETATION)
+        if tagged or algorithm not in notes:
+            notes[algorithm] = tagged or notes.get(algorithm) or interpretation_of(algorithm)
+    shown = {name: note for name, note in sorted(notes.items()) if note}
+    return "; ".join(f"{name}: {note}" if len(notes) > 1 else note for name, note in shown.items())

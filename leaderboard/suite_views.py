@@ -132,12 +132,12 @@ def matrix_view(summary: SuiteSummary, view_id: str) -> TableView:
     marked: dict[str, float] = {}
     references = []
     for config in summary.configs:
-        algorithm = next((row.algorithm for table in summary.tables for row in table.rows if row.config == config), "")
+        runs = [run for table in summary.tables for row in table.rows if row.config == config for run in row.runs]
         fraction, reference = matrix_participation(summary, config)
         if differs(fraction, reference):
             marked[config] = fraction
             references.append(reference)
-        cells = [Cell(marked_config(config, fraction, reference), config, sub=interpretations(algorithm))]
+        cells = [Cell(marked_config(config, fraction, reference), config, sub=interpretations(runs))]
         cells += [matrix_cell(summary, table, config) for table in summary.tables]
         view.rows.append(cells)
     if marked and len(set(references)) == 1:

@@ -94,7 +94,7 @@ def leaderboard_view(table: BenchmarkTable) -> TableView:
         if differs(fraction, reference):
             marked[row.config] = fraction
         cells = [Cell(marked_config(row.config, fraction, reference), row.config),
-                 Cell(row.algorithm or MISSING, row.algorithm, sub=interpretations(row.algorithm))]
+                 Cell(row.algorithm or MISSING, row.algorithm, sub=interpretations(row.runs))]
         if show_optimiser:
             text, lr = optimisers[id(row)]
             cells.append(Cell(text or MISSING, num_text(lr)))

@@ -123,3 +123,25 @@ def test_the_runner_imports_no_leaderboard_module():
     found = sorted(f"{importer} -> {imported}" for importer, targets in graph.items() if importer.startswith("benchmarks")
                    for imported in targets if imported.startswith("leaderboard"))
     assert not found, "\n".join(found)
+
+
+def test_the_leaderboard_imports_no_algorithm_and_no_torch():
+    """Issue 35: the leaderboard's floor is below the algorithms'. Its facts about algorithms come
+    from run tags and ``fl_lightning.algorithm_facts``; importing every leaderboard module (in a fresh
+    interpreter) loads no ``fl_lightning.algorithms``, no torch and no Lightning."""
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import importlib, json, pkgutil, sys, leaderboard\n"
+             "for m in pkgutil.walk_packages(leaderboard.__path__, 'leaderboard.'):\n"
+             "    importlib.import_module(m.name)\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    root = Path(__file__).resolve().parents[1]
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True,
+                                       check=True).stdout)
+    assert [m for m in loaded if m.split(".")[0] in ("torch", "lightning") or m.startswith("fl_lightning.algorithms")
+            ] == []
+    graph = import_graph()
+    assert not [target for name, targets in graph.items() if name.startswith("leaderboard")
+                for target in targets if target.startswith("fl_lightning.algorithms")]

@@ -11,8 +11,10 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.algorithms import FedAvg, FedGini
-from leaderboard.algorithms import interpretation, interpretations
+from fl_lightning.algorithm_facts import INTERPRETATIONS, interpretation_of
+from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedGini
+from fl_lightning.run_schema import Tag
+from leaderboard.algorithms import interpretations
 from leaderboard.runs import is_agent_series
 from tests.test_leaderboard import build, log_run, page_path, read_page, rows_by_config, task_tags
 
@@ -56,9 +58,26 @@ def agents_site(tmp_path_factory):
 def test_fedgini_carries_its_interpretation_mark_and_fedavg_none():
     assert FedGini.interpretation == "interpretation (paper unavailable)"
     assert not hasattr(FedAvg, "interpretation")
-    assert interpretation("FedGini") == FedGini.interpretation
-    assert interpretation("FedAvg") == interpretation("NoSuchAlgorithm") == interpretation("") == ""
-    assert interpretations("FedAvg, FedGini") == "FedGini: interpretation (paper unavailable)"
+    assert interpretation_of("FedGini") == FedGini.interpretation
+    assert interpretation_of("FedAvg") == interpretation_of("NoSuchAlgorithm") == interpretation_of("") == ""
+
+
+def test_every_algorithm_class_takes_its_interpretation_from_the_facts():
+    """One home: the class attribute and the leaderboard's table of facts cannot disagree."""
+    for name, cls in ALGORITHMS.items():
+        assert getattr(cls, "interpretation", "") == INTERPRETATIONS.get(name, ""), name
+
+
+class Tagged:
+    def __init__(self, algorithm: str, note: str | None = None) -> None:
+        self.tags = {Tag.ALGORITHM: algorithm} | ({Tag.INTERPRETATION: note} if note else {})
+
+
+def test_a_row_reads_its_note_from_the_runs_tag_else_from_the_facts():
+    assert interpretations([Tagged("FedAvg"), Tagged("FedGini")]) == "FedGini: interpretation (paper unavailable)"
+    assert interpretations([Tagged("FedGini")]) == "interpretation (paper unavailable)"  # a run before the tag
+    assert interpretations([Tagged("mine.MyAlgorithm", "interpretation (my reading)")]) == "interpretation (my reading)"
+    assert interpretations([Tagged("FedAvg")]) == interpretations([]) == ""
 
 
 def test_fedgini_rows_are_marked_on_the_table_and_the_index(agents_site):
@@ -93,3 +112,11 @@ def test_agent_labels_name_the_noise_of_each_agent():
                                    4: "input noise std 0.5"}
     run = SimpleNamespace(histories={"cgsv_r/0": [(1, 0.1)], "cgsv_psi/3": [(1, 0.2)], "test_acc_mean": [(1, 0.5)]})
     assert agent_ids(SimpleNamespace(finished_runs=[run])) == [0, 3]
+
+
+def test_a_fit_logs_the_interpretation_as_a_run_tag():
+    from fl_lightning.callbacks.run_identity import task_tags
+
+    gini = FedGini(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))
+    assert task_tags(gini, None)[Tag.INTERPRETATION] == "interpretation (paper unavailable)"
+    assert Tag.INTERPRETATION not in task_tags(FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8)), None)

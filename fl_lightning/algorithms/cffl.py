@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
@@ -96,8 +97,8 @@ class CFFL(ValidatedAgents):
          keeps changing while the party is away, and the party can leave R on it.
     """
 
-    # Shown under CFFL's rows on the leaderboard (leaderboard/algorithms.py).
-    interpretation = "interpretation (paper unavailable: the authors' code and draft, 6 deviations documented)"
+    # Shown under CFFL's rows on the leaderboard (logged as the run tag algorithm_interpretation).
+    interpretation = INTERPRETATIONS["CFFL"]
 
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     r: torch.Tensor

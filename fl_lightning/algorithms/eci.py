@@ -32,6 +32,7 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
@@ -53,8 +54,8 @@ class ECI(ValidatedAgents):
     Logged every round: ``eci_r/<i>``, ``eci_phi/<i>`` (N ≤ 20), and their min/mean/max.
     """
 
-    # Shown under ECI's rows on the leaderboard (leaderboard/algorithms.py).
-    interpretation = "interpretation (from CGSV's one-line description; r stays dominated by round 0)"
+    # Shown under ECI's rows on the leaderboard (logged as the run tag algorithm_interpretation).
+    interpretation = INTERPRETATIONS["ECI"]
 
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     r: torch.Tensor

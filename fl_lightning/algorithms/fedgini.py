@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
+from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
@@ -50,9 +51,9 @@ class FedGini(FederatedModule):
             only with ``weighting="reference"``.
     """
 
-    # Shown under FedGini's rows on the leaderboard (leaderboard/algorithms.py): the method as read
+    # Shown under FedGini's rows on the leaderboard (logged as the run tag algorithm_interpretation): the method as read
     # from secondary sources (the module docstring), not checked against its paper.
-    interpretation = "interpretation (paper unavailable)"
+    interpretation = INTERPRETATIONS["FedGini"]
 
     def __init__(
         self,

@@ -331,9 +331,13 @@ def evaluates_per_client_models(pl_module: pl.LightningModule) -> bool:
 
 def task_tags(pl_module: pl.LightningModule, datamodule: Any) -> dict[str, str]:
     """``task`` (canonical JSON), ``task_key`` (its sha1, 12 hex digits), ``client_test``,
-    ``client_test_size``, ``per_client_models``, ``seed`` and ``data_seed``."""
+    ``client_test_size``, ``per_client_models``, ``algorithm_interpretation`` (when the class has
+    one), ``seed`` and ``data_seed``."""
     seed = model_seed(pl_module)
     tags = {Tag.SEED: _text(seed), Tag.PER_CLIENT_MODELS: str(evaluates_per_client_models(pl_module)).lower()}
+    note = getattr(type(pl_module), "interpretation", "")
+    if isinstance(note, str) and note:
+        tags[Tag.INTERPRETATION] = note
     if datamodule is None:
         return tags
     text = task_json(task(pl_module, datamodule))

@@ -40,14 +40,13 @@ from leaderboard.suite_views import (
     short_name,
 )
 from leaderboard.summary import summarize
+from leaderboard.table_building import build_tables, unmatched_paper_numbers
 from leaderboard.tables import (
     BEST_MARK,
     DERIVED_NOTE,
     NO_FAIRNESS_NOTE,
     TIE_MARK,
-    build_tables,
     run_time,
-    unmatched_paper_numbers,
 )
 from leaderboard.tasks import SOURCE_TEXT, task_lines
 from leaderboard.views import (

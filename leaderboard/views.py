@@ -4,6 +4,7 @@ verdicts in both): the cell types and one benchmark's tables (leaderboard, compa
 from __future__ import annotations
 
 from leaderboard.algorithms import interpretations
+from leaderboard.convergence import CONVERGENCE_WINDOW, STILL_IMPROVING_PP, still_improving
 from leaderboard.markdown import short_error
 from leaderboard.papers import PaperNumber
 from leaderboard.row_facts import (
@@ -24,7 +25,6 @@ from leaderboard.row_facts import (
     seeds_text,
     task_fraction,
 )
-from leaderboard.runs import CONVERGENCE_WINDOW, STILL_IMPROVING_PP, still_improving
 from leaderboard.tables import (
     COLUMNS_BY_KEY,
     DERIVED_NOTE,

@@ -124,7 +124,7 @@ def test_a_window_longer_than_the_run_averages_every_evaluation():
 
 
 def test_a_run_moving_at_its_end_is_unconverged_rising_or_falling():
-    from leaderboard.runs import CONVERGED, TOO_SHORT, UNCONVERGED, convergence_status
+    from leaderboard.convergence import CONVERGED, TOO_SHORT, UNCONVERGED, convergence_status
     rising = run("A", 0, [0.5 + 0.05 * k for k in range(12)])
     falling = run("A", 0, [0.8] * 6 + [0.78, 0.77, 0.76, 0.70, 0.69, 0.68])
     flat = run("A", 0, [0.5, 0.79, 0.80, 0.81, 0.80, 0.81, 0.805, 0.80, 0.81, 0.80, 0.81, 0.805])

@@ -30,8 +30,10 @@ if str(ROOT) not in sys.path:
 
 from leaderboard import export  # noqa: E402
 from leaderboard.__main__ import main as leaderboard_main  # noqa: E402
-from leaderboard.runs import HISTORY_METRICS, converged, load_runs, still_improving  # noqa: E402
-from leaderboard.tables import COLUMNS, HEADLINE, build_tables, headline_value, run_value  # noqa: E402
+from leaderboard.convergence import converged, still_improving  # noqa: E402
+from leaderboard.runs import HISTORY_METRICS, load_runs  # noqa: E402
+from leaderboard.table_building import build_tables  # noqa: E402
+from leaderboard.tables import COLUMNS, HEADLINE, headline_value, run_value  # noqa: E402
 
 SUITE_A, SUITE_B = "alpha-offline", "beta-offline"
 BENCHMARK = "mnist5k/shards-200x2/p0.1/fl_mlp"

@@ -41,7 +41,8 @@ if str(ROOT) not in sys.path:
 from leaderboard.__main__ import main as leaderboard_main  # noqa: E402
 from leaderboard.runs import using_tracking_uri  # noqa: E402
 from leaderboard.stats import welch_test  # noqa: E402
-from leaderboard.tables import COLUMNS, MISSING, slugify  # noqa: E402
+from leaderboard.table_building import slugify  # noqa: E402
+from leaderboard.tables import COLUMNS, MISSING  # noqa: E402
 
 SUITE = "demo-offline"
 BENCHMARK = "digits/iid/full/fl_logreg"
@@ -753,7 +754,8 @@ def test_a_tie_within_seed_noise_is_not_starred(contract):
 
 
 def test_a_clear_separation_on_the_plans_seeds_is_starred():
-    from leaderboard.tables import BEST_MARK, STAR_MIN_SEEDS, build_tables
+    from leaderboard.table_building import build_tables
+    from leaderboard.tables import BEST_MARK, STAR_MIN_SEEDS
     runs = [record(f"{c}{s}", c, s, "FINISHED", s, 0.9 + 0.001 * s if c == "A" else 0.5 + 0.002 * s)
             for c in "AB" for s in range(STAR_MIN_SEEDS)]
     row = next(r for r in build_tables(runs, [])[0].rows if r.config == "A")
@@ -762,7 +764,7 @@ def test_a_clear_separation_on_the_plans_seeds_is_starred():
 
 def test_one_seed_gives_no_star(contract):
     from leaderboard.runs import RunRecord
-    from leaderboard.tables import build_tables
+    from leaderboard.table_building import build_tables
 
     def one(config, value):
         return RunRecord(config, VERDICTS, "FINISHED", None, None,
@@ -904,7 +906,7 @@ def record(run_id: str, config: str, seed: int, status: str, minute: int, accura
 
 
 def test_a_seed_run_again_counts_once_with_its_newest_finished_run():
-    from leaderboard.tables import build_tables
+    from leaderboard.table_building import build_tables
     from leaderboard.views import problem_runs_view, runs_view
 
     runs = [record("a", "FedAvg", 0, "FAILED", 1), record("b", "FedAvg", 0, "FINISHED", 2, 0.5),

@@ -30,7 +30,8 @@ from leaderboard.papers import PaperNumber, load_paper_numbers  # noqa: E402
 from leaderboard.runs import RunRecord  # noqa: E402
 from leaderboard.suite_views import control_view, gains_view, matrix_view, paper_numbers_view  # noqa: E402
 from leaderboard.summary import SuiteSummary, paper_gains, summarize  # noqa: E402
-from leaderboard.tables import COLUMNS_BY_KEY, build_tables  # noqa: E402
+from leaderboard.table_building import build_tables  # noqa: E402
+from leaderboard.tables import COLUMNS_BY_KEY  # noqa: E402
 from leaderboard.views import comparison_view, leaderboard_view  # noqa: E402
 
 SUITE = "defects-offline"

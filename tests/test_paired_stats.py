@@ -230,7 +230,7 @@ def test_stat_keeps_each_values_seed():
 
 def test_tables_from_runs_pair_by_their_seed_tags():
     from leaderboard.runs import RunRecord
-    from leaderboard.tables import build_tables
+    from leaderboard.table_building import build_tables
 
     def run(config: str, seed: int, value: float) -> RunRecord:
         return RunRecord(f"{config}-{seed}", "paired", "FINISHED", None, None,

@@ -395,7 +395,7 @@ def test_a_sweep_of_plain_fits_is_never_merged_into_one_configuration(tmp_path, 
     """FedAvg at lr 0.01 and 0.2 and FedProx at mu 0.01 and 5.0, all seed 0, through the CLI: four
     configurations on the leaderboard, none superseded by another (issue 33)."""
     from leaderboard.runs import load_runs
-    from leaderboard.tables import build_tables
+    from leaderboard.table_building import build_tables
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'runs.db'}"

@@ -10,7 +10,7 @@ their mean with a confidence interval, Holm-corrected within the claim (``leader
 What is tested is fixed by the registered plan (``leaderboard.registration``): a run is read at the
 plan's primary point (the final evaluation), and a verdict that differs at a sensitivity point (the
 mean of the last k evaluations) is marked fragile; the verdict uses the plan's seeds per suite (more
-seeds are an extension, shown apart); runs are checked for convergence (``runs.convergence_status``)
+seeds are an extension, shown apart); runs are checked for convergence (``convergence.convergence_status``)
 in both arms; a degenerate benchmark (a constant predictor, or worst clients at 0 everywhere) is
 withdrawn. Each claim quotes its paper (``quote``, ``where``) and states the paper's bar (``bar``);
 a claim the project cannot compute as the paper defines it is "not testable as stated", one that

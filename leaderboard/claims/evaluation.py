@@ -18,11 +18,9 @@ from leaderboard.claims.results import (
     planned,
 )
 from leaderboard.claims.spec import NO_RUNS, WITHDRAWN, Claim, Comparison, Side
+from leaderboard.convergence import convergence_status
 from leaderboard.registration import Amendment, LedgerPlan, window_of
-from leaderboard.runs import (
-    RunRecord,
-    convergence_status,
-)
+from leaderboard.runs import RunRecord
 from leaderboard.stats import (
     INCONCLUSIVE,
     TOO_FEW,

@@ -8,10 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fl_lightning.run_schema import Metric
-from leaderboard.runs import (
-    RunRecord,
-    value_at,
-)
+from leaderboard.convergence import value_at
+from leaderboard.runs import RunRecord
 from leaderboard.tables import headline_value
 
 # ---------------------------------------------------------------------------------------------

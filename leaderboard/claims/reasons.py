@@ -17,12 +17,12 @@ from leaderboard.claims.results import (
     planned,
 )
 from leaderboard.claims.spec import REASONS, Claim, ClaimsError
-from leaderboard.registration import LedgerPlan, window_of
-from leaderboard.runs import (
+from leaderboard.convergence import (
     UNCONVERGED,
     convergence_change,
     convergence_status,
 )
+from leaderboard.registration import LedgerPlan, window_of
 
 # ---------------------------------------------------------------------------------------------
 # Reasons: templates filled from the runs

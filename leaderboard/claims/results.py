@@ -17,11 +17,9 @@ from leaderboard.claims.spec import (
     Claim,
     Comparison,
 )
+from leaderboard.convergence import UNCONVERGED
 from leaderboard.registration import Amendment, LedgerPlan
-from leaderboard.runs import (
-    UNCONVERGED,
-    RunRecord,
-)
+from leaderboard.runs import RunRecord
 from leaderboard.stats import (
     CONTRADICTED,
     INCONCLUSIVE,

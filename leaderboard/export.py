@@ -354,26 +354,26 @@ def export(
 
 
 class ProgressLines:
-    """The load's progress lines on stderr; on a terminal its "i/n runs" lines drive a tqdm bar."""
-
-    COUNT = re.compile(r"^\s*(?P<what>[^:]+): (?P<done>\d+)/(?P<total>\d+) runs$")
+    """The load's progress on stderr: lines, and its counts of runs read as a tqdm bar on a
+    terminal (as lines elsewhere). A ``runs.CountingProgress``: counts arrive typed, not as text."""
 
     def __init__(self, stream=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.bar: tqdm | None = None
 
     def __call__(self, message: str) -> None:
-        counted = self.COUNT.match(message)
-        if counted and self.stream.isatty():
-            done, total = int(counted["done"]), int(counted["total"])
-            if self.bar is None:
-                self.bar = tqdm(total=total, unit="run", desc=counted["what"], file=self.stream)
-            self.bar.update(done - self.bar.n)
-            if done >= total:
-                self.close()
-            return
         self.close()
         print(message, file=self.stream, flush=True)
+
+    def counted(self, what: str, done: int, total: int) -> None:
+        if not self.stream.isatty():
+            self(f"  {what}: {done}/{total} runs")
+            return
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="run", desc=what, file=self.stream)
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.close()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import mlflow
@@ -27,6 +28,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
 from fl_lightning import run_schema as schema
+from fl_lightning.algorithm_facts import PER_CLIENT_MODEL_ALGORITHMS
 from fl_lightning.fit_lock import fit_is_alive
 from fl_lightning.read_only_store import (
     EMPTY,
@@ -71,15 +73,30 @@ FINISHED = "FINISHED"
 # How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
 # client its own test, so only they make a spread across clients a fairness statement.
 CLIENT_TESTS_WITH_OWN_TEST = ("local", "matched")
-# Algorithms that keep a model per client (tag ``per_client_models`` where runs carry it).
-PER_CLIENT_MODEL_ALGORITHMS = ("Ditto", "CGSV", "DW", "RR", "EU", "Standalone")
 
 
 class LeaderboardError(Exception):
     """A problem the user can fix (a wrong experiment name, a store that is not there)."""
 
 
-Progress = Callable[[str], None]
+Progress = Callable[[str], None]  # a line of progress (``print`` by default)
+
+
+@runtime_checkable
+class CountingProgress(Protocol):
+    """A progress that also takes counts (``export.ProgressLines``: a bar on a terminal)."""
+
+    def __call__(self, message: str) -> None: ...
+
+    def counted(self, what: str, done: int, total: int) -> None: ...
+
+
+def report_count(progress: Progress, what: str, done: int, total: int) -> None:
+    """``done`` of ``total`` runs read: a typed count where the progress takes counts, else a line."""
+    if isinstance(progress, CountingProgress):
+        progress.counted(what, done, total)
+    else:
+        progress(f"  {what}: {done}/{total} runs")
 
 
 def status_as_read(status: str, tags: dict[str, str]) -> str:
@@ -454,5 +471,5 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
             record.client_metrics = _client_metrics(client, info.run_id, scratch)
             runs.append(record)
             if index % step == 0 or index == len(found):
-                progress(f"  metric histories and client metrics: {index}/{len(found)} runs")
+                report_count(progress, "metric histories and client metrics", index, len(found))
     return StoreContents(tracking_uri, all_names, names, runs)

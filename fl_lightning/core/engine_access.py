@@ -33,8 +33,8 @@ class EngineAccess(nn.Module):
         _layout: ParameterLayout
         _local_sgd: LocalSGD
         _engines: EngineRunner
-        @property
-        def _round_index(self) -> int: ...
+        current_epoch: int
+        device: torch.device
 
         @property
         def hparams(self) -> AttributeDict: ...
@@ -109,3 +109,11 @@ class EngineAccess(nn.Module):
         """Evaluates clients under shared or per-client models, split across ranks."""
         return FederationEvaluator(self.model, self._layout, private_api.attached_trainer(self))
 
+    @property
+    def _round_index(self) -> int:
+        """0-based index of the round being run (= the Lightning epoch)."""
+        return int(self.current_epoch)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

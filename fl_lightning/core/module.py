@@ -80,15 +80,8 @@ from fl_lightning.run_schema import (
 )
 from fl_lightning.seeding import global_generator_states, restore_global_generators, run_seed
 
-__all__ = [
-    "GLOBAL_MODEL",
-    "FederatedModule",
-    "RoundContext",
-    "RoundOutcome",
-    "RoundPayload",
-    "ServerStep",
-    "round_generator",
-]
+__all__ = ["GLOBAL_MODEL", "FederatedModule", "RoundContext", "RoundOutcome", "RoundPayload", "ServerStep",
+           "round_generator"]
 
 
 class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDataLink, pl.LightningModule):
@@ -180,9 +173,8 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
                              "set fraction: 1.0")
         self._local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
-        self.engine_settings = settings.EngineSettings(
-            engine, engine_memory_budget_gb, clients_per_chunk, local_autocast
-        )
+        self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk,
+                                                       local_autocast)
         self.history_settings = settings.HistorySettings(history_dtype, history_device)
         self.fit_threads = FitThreads(threads)  # checks the count now, before anything is built
         attacker = simulation.MaliciousClient(attack, attack_client, attack_strength)
@@ -353,15 +345,6 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             restore_global_generators(checkpoint["fl_rng"])
 
     # --------------------------------------------------------------------------- a round
-    @property
-    def _round_index(self) -> int:
-        """0-based index of the round being run (= the Lightning epoch)."""
-        return int(self.current_epoch)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, RoundOutcome]:
         """One round; returns ``{"outcome": RoundOutcome}`` for the callbacks (``on_train_batch_end``;
         Lightning's manual optimisation passes a step's output on as a mapping)."""
@@ -374,10 +357,8 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         if self.attacker is not None:
             sampled = self.attacker.joins(sampled)
         answered = self._drop_clients(t, sampled)
-        metrics: dict[str, float | torch.Tensor] = {
-            "clients_sampled": float(len(sampled)),
-            "clients_answered": float(len(answered)),
-        }
+        metrics: dict[str, float | torch.Tensor] = {"clients_sampled": float(len(sampled)),
+                                                    "clients_answered": float(len(answered))}
         if len(answered) == 0:
             self.print(f"round {t + 1}: no sampled client answered; the global model is kept")
             self.log_round(metrics | {"clients_aggregated": 0.0})

@@ -254,11 +254,11 @@ def test_the_engine_asks_the_training_samples_and_evaluation_metrics_hooks():
         shards = probe._client_shards(torch.tensor([1, 4]))
         assert shards.sizes_cpu == [1, 1] and torch.equal(shards.index, data.train_index[[1, 4], :1])
     assert len(asked) == 1
-    metrics = probe.evaluate_all_clients()
+    metrics = probe._evaluate_all_clients()
     assert metrics["probe_metric"] == 1.0 and metrics["probe_clients"] == 8.0 and "test_acc_mean" in metrics
     probe.added = {"test_acc_mean": 0.0}
     with pytest.raises(ValueError, match="evaluation_metrics adds"):
-        probe.evaluate_all_clients()
+        probe._evaluate_all_clients()
 
 
 # ------------------------------------------------------------------------- defaults on the CLI

@@ -92,7 +92,7 @@ def test_vectorised_and_sequential_fits_agree():
     seq = module_for(data, engine="sequential", fraction=0.5, momentum=0.9, local_epochs=2)
     fit(vec, data)
     fit(seq, data)
-    assert vec.engine_used == "vectorised" and seq.engine_used == "sequential"
+    assert vec._engines.engine_used == "vectorised" and seq._engines.engine_used == "sequential"
     assert torch.allclose(model_vector(vec.model, vec._layout), model_vector(seq.model, seq._layout), atol=1e-5)
 
 

@@ -96,10 +96,6 @@ class EngineAccess(nn.Module):
         )
 
     @property
-    def engine_used(self) -> str | None:
-        return self._engines.engine_used
-
-    @property
     def _world_size(self) -> int:
         """Processes sharing the clients of a round (Lightning's DDP world size)."""
         return world_size(private_api.attached_trainer(self))

@@ -470,7 +470,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         """Whether a fit evaluates after ``rounds_done`` rounds: every ``eval_every`` and after the last."""
         return rounds_done % self.hparams.eval_every == 0 or rounds_done == self.hparams.num_rounds
 
-    def evaluate_all_clients(self) -> dict[str, float]:
+    def _evaluate_all_clients(self) -> dict[str, float]:
         """Every client's test loss/accuracy and their fairness summary (``last_client_metrics``
         keeps the per-client values), the shared test set under the shared model, and what the
         algorithm adds (``evaluation_metrics``)."""
@@ -481,7 +481,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._evaluates_now():
             return
-        metrics = self.evaluate_all_clients()
+        metrics = self._evaluate_all_clients()
         shown = {f"{k}_now": metrics[k] for k in (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC) if k in metrics}
         if self.trainer.state.fn != "fit":  # validate: Lightning's results table
             self.log_dict({**metrics, "step": float(self._rounds_completed())}, batch_size=1)

@@ -70,7 +70,7 @@ def _init_args(cell_config: dict) -> dict:
 
 def missing_data(configs: Iterable[dict]) -> list[MissingData]:
     """The sources whose files are not under their ``data_dir``, once per (source, data_dir, params)."""
-    from fl_lightning.data.sources import missing_files
+    from fl_lightning.data.source_registry import missing_files
 
     found: dict[tuple, MissingData] = {}
     for config in configs:

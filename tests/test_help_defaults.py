@@ -25,7 +25,7 @@ from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.data.sources import source_info
 
-LINKED = ("num_classes", "input_shape")  # model settings filled in from the data (lightning_cli.DATA_LINKS)
+LINKED = ("num_classes", "input_shape")  # model settings filled in from the data (cli_settings.DATA_LINKS)
 OPTION = re.compile(r"\n(?=  --)")  # an option's entry in the help starts on a line of its own
 
 

@@ -1,7 +1,6 @@
 """Partition parameters are checked from the partitioner's signature: each annotated keyword
 parameter's type is its check, with no table of rules by name."""
 
-import importlib
 import inspect
 import math
 from typing import Annotated
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 from pydantic import Field, PydanticSchemaGenerationError
 
+from fl_lightning.data import partition_registry
 from fl_lightning.data.partition import (
     PARTITIONERS,
     Concentration,
@@ -19,8 +19,6 @@ from fl_lightning.data.partition import (
     register_partitioner,
 )
 
-partition_module = importlib.import_module("fl_lightning.data.partition")  # not the function
-
 LABELS = np.arange(100) % 10
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
@@ -28,8 +26,8 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 @pytest.fixture
 def registry(monkeypatch):
     """A copy of the registry, so partitioners registered by a test do not outlive it."""
-    monkeypatch.setattr(partition_module, "PARTITIONERS", dict(PARTITIONERS))
-    return partition_module.PARTITIONERS
+    monkeypatch.setattr(partition_registry, "PARTITIONERS", dict(PARTITIONERS))
+    return partition_registry.PARTITIONERS
 
 
 def test_every_keyword_parameter_of_every_partitioner_is_annotated():

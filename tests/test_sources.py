@@ -11,7 +11,8 @@ import pytest
 import torch
 import torchvision.datasets
 
-from fl_lightning.data import sources
+from fl_lightning.cache import CACHE_ENV, cache_dir
+from fl_lightning.data import parse_cache, sources
 from fl_lightning.data.sources import (
     EMNIST_NUM_CLASSES,
     SYNTHETIC_MAX_CLIENT_SIZE,
@@ -354,8 +355,8 @@ def test_synthetic_rejects_negative_parameters():
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
     """An empty parse cache: its own folder, and nothing memoised in this process."""
-    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(sources, "_PARSED", {})
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(parse_cache, "_PARSED", {})
     return tmp_path / "cache"
 
 
@@ -380,10 +381,10 @@ def test_a_file_is_parsed_once_then_read_from_memory_and_from_the_npz(cache, tmp
     csv = tmp_path / "pixels.csv"
     table = write_pixel_csv(csv, 20)
     parse, calls = counting(sources._pixel_table)
-    first = sources.parsed_once(str(csv), parse, "test-v1")
-    assert sources.parsed_once(str(csv), parse, "test-v1") is first  # memoised in this process
-    sources._PARSED.clear()  # as a new process would start
-    again = sources.parsed_once(str(csv), parse, "test-v1")
+    first = parse_cache.parsed_once(str(csv), parse, "test-v1")
+    assert parse_cache.parsed_once(str(csv), parse, "test-v1") is first  # memoised in this process
+    parse_cache._PARSED.clear()  # as a new process would start
+    again = parse_cache.parsed_once(str(csv), parse, "test-v1")
     assert len(calls) == 1 and len(list(cache.glob("test-v1-*.npz"))) == 1
     for got in (first, again):
         assert got["pixels"].dtype == np.uint8 and np.array_equal(got["pixels"], table[:, :-1])
@@ -394,24 +395,24 @@ def test_a_changed_file_is_parsed_again(cache, tmp_path):
     csv = tmp_path / "pixels.csv"
     write_pixel_csv(csv, 20, seed=0)
     parse, calls = counting(sources._pixel_table)
-    sources.parsed_once(str(csv), parse, "test-v1")
+    parse_cache.parsed_once(str(csv), parse, "test-v1")
     table = write_pixel_csv(csv, 21, seed=1)  # new size and mtime: a new key
-    got = sources.parsed_once(str(csv), parse, "test-v1")
+    got = parse_cache.parsed_once(str(csv), parse, "test-v1")
     assert len(calls) == 2 and np.array_equal(got["pixels"], table[:, :-1])
 
 
 def test_a_corrupt_cache_file_is_parsed_again_with_a_warning(cache, tmp_path):
     csv = tmp_path / "pixels.csv"
     table = write_pixel_csv(csv, 20)
-    sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+    parse_cache.parsed_once(str(csv), sources._pixel_table, "test-v1")
     (npz,) = cache.glob("test-v1-*.npz")
     npz.write_bytes(npz.read_bytes()[:100])  # truncated
-    sources._PARSED.clear()
+    parse_cache._PARSED.clear()
     with pytest.warns(RuntimeWarning, match="unreadable cache file"):
-        got = sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+        got = parse_cache.parsed_once(str(csv), sources._pixel_table, "test-v1")
     assert np.array_equal(got["pixels"], table[:, :-1])
-    sources._PARSED.clear()  # the bad file was replaced by a good one
-    assert np.array_equal(sources.parsed_once(str(csv), sources._pixel_table, "test-v1")["labels"], table[:, -1])
+    parse_cache._PARSED.clear()  # the bad file was replaced by a good one
+    assert np.array_equal(parse_cache.parsed_once(str(csv), sources._pixel_table, "test-v1")["labels"], table[:, -1])
 
 
 def test_a_cache_entry_for_another_key_is_not_used(cache, tmp_path, monkeypatch):
@@ -420,35 +421,35 @@ def test_a_cache_entry_for_another_key_is_not_used(cache, tmp_path, monkeypatch)
     table = write_pixel_csv(second, 20, seed=1)
     real_sha256 = hashlib.sha256
     monkeypatch.setattr(hashlib, "sha256", lambda data: real_sha256(b"one digest for every key"))
-    sources.parsed_once(str(first), sources._pixel_table, "test-v1")
-    got = sources.parsed_once(str(second), sources._pixel_table, "test-v1")  # same cache file name
+    parse_cache.parsed_once(str(first), sources._pixel_table, "test-v1")
+    got = parse_cache.parsed_once(str(second), sources._pixel_table, "test-v1")  # same cache file name
     assert np.array_equal(got["pixels"], table[:, :-1])
 
 
 def test_an_unwritable_cache_still_loads_with_a_warning(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv(sources.CACHE_ENV, str(blocker / "cache"))
-    monkeypatch.setattr(sources, "_PARSED", {})
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setattr(parse_cache, "_PARSED", {})
     csv = tmp_path / "pixels.csv"
     table = write_pixel_csv(csv, 20)
-    with pytest.warns(RuntimeWarning, match=f"could not write the parsed-data cache.*{sources.CACHE_ENV}"):
-        got = sources.parsed_once(str(csv), sources._pixel_table, "test-v1")
+    with pytest.warns(RuntimeWarning, match=f"could not write the parsed-data cache.*{CACHE_ENV}"):
+        got = parse_cache.parsed_once(str(csv), sources._pixel_table, "test-v1")
     assert np.array_equal(got["pixels"], table[:, :-1])
 
 
 def test_a_missing_file_is_a_file_not_found(cache, tmp_path):
     with pytest.raises(FileNotFoundError, match="no-such.csv"):
-        sources.parsed_once(str(tmp_path / "no-such.csv"), sources._pixel_table, "test-v1")
+        parse_cache.parsed_once(str(tmp_path / "no-such.csv"), sources._pixel_table, "test-v1")
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "mine"))
-    assert sources.cache_dir() == tmp_path / "mine"
-    monkeypatch.delenv(sources.CACHE_ENV)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv(CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if sys.platform not in ("win32", "darwin"):
-        assert sources.cache_dir() == tmp_path / "xdg" / "fl-lightning"
+        assert cache_dir() == tmp_path / "xdg" / "fl-lightning"
 
 
 def test_cached_builtins_equal_their_packages_own_parse(cache):
@@ -466,7 +467,7 @@ def test_cached_builtins_equal_their_packages_own_parse(cache):
         small = load_source("digits")
         assert torch.equal(small.x_train, sources._standardised_images(digits.data / 16.0, 8))
         assert torch.equal(small.y_train, torch.as_tensor(digits.target, dtype=torch.int64))
-        sources._PARSED.clear()
+        parse_cache._PARSED.clear()
     assert len(list(cache.glob("*.npz"))) == 2
 
 

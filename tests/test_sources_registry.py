@@ -2,7 +2,6 @@
 checked once (with the valid names and a suggestion), the typed choices the command line
 lists, and the reports on a split taken out of the data module."""
 
-import importlib
 import typing
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch
 
 import fl_lightning.data.datamodule as datamodule_module
 from fl_lightning.cli import main as cli_main
-from fl_lightning.data import sources
+from fl_lightning.data import partition_registry, source_registry
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition import partition
 from fl_lightning.data.reports import partition_figure, partition_table
@@ -24,8 +23,6 @@ from fl_lightning.data.sources import (
     source_info,
 )
 
-# the module (``fl_lightning.data.partition`` as an attribute is the function ``partition``)
-partition_module = importlib.import_module("fl_lightning.data.partition")
 BLOBS = SourceInfo("blobs", 3, (2,), has_official_test=False, natural_clients=False)
 
 
@@ -40,7 +37,7 @@ def load_blobs(data_dir: str, download: bool, seed: int, spread: float = 1.0) ->
 @pytest.fixture
 def blobs(monkeypatch):
     """``blobs`` registered from this module, in a copy of the registry that the test drops."""
-    monkeypatch.setattr(sources, "_SOURCES", dict(sources._SOURCES))
+    monkeypatch.setattr(source_registry, "_SOURCES", dict(source_registry._SOURCES))
     assert register_source("blobs", info=BLOBS)(load_blobs) is load_blobs
     return "blobs"
 
@@ -111,21 +108,21 @@ def test_a_bad_name_or_parameter_is_refused_with_the_valid_ones_and_a_suggestion
 
 def test_partition_parameters_are_checked_once_per_call(monkeypatch):
     calls = []
-    original = partition_module.check_partition_values
-    monkeypatch.setattr(partition_module, "check_partition_values",
+    original = partition_registry.check_partition_values
+    monkeypatch.setattr(partition_registry, "check_partition_values",
                         lambda *args: calls.append(args) or original(*args))
     partition("dirichlet", np.arange(100) % 10, 5, alpha=0.5)
     assert len(calls) == 1
     calls.clear()
-    monkeypatch.setattr(datamodule_module, "check_partition_params", partition_module.check_partition_params)
+    monkeypatch.setattr(datamodule_module, "check_partition_params", partition_registry.check_partition_params)
     FederatedDataModule(source="digits", num_clients=5, partition="dirichlet", partition_params={"alpha": 0.5})
     assert len(calls) == 1  # in the data module's constructor: the registry, once
 
 
 def test_a_source_is_described_once_per_load(monkeypatch):
     calls = []
-    entry = sources._SOURCES["synthetic"]
-    monkeypatch.setitem(sources._SOURCES, "synthetic", sources._Source(
+    entry = source_registry._SOURCES["synthetic"]
+    monkeypatch.setitem(source_registry._SOURCES, "synthetic", source_registry._Source(
         lambda **params: calls.append(params) or entry.describe(**params), entry.load, entry.defaults))
     load_source("synthetic", num_clients=3)
     assert len(calls) == 1 and calls[0]["num_clients"] == 3

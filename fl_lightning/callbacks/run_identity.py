@@ -29,7 +29,7 @@ from mlflow.data.dataset_source import DatasetSource
 
 from fl_lightning import run_schema as schema
 from fl_lightning.core.simulation import participation_that_runs
-from fl_lightning.data.sources import reads_files
+from fl_lightning.data.source_registry import reads_files
 from fl_lightning.run_schema import Tag, canonical, task_json, task_key
 from fl_lightning.seeding import SEED_ENV, run_seed
 
@@ -173,7 +173,7 @@ def algorithm_config(pl_module: pl.LightningModule, logger_tags: Mapping[str, An
 def partition_params(datamodule: Any) -> dict[str, Any]:
     """The partition's parameters as the run used them: the partitioner's defaults filled in
     (``dirichlet``: alpha 0.5, min_size 10, ...)."""
-    from fl_lightning.data.partition import PARTITIONERS, resolved_partition_params
+    from fl_lightning.data.partition_registry import PARTITIONERS, resolved_partition_params
 
     params = getattr(datamodule, "partition_params", None)
     if params is None:
@@ -193,7 +193,7 @@ def source_params(datamodule: Any) -> dict[str, Any]:
 
 def partition_defaults(partition: str) -> dict[str, Any]:
     """{parameter: default} of a registered partitioner (required ones map to ``Parameter.empty``)."""
-    from fl_lightning.data.partition import PARTITIONERS
+    from fl_lightning.data.partition_registry import PARTITIONERS
 
     if partition not in PARTITIONERS:
         return {}

@@ -3,16 +3,11 @@
 Reports on a built split (a text table, a figure) are in :mod:`fl_lightning.data.reports`.
 """
 
-from fl_lightning.data import adult, leaf, text  # noqa: F401  (register their sources)
+from fl_lightning.data import adult, leaf, sources, text  # noqa: F401  (register their sources)
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.data.partition import (
-    PARTITIONERS,
-    class_counts,
-    partition,
-    register_partitioner,
-    split_train_test,
-)
-from fl_lightning.data.sources import (
+from fl_lightning.data.partition import class_counts, split_train_test  # registers the partitioners
+from fl_lightning.data.partition_registry import PARTITIONERS, partition, register_partitioner
+from fl_lightning.data.source_registry import (
     SourceData,
     SourceInfo,
     list_sources,

@@ -21,7 +21,7 @@ import os
 import numpy as np
 import torch
 
-from fl_lightning.data.sources import SourceData, SourceInfo, register_source
+from fl_lightning.data.source_registry import SourceData, SourceInfo, register_source
 
 CATEGORIES = {  # column of adult.data -> its values, in the order of the UCI description
     1: ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",

@@ -16,7 +16,6 @@ Reports on the split (a text table, a figure) are in :mod:`fl_lightning.data.rep
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
@@ -28,17 +27,18 @@ from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, Dataset
 
 from fl_lightning import private_api
+from fl_lightning.data.client_tensors import _digest_of_split, _matched_test_tensors, _pack_clients
 from fl_lightning.data.noise import apply_client_noise, check_noise
-from fl_lightning.data.partition import (
+from fl_lightning.data.partition import class_counts as client_class_counts
+from fl_lightning.data.partition import split_train_test
+from fl_lightning.data.partition_registry import (
     check_num_clients,
     check_partition_params,
     check_test_fraction,
     resolved_partition_params,
-    split_train_test,
 )
-from fl_lightning.data.partition import class_counts as client_class_counts
-from fl_lightning.data.partition import partition as make_partition
-from fl_lightning.data.sources import (
+from fl_lightning.data.partition_registry import partition as make_partition
+from fl_lightning.data.source_registry import (
     SourceData,
     SourceInfo,
     download_source,
@@ -111,12 +111,12 @@ class FederatedDataModule(LightningDataModule):
     Args:
         source: a data source's name: ``mnist``, ``fashion_mnist``, ``cifar10``,
             ``cifar100``, ``emnist``, ``mnist5k``, ``digits``, ``synthetic`` or one added with
-            :func:`fl_lightning.data.sources.register_source` (all: ``list_sources()``).
+            :func:`fl_lightning.data.source_registry.register_source` (all: ``list_sources()``).
         num_clients: K, the number of clients.
         partition: a partitioner's name: ``iid``, ``dirichlet``, ``pathological``,
             ``shards``, ``power_law``, ``linspace_classes``, ``class_assignment``, ``natural``
             (keeps the source's own clients, ``synthetic``) or one added with
-            :func:`fl_lightning.data.partition.register_partitioner`.
+            :func:`fl_lightning.data.partition_registry.register_partitioner`.
         partition_params: the partitioner's parameters, e.g. ``{"alpha": 0.1}``.
         test_mode: ``"local"``: every client keeps ``local_test_fraction`` of its samples
             as its own test set; ``"global"``: one shared test set (the official test
@@ -460,54 +460,7 @@ def _check_loaded(data: SourceData, info) -> None:
             )
 
 
-def _matched_test_tensors(test_mode: str, class_counts: np.ndarray, pool_y: torch.Tensor | None,
-                          num_classes: int) -> dict[str, torch.Tensor | None]:
-    """For ``test_mode="matched"``: each client's training label distribution (K, C) and the
-    shared test set's samples grouped by class (C, max per class) with the class sizes."""
-    if test_mode != "matched":
-        return dict.fromkeys(("test_class_weights", "global_test_class_index", "global_test_class_sizes"))
-    if pool_y is None:
-        raise ValueError("test_mode='matched' needs a shared test pool (global_test_fraction > 0, or the source's test split)")
-    counts = torch.as_tensor(class_counts, dtype=torch.float32)
-    weights = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
-    by_class = [np.flatnonzero(pool_y.numpy() == c) for c in range(num_classes)]
-    sizes = torch.as_tensor([len(i) for i in by_class], dtype=torch.int64)
-    missing = [c for c in range(num_classes) if sizes[c] == 0 and bool((weights[:, c] > 0).any())]
-    if missing:
-        raise ValueError(
-            f"test_mode='matched' needs every class the clients hold in the shared test set; classes "
-            f"{missing} have no test sample: raise global_test_fraction or use test_mode='local'."
-        )
-    columns = torch.arange(max(1, int(sizes.max())))
-    index = torch.zeros(num_classes, len(columns), dtype=torch.int64)
-    for c, positions in enumerate(by_class):
-        index[c, : len(positions)] = torch.as_tensor(positions, dtype=torch.int64)
-    return {"test_class_weights": weights, "global_test_class_index": index, "global_test_class_sizes": sizes}
-
-
-def _digest_of_split(train_lists, test_lists, global_y: torch.Tensor | None) -> str:
-    """sha1 over every client's train and test sample positions and the shared test labels."""
-    digest = hashlib.sha1()
-    for kind, lists in ((b"train", train_lists), (b"test", test_lists)):
-        for positions in lists:
-            digest.update(kind + np.asarray(positions, dtype=np.int64).tobytes() + b";")
-    if global_y is not None:
-        digest.update(b"global" + global_y.numpy().astype(np.int64).tobytes())
-    return digest.hexdigest()[:16]
-
-
 def _derived_seed(seed: int, purpose: str) -> int:
     """An independent seed for one use of the run seed (e.g. the local test split)."""
     entropy = [seed, *purpose.encode()]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
-
-
-def _pack_clients(x: torch.Tensor, y: torch.Tensor, index_lists: list[np.ndarray]):
-    """Gather the clients' samples contiguously -> (x, y, padded index, sizes)."""
-    sizes = torch.as_tensor([len(i) for i in index_lists], dtype=torch.int64)
-    order = torch.as_tensor(np.concatenate(index_lists), dtype=torch.int64)
-    offsets = torch.cumsum(sizes, 0) - sizes
-    columns = torch.arange(max(1, int(sizes.max())))  # at least one column, even if all empty
-    index = offsets[:, None] + columns[None, :]
-    index = torch.where(columns[None, :] < sizes[:, None], index, torch.zeros_like(index))
-    return x[order], y[order], index, sizes

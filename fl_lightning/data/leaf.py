@@ -26,7 +26,8 @@ import re
 import numpy as np
 import torch
 
-from fl_lightning.data.sources import SourceData, SourceInfo, Table, parsed_once, register_source
+from fl_lightning.data.parse_cache import Table, parsed_once
+from fl_lightning.data.source_registry import SourceData, SourceInfo, register_source
 
 __all__ = ["LEAF_LETTERS", "SEQUENCE_LENGTH", "encode_text"]
 

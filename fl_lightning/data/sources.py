@@ -27,203 +27,32 @@ from it (on the command line: ``--data.source blobs``, with the module imported 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib.util
-import inspect
 import os
-import tempfile
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from fl_lightning.cache import CACHE_ENV, cache_dir
-from fl_lightning.data._names import did_you_mean, unknown_name
+from fl_lightning.data._names import did_you_mean
+from fl_lightning.data.parse_cache import Table, parsed_once
+from fl_lightning.data.source_registry import (
+    SourceData,
+    SourceInfo,
+    download_source,
+    list_sources,
+    load_source,
+    missing_files,
+    reads_files,
+    register_source,
+    source_info,
+)
 
-
-@dataclass
-class SourceInfo:
-    """What is known about a source without loading any data."""
-
-    name: str
-    num_classes: int
-    input_shape: tuple[int, ...]
-    has_official_test: bool
-    natural_clients: bool
-
-
-@dataclass
-class SourceData:
-    """A loaded source: float32 inputs normalised per dataset, int64 labels."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor | None
-    y_test: torch.Tensor | None
-    info: SourceInfo
-    client_of_train: torch.Tensor | None = None  # natural client id per training sample
-    # a test set per natural client drawn from that client's own distribution (synthetic)
-    x_client_test: torch.Tensor | None = None
-    y_client_test: torch.Tensor | None = None
-    client_of_test: torch.Tensor | None = None
-
-
-@dataclass(frozen=True)
-class _Source:
-    """A registry entry: how to describe and load one source, and its parameters."""
-
-    describe: Callable[..., SourceInfo]
-    load: Callable[..., SourceData]
-    defaults: dict[str, Any] = field(default_factory=dict)
-    fetch: Callable[..., None] | None = None  # downloads files; None for offline sources
-    files: Callable[..., list[str]] | None = None  # the files load reads, for a dry run's check
-    obtain: str = ""  # where a user gets those files, for the message that says they are missing
-
-
-_SOURCES: dict[str, _Source] = {}
-_LOADER_ARGUMENTS = ("data_dir", "download", "seed")
-
-Loader = TypeVar("Loader", bound=Callable[..., SourceData])
-
-
-def register_source(
-    name: str,
-    *,
-    info: SourceInfo | Callable[..., SourceInfo],
-    fetch: Callable[..., None] | None = None,
-    files: Callable[..., list[str]] | None = None,
-    obtain: str = "",
-) -> Callable[[Loader], Loader]:
-    """Register the decorated loader as data source ``name`` (the pattern of timm's
-    ``register_model``); :func:`load_source` and ``FederatedDataModule(source=name)`` then
-    accept ``name``.
-
-    The loader is ``load(data_dir: str, download: bool, seed: int, **params) -> SourceData``;
-    the source's parameters (``source_params``) are its arguments after ``seed``, each with
-    a default (so that the source can be described without any).
-
-    Args:
-        name: the source's name, unique among :func:`list_sources`.
-        info: what the source is without loading it: a :class:`SourceInfo`, or a function of
-            the source's parameters that returns one. The function is where parameter values
-            are checked: it is called before every load and must raise ``ValueError``
-            naming a value it cannot take.
-        fetch: ``fetch(data_dir, **params)`` downloads the files ``load`` reads (called by
-            ``FederatedDataModule.prepare_data`` when ``download=True``); ``None`` for a
-            source that needs no files.
-        files: ``files(data_dir, **params)`` lists the paths ``load`` reads, so that a plan
-            (``python -m benchmarks run --dry-run``) can say what is missing before any run.
-        obtain: one sentence on where a user gets those files (printed with the missing ones).
-
-    Returns the loader unchanged. Registering a name twice is refused, unless it is the same
-    loader again (a module imported a second time).
-    """
-
-    def decorate(load: Loader) -> Loader:
-        arguments = list(inspect.signature(load).parameters.values())
-        if (
-            tuple(a.name for a in arguments[:3]) != _LOADER_ARGUMENTS
-            or any(a.kind in (a.VAR_POSITIONAL, a.VAR_KEYWORD) for a in arguments)
-            or any(a.default is a.empty for a in arguments[3:])
-        ):
-            raise TypeError(
-                f"register_source({name!r}): the loader must be load(data_dir, download, seed, "
-                f"<source parameters, each with a default>) -> SourceData, got "
-                f"{getattr(load, '__name__', load)}{inspect.signature(load)}."
-            )
-        previous = _SOURCES.get(name)
-        if previous is not None and _qualified_name(previous.load) != _qualified_name(load):
-            raise ValueError(
-                f"data source {name!r} is already registered (by {_qualified_name(previous.load)}); "
-                f"register {_qualified_name(load)} under another name."
-            )
-        _SOURCES[name] = _Source(
-            describe=info if callable(info) else (lambda **_: info),
-            load=load,
-            defaults={a.name: a.default for a in arguments[3:]},
-            fetch=fetch,
-            files=files,
-            obtain=obtain,
-        )
-        return load
-
-    return decorate
-
-
-def _qualified_name(fn: Callable) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def list_sources() -> list[str]:
-    """Names accepted by :func:`load_source` (the built-ins and every :func:`register_source`)."""
-    return sorted(_SOURCES)
-
-
-def reads_files(name: str) -> bool:
-    """Whether source ``name`` is read from files under ``data_dir`` (it was registered with a
-    ``fetch`` or ``files``), not built offline; False for a name that is not registered."""
-    entry = _SOURCES.get(name)
-    return entry is not None and (entry.fetch is not None or entry.files is not None)
-
-
-def missing_files(name: str, data_dir: str = "data", **params) -> tuple[list[str], str]:
-    """(the files source ``name`` reads under ``data_dir`` that are not there, where to get
-    them); ``([], "")`` for an offline source or one that did not register its ``files``."""
-    source, params, _ = _resolve(name, params)
-    if source.files is None:
-        return [], ""
-    missing = [path for path in source.files(data_dir=str(data_dir), **params) if not os.path.isfile(path)]
-    return missing, source.obtain if missing else ""
-
-
-def source_info(name: str, **params) -> SourceInfo:
-    """Shape, class count and splits of source ``name`` (no data is read)."""
-    _, _, info = _resolve(name, params)
-    return info
-
-
-def load_source(
-    name: str, data_dir: str = "data", download: bool = False, seed: int = 0, **params
-) -> SourceData:
-    """Load source ``name`` as tensors.
-
-    ``data_dir``/``download`` matter for torchvision sources only; ``seed`` for
-    ``synthetic`` only. ``params`` are the source's own (``emnist``: ``split``;
-    ``synthetic``: ``alpha``, ``beta``, ``num_clients``, ``iid``, ``test_per_client``).
-    """
-    source, params, _ = _resolve(name, params)
-    return source.load(data_dir=str(data_dir), download=download, seed=seed, **params)
-
-
-def download_source(name: str, data_dir: str = "data", **params) -> None:
-    """Download source ``name``'s files into ``data_dir`` if they are not there yet
-    (torchvision sources; offline sources need nothing)."""
-    source, params, _ = _resolve(name, params)
-    if source.fetch is not None:
-        source.fetch(data_dir=str(data_dir), **params)
-
-
-def _resolve(name: str, params: dict) -> tuple[_Source, dict, SourceInfo]:
-    """The one place a source's name and parameters are checked: the entry, the parameters
-    with defaults filled in, and the source's info (its ``info`` checks the values)."""
-    if name not in _SOURCES:
-        raise unknown_name("data source", name, _SOURCES)
-    source = _SOURCES[name]
-    unknown = sorted(set(params) - set(source.defaults))
-    if unknown:
-        accepted = ", ".join(f"{k}={v!r}" for k, v in source.defaults.items())
-        hint = "".join(did_you_mean(p, source.defaults) for p in unknown)
-        raise ValueError(
-            f"source {name!r} got unknown parameter(s) {unknown}; "
-            f"it takes: {accepted or 'no parameters'}. Remove them from source_params.{hint}"
-        )
-    params = {**source.defaults, **params}
-    return source, params, source.describe(**params)
+__all__ = [  # the registry's names, re-exported: users import them from here
+    "EMNIST_NUM_CLASSES", "SYNTHETIC_CLASSES", "SYNTHETIC_FEATURES", "SYNTHETIC_MAX_CLIENT_SIZE",
+    "SYNTHETIC_MIN_CLIENT_SIZE", "SourceData", "SourceInfo", "download_source", "list_sources",
+    "load_source", "missing_files", "reads_files", "register_source", "source_info",
+    "synthetic_client_sizes",
+]
 
 
 def _normalise(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
@@ -397,76 +226,6 @@ def _load_emnist(data_dir: str, download: bool, seed: int, split: str = "balance
         tensors += [x, y - 1 if split == "letters" else y]
     x_train, y_train, x_test, y_test = tensors
     return SourceData(x_train, y_train, x_test, y_test, info=_emnist_info(split))
-
-
-# --------------------------------------------------------------------------- parse once: the cache
-
-Table = dict[str, np.ndarray]
-_PARSED: dict[tuple, Table] = {}  # in-process memo: a worker running many fits parses each file once
-
-
-
-
-def _file_key(path: str, parser: str) -> tuple[str, str, int, int]:
-    """What a parsed file's cache entry is valid for: the parser, the file's path, size and
-    modification time (a file changed in place gets a new key, so it is parsed again)."""
-    stat = os.stat(path)
-    return parser, os.path.realpath(path), stat.st_size, stat.st_mtime_ns
-
-
-def _read_cached(cache_file: Path, key: tuple) -> Table | None:
-    """The arrays of a cache file written for ``key``; None when there is none, and (with a
-    warning) when the file is unreadable or was written for another key."""
-    if not cache_file.is_file():
-        return None
-    try:
-        with np.load(cache_file, allow_pickle=False) as stored:
-            if stored["key"].tolist() != list(map(str, key)):
-                return None  # written for another file whose key has the same digest prefix
-            return {name: stored[name] for name in stored.files if name != "key"}
-    except Exception as error:  # a truncated or corrupt file: parse again, never a wrong dataset
-        warnings.warn(f"ignoring the unreadable cache file {cache_file} ({type(error).__name__}: {error}); "
-                      "parsing the source again", RuntimeWarning, stacklevel=3)
-        return None
-
-
-def _write_cached(cache_file: Path, key: tuple, table: Table) -> None:
-    """Write atomically (a temporary file, then a rename), so that a reader never sees half a file."""
-    partial = None
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache_file.parent, suffix=".npz.tmp", delete=False) as handle:
-            partial = handle.name
-            arrays: dict[str, Any] = {"key": np.array(list(map(str, key))), **table}
-            np.savez(handle, **arrays)
-        os.replace(partial, cache_file)
-    except OSError as error:
-        warnings.warn(f"could not write the parsed-data cache {cache_file} ({error}); the source will be parsed "
-                      f"again next time (set {CACHE_ENV} to a writable folder to keep it)", RuntimeWarning, stacklevel=3)
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)
-
-
-def parsed_once(path: str, parse: Callable[[str], Table], parser: str) -> Table:
-    """``parse(path)``'s arrays, parsed once per file: memoised in this process and kept as an
-    ``.npz`` file in :func:`cache_dir`, keyed by ``parser`` (name it anew when ``parse`` changes)
-    and the file's path, size and modification time. An unreadable or unwritable cache only
-    costs a parse (and a warning). The arrays returned are read-only: they are shared."""
-    key = _file_key(path, parser)  # a missing file raises FileNotFoundError here, as parse would
-    table = _PARSED.get(key)
-    if table is not None:
-        return table
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
-    cache_file = cache_dir() / f"{parser}-{digest}.npz"
-    table = _read_cached(cache_file, key)
-    if table is None:
-        table = parse(path)
-        _write_cached(cache_file, key, table)
-    for array in table.values():
-        array.flags.writeable = False
-    _PARSED[key] = table
-    return table
 
 
 # --------------------------------------------------------------------------- offline built-ins

@@ -30,7 +30,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from fl_lightning.data.sources import SourceData, SourceInfo, register_source
+from fl_lightning.data.source_registry import SourceData, SourceInfo, register_source
 
 PAD, UNK = 0, 1
 MR_OBTAIN = ("the sentence polarity dataset v1.0 of Pang & Lee, "

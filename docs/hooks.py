@@ -29,7 +29,8 @@ def on_files(files: Files, config: Any) -> Files:
 # pymdownx.arithmatex (generic) wraps each formula as \( ... \) or \[ ... \]; the build turns it into
 # MathML, which browsers render natively: no MathJax or KaTeX script, so the site works offline.
 # A formula latex2mathml cannot read fails the build (strict), naming the page and the formula.
-FORMULA = re.compile(r'<(?P<tag>span|div) class="arithmatex">(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<block>.*?)\\\])</(?P=tag)>',
+FORMULA = re.compile(r'<(?P<tag>span|div) class="arithmatex">'
+                     r'(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<block>.*?)\\\])</(?P=tag)>',
                      re.S)
 
 

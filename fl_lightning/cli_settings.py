@@ -1,4 +1,6 @@
-"""What a command line gives, read apart from LightningCLI's parse: its words (``--config``, ``--model.help``, ``--print_config``), its settings without the defaults, and an algorithm's own defaults restored over the base class's."""
+"""What a command line gives, read apart from LightningCLI's parse: its words (``--config``,
+``--model.help``, ``--print_config``), its settings without the defaults, and an algorithm's own
+defaults restored over the base class's."""
 
 from __future__ import annotations
 

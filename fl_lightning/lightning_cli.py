@@ -345,7 +345,8 @@ def run(args: list[str] | None = None) -> None:
     StopOnSignal.stopped_by = None
     FitFaults.reset()
     seed_environment = {name: os.environ.get(name) for name in SEED_ENVIRONMENT}
-    threads = torch.get_num_threads()  # the run's count is set before the data is built; a refusal after must not keep it
+    # the run's count is set before the data is built; a refusal after must not keep it
+    threads = torch.get_num_threads()
     try:
         FederatedCLI(
             FederatedModule,
@@ -364,7 +365,9 @@ def run(args: list[str] | None = None) -> None:
         if fault is None:  # a bug, not a fault of the machine: its traceback is the report
             raise
         log = save_traceback(error, [FitFaults.folder])
-        where = f"the full traceback is in {log}" if log else "the traceback could not be saved: every disk tried is full"
+        where = (
+            f"the full traceback is in {log}" if log else "the traceback could not be saved: every disk tried is full"
+        )
         if FitFaults.said is None:  # before the fit began: nothing to resume
             print(f"error: {fault}; once that is fixed, run the same command again", file=sys.stderr)
         print(f"({where})", file=sys.stderr, flush=True)

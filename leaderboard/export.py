@@ -101,8 +101,16 @@ FORMATS = ("csv", "parquet")
 RUNS, ROUNDS = "runs", "rounds"
 ROUND_COLUMNS = ("run_id", "round", "metric", "value")
 # Metrics the claims ledger reads at a run's convergence point (``converged_<metric>``).
-CONVERGED_METRICS = (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC, Metric.TEST_ACC_STD, Metric.TEST_ACC_WORST5, Metric.TEST_ACC_WORST10,
-                     Metric.TEST_ACC_BEST5, Metric.TEST_ACC_MIN, Metric.TEST_ACC_ANGLE)
+CONVERGED_METRICS = (
+    Metric.TEST_ACC_MEAN,
+    Metric.GLOBAL_TEST_ACC,
+    Metric.TEST_ACC_STD,
+    Metric.TEST_ACC_WORST5,
+    Metric.TEST_ACC_WORST10,
+    Metric.TEST_ACC_BEST5,
+    Metric.TEST_ACC_MIN,
+    Metric.TEST_ACC_ANGLE,
+)
 TASK_RECORDED_IN = "task_recorded_in"
 PARQUET_COMPRESSION = "zstd"
 
@@ -416,8 +424,17 @@ EXPORT_TAGS = {
     "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE, "replay_result": Tag.REPLAY_RESULT,
 }
 # per-run numbers that are not the last value of a history: kept as the run's final metrics
-EXPORT_FINAL_METRICS = (Metric.GLOBAL_TEST_ACC, Metric.TEST_ACC_STD, Metric.TEST_ACC_WORST10, Metric.TEST_ACC_WORST5, Metric.TEST_ACC_VAR,
-                        Metric.TEST_ACC_JAIN, Metric.TEST_ACC_BEST5, Metric.CGSV_RHO, Metric.CGSV_RHO_R)
+EXPORT_FINAL_METRICS = (
+    Metric.GLOBAL_TEST_ACC,
+    Metric.TEST_ACC_STD,
+    Metric.TEST_ACC_WORST10,
+    Metric.TEST_ACC_WORST5,
+    Metric.TEST_ACC_VAR,
+    Metric.TEST_ACC_JAIN,
+    Metric.TEST_ACC_BEST5,
+    Metric.CGSV_RHO,
+    Metric.CGSV_RHO_R,
+)
 
 
 def _cell(value: object) -> str:

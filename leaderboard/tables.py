@@ -57,21 +57,24 @@ COLUMNS = (
            "(FedFV's 'Var.' and FedMGDA+'s std are this quantity) (lower = fairer)", "min", 100, 2, True),
     Column(Metric.TEST_ACC_WORST10, "Worst 10% (%)", "Mean accuracy of the worst 10% of clients, in %", "max", 100, 2,
            True),
-    Column(Metric.TEST_ACC_WORST5, "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2, True),
+    Column(Metric.TEST_ACC_WORST5, "Worst 5% (%)", "Mean accuracy of the worst 5% of clients, in %", "max", 100, 2,
+           True),
     # our variance (population, of accuracies in %) is Std²; FedFV's "Var." is a std (pp): see Std
     Column(Metric.TEST_ACC_VAR, "Variance (pp²)", "Population variance of the clients' test accuracies, in "
            "percentage points squared (= Std²; not FedFV's 'Var.', which is a std in pp: the Std column) "
            "(lower = fairer)", "min", 1e4, 2, True),
     Column(Metric.TEST_ACC_ANGLE, "Angle (rad)", "FedLF's fairness angle between the accuracy vector and 1, "
            "in radians (lower = fairer)", "min", 1, 3, True),
-    Column(Metric.TEST_ACC_JAIN, "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4, True),
+    Column(Metric.TEST_ACC_JAIN, "Jain", "Jain's fairness index of the clients' accuracies (1 = equal)", "max", 1, 4,
+           True),
     Column(Metric.TEST_ACC_BEST5, "Best 5% (%)", "Mean accuracy of the best 5% of clients, in % (not a fairness "
            "verdict: not judged)", None, 100, 2, True),
     # CGSV's rho compares each agent's own models (standalone vs final): it is defined on the shared
     # test set (Xu et al., NeurIPS 2021, Sec. 4), so it is shown under client test `global` too
     Column(Metric.CGSV_RHO, "CGSV ρ", "CGSV's fairness: 100 × Pearson(standalone accuracies, final accuracies) "
            "of the clients", "max", 1, 2),
-    Column(Metric.CGSV_RHO_R, "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max", 1, 2),
+    Column(Metric.CGSV_RHO_R, "CGSV ρ_r", "100 × Pearson(CGSV's reputations r_i, final client accuracies)", "max",
+           1, 2),
     Column(Metric.CONFLICTS_MODEL, "Conflicts / round", "Sampled clients whose update conflicts with the server step "
            "(model level), mean over rounds (a diagnostic: not judged)", None, 1, 2),
     Column("time_per_round", "Time / round (s)", "client_time_s + server_time_s, mean over rounds (depends on "
@@ -216,7 +219,8 @@ class ConfigRow:
         if not rounds:
             return MISSING
         text = str(rounds[0]) if min(rounds) == max(rounds) else f"{min(rounds)}–{max(rounds)}"
-        planned = {r.tags.get(Tag.EXTENDED_TO_ROUNDS) or r.params.get(schema.NUM_ROUNDS) for r in self.used_runs} - {None}
+        planned = {r.tags.get(Tag.EXTENDED_TO_ROUNDS) or r.params.get(schema.NUM_ROUNDS)
+                   for r in self.used_runs} - {None}
         if len(planned) == 1:
             text += f" / {planned.pop()}"
         return text
@@ -264,7 +268,8 @@ def judge(rows: list[ConfigRow], column: Column) -> None:
     tied = {key for key, p in p_values.items() if p is None or p >= SIGNIFICANCE}
     runner_up_p = p_values[id(scored[1][0])] if len(scored) > 1 else None
     for row, stat in scored:
-        better_rows = sum(1 for _, other in scored if sign * (other.mean - stat.mean) > 1e-12 * max(1.0, abs(stat.mean)))
+        better_rows = sum(1 for _, other in scored
+                          if sign * (other.mean - stat.mean) > 1e-12 * max(1.0, abs(stat.mean)))
         if len(scored) < 2:
             mark = ""
         elif row is top_row:

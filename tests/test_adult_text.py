@@ -94,7 +94,10 @@ def test_missing_files_and_bad_parameters_say_what_to_do(tmp_path, sst_dir):
     with pytest.raises(FileNotFoundError, match=r"SST not found: train.txt, test.txt .*trainDevTestTrees_PTB.zip"):
         load_source("sst", str(tmp_path / "none"))
     missing, obtain = missing_files("sst", str(tmp_path / "none"))
-    assert [p.rsplit("/", 2)[1:] for p in missing] == [["sst", "train.txt"], ["sst", "test.txt"]] and "stanford" in obtain
+    assert [p.rsplit("/", 2)[1:] for p in missing] == [
+        ["sst", "train.txt"],
+        ["sst", "test.txt"],
+    ] and "stanford" in obtain
     assert missing_files("sst", str(sst_dir)) == ([], "")
     with pytest.raises(ValueError, match="max_length must be an integer >= 1"):
         source_info("mr", max_length=0)

@@ -104,8 +104,14 @@ def test_a_yaml_error_names_the_file_and_line(tmp_path):
 
 
 def test_an_unknown_suite_is_one_error_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "fedfv/ofline"], cwd=tmp_path, text=True,
-                          capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", "fedfv/ofline"],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: unknown suite 'fedfv/ofline'"), done.stderr

@@ -69,7 +69,10 @@ def test_validation_set_is_held_out_of_every_agents_training_data():
     assert trained_on.isdisjoint(held.tolist()) and trained_on | set(held.tolist()) == everything
     again = (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2))[1]
     assert torch.equal(held, again)  # drawn from the seed
-    assert not torch.equal(held, (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2, seed=1))[1])
+    assert not torch.equal(
+        held,
+        (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2, seed=1))[1],
+    )
 
 
 # ------------------------------------------------------------------ CFFL by hand
@@ -100,7 +103,9 @@ def sinh_reputations(scores, alpha=5.0, fade=0.8):
 @no_trainer_log
 def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch):
     module = tiny(CFFL, threshold=0.5)
-    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64))
+    monkeypatch.setattr(
+        module, "validation_accuracy", lambda context, models: torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64)
+    )
     before = module.agent_models.clone()
     step = module.server_round(payload(UPDATES, [1, 1, 2]))
     # s = vacc / Σ vacc = [1/2, 1/3, 1/6]; r = sinh(5 · 0.2 s), normalised
@@ -124,7 +129,9 @@ def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch
     assert torch.allclose(moved[2], torch.tensor(UPDATES[2]))
     # next round: agent 2 is neither aggregated nor rewarded
     module.agent_models.copy_(before)
-    monkeypatch.setattr(module, "validation_accuracy", lambda context, models: torch.tensor([0.5, 0.5, 0.9], dtype=torch.float64))
+    monkeypatch.setattr(
+        module, "validation_accuracy", lambda context, models: torch.tensor([0.5, 0.5, 0.9], dtype=torch.float64)
+    )
     step = module.server_round(payload(UPDATES, [1, 1, 2]))
     assert torch.allclose(-step, torch.tensor([0.5, 1.0, 0.0, 0.0]))
     assert module.r[2] == 0 and not module.reputable[2]

@@ -54,8 +54,15 @@ def fit(cls, data, callbacks=(), **kwargs):
                   num_rounds=3, batch_size=32, lr=0.1, seed=0)
     params.update(kwargs)
     module = cls(**params)
-    pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks)).fit(module, datamodule=data)
+    pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+    ).fit(module, datamodule=data)
     return module
 
 

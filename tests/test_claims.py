@@ -53,7 +53,9 @@ def test_every_claim_names_an_existing_suite_benchmark_and_configuration():
     assert {c.paper for c in claims} == {"cgsv", "fedfv", "fedlf", "fedmgda_plus"}
     assert ledger.claim_problems(claims, suites) == []
     configs: dict[tuple[str, str], set[str]] = {}
-    for suite in {c.offline.suite for c in claims if c.offline} | {a.location.suite for c in claims for a in c.ablations}:
+    for suite in {c.offline.suite for c in claims if c.offline} | {
+        a.location.suite for c in claims for a in c.ablations
+    }:
         for cell in load_suite(suites[suite].path, [0]):
             configs.setdefault((suite, cell.benchmark), set()).add(cell.algorithm_config)
     for claim in claims:
@@ -299,14 +301,18 @@ def test_a_verdict_that_flips_between_points_is_fragile():
     # A beats B at the final evaluation only; over the last 3 evaluations A is below B
     runs = []
     for s in range(10):
-        runs.append(run("A", s, [0.70 + SEED_EFFECT[s]] * 3 + [0.60 + SEED_EFFECT[s]] * 2 + [0.82 + SEED_EFFECT[s] + 0.001 * s]))
+        runs.append(
+            run("A", s, [0.70 + SEED_EFFECT[s]] * 3 + [0.60 + SEED_EFFECT[s]] * 2 + [0.82 + SEED_EFFECT[s] + 0.001 * s])
+        )
         runs.append(run("B", s, [0.75 + SEED_EFFECT[s]] * 6))
     result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)
     assert result.verdict == REPRODUCED
     assert result.fragile and dict(result.fragile_points)["last3"] == CONTRADICTED
     row = ledger.claim_rows([result], [], {})[0]
     assert "fragile" in row.badges and any("Fragile" in note for note in row.notes)
-    steady = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), paired_runs([0.02 + 0.001 * k for k in range(10)]))
+    steady = evaluate(
+        claim_spec([{"treatment": "A", "baseline": "B"}]), paired_runs([0.02 + 0.001 * k for k in range(10)])
+    )
     assert steady.verdict == REPRODUCED and not steady.fragile
 
 
@@ -372,7 +378,9 @@ def test_a_claim_true_by_construction_is_labelled_so_not_reproduced():
 
 
 def test_a_retired_claim_stays_on_the_page_outside_the_tally():
-    spec = claim_spec([{"treatment": "A", "baseline": "B"}], retired={"date": "2026-11-25", "reason": "our own reading"})
+    spec = claim_spec(
+        [{"treatment": "A", "baseline": "B"}], retired={"date": "2026-11-25", "reason": "our own reading"}
+    )
     result = evaluate(spec, paired_runs([0.02 + 0.001 * k for k in range(10)]))
     row = ledger.claim_rows([result], [], {})[0]
     assert row.retired and "retired" in row.badges and "our own reading" in " ".join(row.notes)
@@ -380,7 +388,9 @@ def test_a_retired_claim_stays_on_the_page_outside_the_tally():
 
 
 def test_a_degenerate_benchmark_with_worst_clients_at_zero_is_withdrawn():
-    runs = [run(c, s, 0.3 + 0.01 * s + (0.02 if c == "A" else 0.0), test_acc_worst5=0.0) for c in "AB" for s in range(10)]
+    runs = [
+        run(c, s, 0.3 + 0.01 * s + (0.02 if c == "A" else 0.0), test_acc_worst5=0.0) for c in "AB" for s in range(10)
+    ]
     for r in runs:
         r.histories["test_acc_worst5"] = [(40, 0.0)]
     result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)
@@ -403,7 +413,9 @@ def test_a_reason_states_numbers_computed_from_the_runs():
 
 
 def test_a_reason_naming_runs_the_store_lacks_says_so_and_the_published_build_refuses_it():
-    spec = claim_spec([{"treatment": "A", "baseline": "B"}], reason="{{ arm('ledger-offline', 'x', 'Z', 'mean').mean }}")
+    spec = claim_spec(
+        [{"treatment": "A", "baseline": "B"}], reason="{{ arm('ledger-offline', 'x', 'Z', 'mean').mean }}"
+    )
     runs = paired_runs([0.02] * 10)
     result = evaluate(spec, runs)  # a store with only some suites still builds: the verdict stands
     assert result.verdict == REPRODUCED
@@ -422,10 +434,14 @@ def typed_run_numbers(reason: str) -> list[str]:
     literal = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", "{}", reason, flags=re.S)
     found = []
     for match in TYPED_NUMBER.finditer(literal):
-        before, after = literal[max(0, match.start() - 60):match.start()].lower(), literal[match.end():match.end() + 80].lower()
+        before, after = (
+            literal[max(0, match.start() - 60) : match.start()].lower(),
+            literal[match.end() : match.end() + 80].lower(),
+        )
         clause = re.split(r"[()]|\.\s", after, maxsplit=1)[0]  # the rest of its sentence or parenthesis
-        label = (re.match(r"\s*((and|or|,)\s*\d+(\.\d+)?\s?%\s*)?(noise|sampled|of the|of clients|online|participation)", after)
-                 or re.search(r"(worst|best)\s*$", before))
+        label = re.match(
+            r"\s*((and|or|,)\s*\d+(\.\d+)?\s?%\s*)?(noise|sampled|of the|of clients|online|participation)", after
+        ) or re.search(r"(worst|best)\s*$", before)
         if not ("paper" in before or "paper" in clause or "table" in before or label):
             found.append(match.group())
     return found

@@ -76,7 +76,9 @@ def test_stacked_evaluation_equals_one_model_per_client():
                                             data.test_sizes, positions_per_pass=7, clients_per_pass=3)
     for k in range(4):
         assign_model_vector(model, layout, flats[k])
-        loss_k, acc_k = evaluate_clients(model, data.test_x, data.test_y, data.test_index[k:k + 1], data.test_sizes[k:k + 1])
+        loss_k, acc_k = evaluate_clients(
+            model, data.test_x, data.test_y, data.test_index[k : k + 1], data.test_sizes[k : k + 1]
+        )
         assert torch.allclose(losses[k], loss_k[0], atol=1e-5) and torch.allclose(accs[k], acc_k[0])
 
 

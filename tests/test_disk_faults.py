@@ -47,7 +47,9 @@ def test_fault_line_names_the_fault_and_the_file_written():
                           "HTTPConnectionPool(...): Max retries exceeded (Connection refused)")
     assert fault_line(server) == "the tracking server http://127.0.0.1:5123 stopped answering"
     assert fault_line(TrackingServerLost("the tracking server x stopped answering at round 7")).endswith("round 7")
-    assert fault_line(sqlite3.DatabaseError("database disk image is malformed")).startswith("the MLflow store is corrupted")
+    assert fault_line(sqlite3.DatabaseError("database disk image is malformed")).startswith(
+        "the MLflow store is corrupted"
+    )
     # a bug is not a fault: it keeps its traceback
     assert fault_line(KeyError("state_dict")) is None
     assert fault_line(chained(ValueError("bad shape"), TypeError("x"))) is None
@@ -98,7 +100,9 @@ def test_a_full_disk_mid_fit_says_so_and_the_printed_resume_finishes_the_run(sto
     client = MlflowClient(store)
     [run] = client.search_runs([client.get_experiment_by_name("fl-lightning").experiment_id])
     assert run.info.status == "FINISHED"
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss")) == list(range(1, ROUNDS + 1))
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss")) == list(
+        range(1, ROUNDS + 1)
+    )
 
 
 def can_mount_tmpfs(folder: Path) -> bool:
@@ -125,6 +129,9 @@ def test_a_really_full_disk_when_the_store_is_made_leaves_no_half_made_store(tmp
     assert done.returncode == 1
     err = done.stderr.strip().splitlines()
     assert len(err) == 2, done.stderr
-    assert err[0] == f"error: the disk is full (writing {disk / 'runs.db'}); once that is fixed, run the same command again"
+    assert (
+        err[0]
+        == f"error: the disk is full (writing {disk / 'runs.db'}); once that is fixed, run the same command again"
+    )
     assert err[1].startswith("(the full traceback is in ") and "Traceback" not in done.stdout + done.stderr
     assert "runs.db" not in left and not [name for name in left if name.endswith(".partial")]

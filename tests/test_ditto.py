@@ -26,8 +26,15 @@ def fit(cls, data, callbacks=(), **kwargs):
                   input_shape=data.input_shape, num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, seed=0)
     params.update(kwargs)
     module = cls(**params)
-    pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks)).fit(module, datamodule=data)
+    pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+    ).fit(module, datamodule=data)
     return module
 
 

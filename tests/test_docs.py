@@ -30,7 +30,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-MARKER = re.compile(r"^<!--\s*docs:\s*(?P<kind>run|parse|config|suite|output|skip)\s*(?:;\s*not run:\s*(?P<why>.+?))?\s*-->$")
+MARKER = re.compile(
+    r"^<!--\s*docs:\s*(?P<kind>run|parse|config|suite|output|skip)\s*(?:;\s*not run:\s*(?P<why>.+?))?\s*-->$"
+)
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 NEEDS_REASON = {"parse", "skip"}
 RUN_TIMEOUT_S = 300
@@ -104,7 +106,9 @@ def test_every_block_says_what_the_tests_do_with_it():
     problems = []
     for block in ALL_BLOCKS:
         if block.kind is None:
-            problems.append(f"{block.id}: no marker (<!-- docs: run|parse|config|suite|output|skip -->) before the block")
+            problems.append(
+                f"{block.id}: no marker (<!-- docs: run|parse|config|suite|output|skip -->) before the block"
+            )
         elif block.kind in NEEDS_REASON and not block.why:
             problems.append(f"{block.id}: '{block.kind}' needs '; not run: <why>'")
         elif block.kind in {"parse", "run"} and block.lang not in {"bash", "sh", "python"}:
@@ -155,7 +159,11 @@ def print_config(args: list[str]) -> tuple[int, str]:
 
     out = io.StringIO()
     code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), mock.patch.object(sys, "argv", ["fl-lightning"]):
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(out),
+        mock.patch.object(sys, "argv", ["fl-lightning"]),
+    ):
         try:
             main([*args, "--print_config"])
         except SystemExit as exit_:
@@ -261,4 +269,6 @@ def flag_exists(flag: str, known: frozenset[str]) -> bool:
 def test_every_flag_the_docs_name_exists():
     known = known_flags()
     missing = {flag: where for flag, where in named_flags().items() if not flag_exists(flag, known)}
-    assert not missing, "flags no command has:\n" + "\n".join(f"{f}: {', '.join(w)}" for f, w in sorted(missing.items()))
+    assert not missing, "flags no command has:\n" + "\n".join(
+        f"{f}: {', '.join(w)}" for f, w in sorted(missing.items())
+    )

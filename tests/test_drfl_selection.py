@@ -38,7 +38,8 @@ def test_loss_aware_selection_takes_the_highest_loss_candidates(monkeypatch):
     assert len(candidates) == 6 and len(set(candidates.tolist())) == 6
     expected = sorted(candidates[torch.argsort(-losses(None, candidates))[:3]].tolist())
     assert chosen.tolist() == expected
-    assert torch.equal(module.sample_clients(module.round_context(0)), chosen)  # the same round draws the same candidates
+    # the same round draws the same candidates
+    assert torch.equal(module.sample_clients(module.round_context(0)), chosen)
 
 
 def test_candidate_losses_are_the_clients_training_losses_at_the_global_model():

@@ -69,12 +69,16 @@ def log_run(client: MlflowClient, experiment_id: str, suite: str, config: str, s
     metrics = []
     for step, accuracy in enumerate(curve(final), start=1):
         time = start + step * 1000
-        metrics += [Metric("test_acc_mean", accuracy, time, step), Metric("global_test_acc", accuracy - 0.01, time, step),
-                    Metric("test_acc_std", 0.2 - 0.01 * step, time, step),
-                    Metric("test_acc_worst10", accuracy / 2, time, step),
-                    Metric("client_time_s", 0.1 * step, time, step), Metric("server_time_s", 0.01, time, step),
-                    Metric("conflicts_model", float(step % 3), time, step),
-                    Metric("train_loss", 1.0 / step, time, step)]
+        metrics += [
+            Metric("test_acc_mean", accuracy, time, step),
+            Metric("global_test_acc", accuracy - 0.01, time, step),
+            Metric("test_acc_std", 0.2 - 0.01 * step, time, step),
+            Metric("test_acc_worst10", accuracy / 2, time, step),
+            Metric("client_time_s", 0.1 * step, time, step),
+            Metric("server_time_s", 0.01, time, step),
+            Metric("conflicts_model", float(step % 3), time, step),
+            Metric("train_loss", 1.0 / step, time, step),
+        ]
     client.log_batch(run_id, metrics=[*metrics, *extra],
                      params=[Param(k, v) for k, v in {"lr": "0.1", "seed": str(seed), **(params or {})}.items()])
     client.set_terminated(run_id, status, end_time=start + 30_000)
@@ -132,9 +136,14 @@ def exported(store) -> dict:
     after = (store["db"].read_bytes(), store["db"].stat().st_mtime_ns)
     leaderboard = load_runs(store["uri"], progress=lambda message: None)
     # round_trip: pandas before 3 reads a float's text to within a bit by default, not exactly
-    return {"out": out, "runs": pd.read_csv(out / "runs.csv", float_precision="round_trip"), "rounds": pd.read_csv(out / "rounds.csv"),
-            "store_unchanged": before == after, "leaderboard": leaderboard,
-            "tables": build_tables(leaderboard.runs)}
+    return {
+        "out": out,
+        "runs": pd.read_csv(out / "runs.csv", float_precision="round_trip"),
+        "rounds": pd.read_csv(out / "rounds.csv"),
+        "store_unchanged": before == after,
+        "leaderboard": leaderboard,
+        "tables": build_tables(leaderboard.runs),
+    }
 
 
 def same(exported_value, expected) -> bool:

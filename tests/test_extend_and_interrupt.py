@@ -222,7 +222,9 @@ def ui_starts_as_printed(command: str, cwd: Path, url: str = "http://127.0.0.1:5
             assert server.poll() is None, server.communicate()[0]
             assert time.monotonic() < deadline, f"{command!r} served nothing at {url} in {timeout} s"
             try:
-                with urllib.request.urlopen(f"{url}api/2.0/mlflow/experiments/search?max_results=5", timeout=2) as answer:
+                with urllib.request.urlopen(
+                    f"{url}api/2.0/mlflow/experiments/search?max_results=5", timeout=2
+                ) as answer:
                     assert b"fl-lightning" in answer.read()  # this store's experiment
                     break
             except OSError:

@@ -95,7 +95,9 @@ def test_qfedavg_two_client_example_by_hand():
 
 # --------------------------------------------------------------------------- AFL
 def test_afl_refuses_partial_participation_when_built(data):
-    with pytest.raises(ValueError, match="AFL needs every client in every round, but fraction = 0.5: set fraction: 1.0"):
+    with pytest.raises(
+        ValueError, match="AFL needs every client in every round, but fraction = 0.5: set fraction: 1.0"
+    ):
         fit_module(AFL, data, fraction=0.5)
     assert make(AFL, data).hparams.fraction == 1.0  # its own default: every client
 
@@ -194,7 +196,9 @@ def test_fedgini_weights_are_the_gradient_of_the_gini_penalised_mean():
     torch.testing.assert_close(step[:3], torch.tensor([2 / 9, 4 / 9, 1 / 3], dtype=torch.float64))
     tied = module.gini_weights(torch.tensor([1.0, 1.0, 2.0]))  # ties share their mean rank
     torch.testing.assert_close(tied, torch.tensor([5 / 18, 5 / 18, 4 / 9], dtype=torch.float64))
-    assert torch.equal(make(FedGini, penalty=0.0).gini_weights(torch.rand(5)), torch.full((5,), 0.2, dtype=torch.float64))
+    assert torch.equal(
+        make(FedGini, penalty=0.0).gini_weights(torch.rand(5)), torch.full((5,), 0.2, dtype=torch.float64)
+    )
 
 
 def test_fedgini_reference_weighting_transcribes_the_fedlf_code():
@@ -209,9 +213,19 @@ def test_fedgini_reference_weighting_transcribes_the_fedlf_code():
     torch.testing.assert_close(module.reference_weights(torch.tensor(losses)), expected)
 
 
-@pytest.mark.parametrize("cls, kwargs", [(DRFL, {"q": -1.0}), (FedGini, {"penalty": 1.5}), (FedGini, {"weighting": "owa"}),
-                                         (QFedAvg, {"q": -0.5}), (QFedAvg, {"lipschitz": 0.0}), (AFL, {"lr_lambda": 0.0}),
-                                         (FedFa, {"beta": 2.0}), (FedFa, {"gamma": 1.0})])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (DRFL, {"q": -1.0}),
+        (FedGini, {"penalty": 1.5}),
+        (FedGini, {"weighting": "owa"}),
+        (QFedAvg, {"q": -0.5}),
+        (QFedAvg, {"lipschitz": 0.0}),
+        (AFL, {"lr_lambda": 0.0}),
+        (FedFa, {"beta": 2.0}),
+        (FedFa, {"gamma": 1.0}),
+    ],
+)
 def test_bad_hyper_parameters_are_refused(cls, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         make(cls, **kwargs)

@@ -141,7 +141,8 @@ def test_batched_and_cvxopt_solvers_give_the_same_direction():
         for solver in ("batched", "cvxopt"):
             module = fedlf(slices_of(sizes), num_clients=10, qp_solver=solver)
             old = payload(history_g, [1.0, 1.0, 1.0], clients=[7, 8, 9])
-            module.on_round_end(module._with_round_context(old), module.propose(old).direction)  # 7-9 become absent, recent clients
+            # 7-9 become absent, recent clients
+            module.on_round_end(module._with_round_context(old), module.propose(old).direction)
             steps.append(module.propose(payload(g, losses, t=1)).direction)
         assert torch.allclose(steps[0], steps[1], atol=1e-5 * steps[1].norm()), seed
 

@@ -116,7 +116,8 @@ def test_a_non_finite_sample_stays_in_its_own_client(one_thread, gathering):
 
 
 @pytest.mark.parametrize("bad_sample, finite", [(5 + 2, [True, False, True, True]),  # a client that never steps alone
-                                                (5 + 6 + 3 + 9, [True, True, True, False])])  # the client that ends alone
+                                                # the client that ends alone
+                                                (5 + 6 + 3 + 9, [True, True, True, False])])
 def test_fused_a_non_finite_sample_stays_in_its_own_client(gathering, bad_sample, finite):
     """Hand-derived gradients, both gatherings: a NaN sample makes its own client's model
     non-finite and no other's, also in the client whose last steps it takes alone (2-D

@@ -120,8 +120,13 @@ def test_the_runner_imports_no_leaderboard_module():
     """The runner reads and checks stores through the library (``fl_lightning.read_only_store``,
     ``fl_lightning.store_uri``), not through the leaderboard, which sits on top of it."""
     graph = import_graph()
-    found = sorted(f"{importer} -> {imported}" for importer, targets in graph.items() if importer.startswith("benchmarks")
-                   for imported in targets if imported.startswith("leaderboard"))
+    found = sorted(
+        f"{importer} -> {imported}"
+        for importer, targets in graph.items()
+        if importer.startswith("benchmarks")
+        for imported in targets
+        if imported.startswith("leaderboard")
+    )
     assert not found, "\n".join(found)
 
 

@@ -576,7 +576,9 @@ def test_paper_numbers_beside_ours_and_unmatched_ones_apart(site):
     index = (site["out"] / "index.html").read_text()
     assert "Reported in the papers" in index and "FedFV Table 2" in index and "paper-scale" in index
     # the papers' tables no run here matches are folded below the user's own (closed: a <details> without open)
-    assert '<details class="reported">' in index and index.index('<details class="reported">') < index.index("FedFV Table 2")
+    assert '<details class="reported">' in index and index.index('<details class="reported">') < index.index(
+        "FedFV Table 2"
+    )
     assert "offline-scale" in index
     assert "Fixture Table 1" not in index  # matched entries live on their benchmark's page
 
@@ -737,7 +739,9 @@ def test_a_clear_separation_with_three_seeds_is_not_starred_below_the_plans_seed
     rows = rows_by_config(contract_page(contract, SHARDS))
     headline = {config: row["test_acc_mean"] for config, row in rows.items()}
     assert verdict_of(headline["FedFV(alpha=0.1,tau=1)"]) == ""  # separated, but 3 < STAR_MIN_SEEDS (10)
-    assert "★" not in headline["FedFV(alpha=0.1,tau=1)"]["text"] and "#1/3" in headline["FedFV(alpha=0.1,tau=1)"]["text"]
+    assert (
+        "★" not in headline["FedFV(alpha=0.1,tau=1)"]["text"] and "#1/3" in headline["FedFV(alpha=0.1,tau=1)"]["text"]
+    )
     assert verdict_of(headline["FedAvg"]) == "" and verdict_of(headline["QFedAvg(q=1.0)"]) == ""
     assert "p < 0.001" in headline["FedFV(alpha=0.1,tau=1)"]["title"]
 
@@ -801,7 +805,8 @@ def test_fairness_is_a_dash_under_a_global_client_test(contract):
     assert "every client is tested on one shared test set" in text
     # FedAvg's shared model: its clients' accuracy on the shared set is its global accuracy, ranked (†)
     fedavg = rows["FedAvg"]["test_acc_mean"]
-    assert main_number(fedavg) == "83.00" and "†" in fedavg["text"] and verdict_of(fedavg) == ""  # separated, but 3 seeds: no ★
+    # separated, but 3 seeds: no ★
+    assert main_number(fedavg) == "83.00" and "†" in fedavg["text"] and verdict_of(fedavg) == ""
     # QFedAvg logged neither: shown, not ranked, with a note
     assert rows["QFedAvg(q=1.0)"]["test_acc_mean"]["text"] == MISSING
     assert "QFedAvg(q=1.0): not ranked" in text
@@ -826,7 +831,10 @@ def test_index_matrix_ranks_benchmarks_by_suite(contract):
     assert fedfv["text"].startswith("90.00") and "★" not in fedfv["text"] and "#1/3" in fedfv["text"]
     assert "n=3" in fedfv["text"] and "worst 10% 51.67 ≈ #1/3" in fedfv["text"]
     assert "#2/3" in cells["FedAvg"][shards]["text"] and "worst 10% 50.00 ≈ #2/3" in cells["FedAvg"][shards]["text"]
-    assert cells["QFedAvg(q=1.0)"][shards]["text"].startswith("70.00") and "#3/3" in cells["QFedAvg(q=1.0)"][shards]["text"]
+    assert (
+        cells["QFedAvg(q=1.0)"][shards]["text"].startswith("70.00")
+        and "#3/3" in cells["QFedAvg(q=1.0)"][shards]["text"]
+    )
     # rows by average headline rank: FedFV #1; FedAvg #2 and #1; DW #2; QFedAvg #3 (unranked on CLA)
     assert list(cells) == ["FedFV(alpha=0.1,tau=1)", "FedAvg", "DW", "QFedAvg(q=1.0)"]
     assert len(robustness["rows"]) == 2
@@ -870,7 +878,10 @@ def test_variants_show_delta_against_their_declared_control(contract):
     by_control = {}
     for table in views.values():
         labels = [h["text"] for h in table["headers"][0]]
-        by_control[labels[1].split(":")[0]] = (labels, {row[0]["text"]: [c["text"] for c in row] for row in table["rows"]})
+        by_control[labels[1].split(":")[0]] = (
+            labels,
+            {row[0]["text"]: [c["text"] for c in row] for row in table["rows"]},
+        )
     labels, rows = by_control["control client0-every-round"]
     bias = labels.index("bias-attack-10: Mean client acc. (%) (Δ vs client0-every-round)")
     assert rows["FedAvg"][bias].startswith("70.10 (Δ -10.00)")  # against the control, not -14.00 against no-attack

@@ -28,9 +28,12 @@ def log_agent_series(client, run_id: str, psi: list[float]) -> None:
     metrics = []
     for step in range(1, ROUNDS + 1):
         for agent, value in enumerate(psi):
-            metrics += [Metric(f"cgsv_psi/{agent}", value, 0, step), Metric(f"cgsv_r/{agent}", value / sum(psi), 0, step),
-                        Metric(f"cgsv_density/{agent}", value / max(psi), 0, step),
-                        Metric(f"cgsv_distance/{agent}", (1 - value) * step, 0, step)]
+            metrics += [
+                Metric(f"cgsv_psi/{agent}", value, 0, step),
+                Metric(f"cgsv_r/{agent}", value / sum(psi), 0, step),
+                Metric(f"cgsv_density/{agent}", value / max(psi), 0, step),
+                Metric(f"cgsv_distance/{agent}", (1 - value) * step, 0, step),
+            ]
     client.log_batch(run_id, metrics=metrics)
 
 
@@ -119,4 +122,6 @@ def test_a_fit_logs_the_interpretation_as_a_run_tag():
 
     gini = FedGini(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))
     assert task_tags(gini, None)[Tag.INTERPRETATION] == "interpretation (paper unavailable)"
-    assert Tag.INTERPRETATION not in task_tags(FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8)), None)
+    assert Tag.INTERPRETATION not in task_tags(
+        FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8)), None
+    )

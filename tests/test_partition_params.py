@@ -103,7 +103,9 @@ WRONG = [
 
 @pytest.mark.parametrize("name,param,value,requirement", WRONG)
 def test_a_wrong_value_is_refused_in_one_line_naming_the_parameter(name, param, value, requirement):
-    pattern = rf"^{name}: {param} must be {requirement}, got .*; fix it in partition_params, e\.g\. \{{'{param}': .+\}}\.$"
+    pattern = (
+        rf"^{name}: {param} must be {requirement}, got .*; fix it in partition_params, e\.g\. \{{'{param}': .+\}}\.$"
+    )
     with pytest.raises(ValueError, match=pattern) as refused:
         check_partition_params(name, {param: value})
     assert "\n" not in str(refused.value)

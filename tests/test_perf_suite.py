@@ -76,8 +76,27 @@ def test_aggregation_times_each_algorithm_and_records_errors():
 def test_in_process_cells_record_a_failure_and_go_on(tmp_path):
     """--in-process (a short GPU lease): the same entries as a cell's own process, errors included."""
     out = tmp_path / "perf.json"
-    code = suite.main(["--models", "fl_nope", "fl_logreg", "--clients", "4", "--engines", "vectorised", "--variants",
-                       "--rounds", "1", "--sections", "throughput", "--device", "cpu", "--in-process", "--out", str(out)])
+    code = suite.main(
+        [
+            "--models",
+            "fl_nope",
+            "fl_logreg",
+            "--clients",
+            "4",
+            "--engines",
+            "vectorised",
+            "--variants",
+            "--rounds",
+            "1",
+            "--sections",
+            "throughput",
+            "--device",
+            "cpu",
+            "--in-process",
+            "--out",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     failed, passed = report["throughput"]
     assert code == 0 and report["settings"]["in_process"] is True

@@ -55,10 +55,12 @@ def test_the_estimate_grows_with_rounds_participation_and_a_slower_model():
 
 
 def test_throughput_is_read_from_every_cpu_results_file(tmp_path):
-    rows = [{"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 5.0},
-            {"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 7.0},
-            {"model": "fl_a", "status": "ok", "variant": "bf16", "engine": "vectorised", "client_samples_per_second": 99.0},
-            {"model": "fl_b", "status": "skipped", "variant": None, "engine": "vectorised"}]
+    rows = [
+        {"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 5.0},
+        {"model": "fl_a", "status": "ok", "variant": None, "engine": "vectorised", "client_samples_per_second": 7.0},
+        {"model": "fl_a", "status": "ok", "variant": "bf16", "engine": "vectorised", "client_samples_per_second": 99.0},
+        {"model": "fl_b", "status": "skipped", "variant": None, "engine": "vectorised"},
+    ]
     (tmp_path / "perf_cpu.json").write_text(json.dumps({"throughput": rows[:2]}))
     (tmp_path / "perf_cpu_more.json").write_text(json.dumps({"throughput": rows[2:]}))
     (tmp_path / "perf_cuda.json").write_text(json.dumps({"throughput": [dict(rows[0], model="fl_c")]}))
@@ -124,7 +126,9 @@ def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_p
     assert estimates[0] == (40.0, "published") and estimates[1] == (9.0, "store")
     # no run of its own: the same benchmark's other configurations (store and published together)
     assert estimates[2] == (statistics.median([7.0, 9.0, 100.0, 30.0, 50.0]), "benchmark")
-    assert estimates[3][1] == "perf" and estimates[3][0] == plan.estimate_seconds(cell_config(), plan.model_throughput())
+    assert estimates[3][1] == "perf" and estimates[3][0] == plan.estimate_seconds(
+        cell_config(), plan.model_throughput()
+    )
     lines = plan.plan_lines(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, 1, durations)
     assert any("1 from store, 1 from published, 1 from benchmark, 1 from perf" in line for line in lines)
     assert any(line.startswith("  longest rows") and "mnist/iid|FedAvg 1 x 40 s = 40 s" in line for line in lines)

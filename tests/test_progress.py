@@ -68,7 +68,9 @@ def test_a_notice_printed_during_the_fit_is_not_lost(capsys):
 
 
 def test_the_default_model_table_becomes_none_and_a_chosen_summary_is_kept():
-    assert [type(c) for c in fit(enable_model_summary=True).callbacks if isinstance(c, ModelSummary)] == [NoModelSummary]
+    assert [type(c) for c in fit(enable_model_summary=True).callbacks if isinstance(c, ModelSummary)] == [
+        NoModelSummary
+    ]
 
     class MySummary(ModelSummary):
         pass

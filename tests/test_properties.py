@@ -261,7 +261,9 @@ def test_fedlf_step_conflicts_with_no_online_client(features, solver, data):
     module.hparams.qp_solver = solver
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = as_server_step(module.propose(round_payload(0, range(updates.shape[0]), updates, losses, sizes))).direction
+        step = as_server_step(
+            module.propose(round_payload(0, range(updates.shape[0]), updates, losses, sizes))
+        ).direction
     assert torch.isfinite(step).all()
     g, s = updates.double(), step.double()
     inner = g @ s

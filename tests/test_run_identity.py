@@ -53,7 +53,9 @@ def test_algorithm_config_shows_the_algorithms_own_settings_that_differ_from_its
     assert identity.algorithm_config(tiny(FedAvg, lr=0.3)) == "FedAvg(lr=0.3)"
     assert identity.algorithm_config(tiny(FedAvg, lr=0.3, threads=2)) == "FedAvg(lr=0.3,threads=2)"
     # ... not those that only say when or how fast it measures
-    assert identity.algorithm_config(tiny(FedAvg, eval_every=3, clients_per_chunk=4, track_improvement=True)) == "FedAvg"
+    assert (
+        identity.algorithm_config(tiny(FedAvg, eval_every=3, clients_per_chunk=4, track_improvement=True)) == "FedAvg"
+    )
     assert identity.algorithm_config(tiny(FedFV, tau=1)) == "FedFV(tau=1)"
     assert identity.algorithm_config(tiny(FedFV, alpha=0.2, tau=1)) == "FedFV(alpha=0.2,tau=1)"
     # FedFa's client momentum defaults to its gamma: shown only where it differs (two computations, two labels)

@@ -62,8 +62,10 @@ def test_run_resume_and_failure(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     suite = dict(SUITE, benchmarks=[killer_benchmark(tmp_path, monkeypatch), *SUITE["benchmarks"]])
     # a cell that passes the suite's checks and fails when it runs (no such backbone)
-    suite["algorithms"] = [*SUITE["algorithms"], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]},
-                                                  "init_args": {"backbone": "fl_nope"}}]
+    suite["algorithms"] = [
+        *SUITE["algorithms"],
+        {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]}, "init_args": {"backbone": "fl_nope"}},
+    ]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -191,7 +193,9 @@ def test_a_store_error_is_one_line_without_a_traceback(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("error: "), done.stderr
-    assert "the folder of the MLflow store sqlite:///" in done.stderr and "create it, or pass another store" in done.stderr
+    assert (
+        "the folder of the MLflow store sqlite:///" in done.stderr and "create it, or pass another store" in done.stderr
+    )
     assert not (tmp_path / "no").exists()
 
 
@@ -215,8 +219,11 @@ def killer_benchmark(tmp_path, monkeypatch) -> dict:
     which are spawned with the parent's sys.path)."""
     (tmp_path / "runner_killer.py").write_text(KILLER)
     monkeypatch.syspath_prepend(str(tmp_path))
-    return {"name": "digits/iid/full/fl_logreg/killed", "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}],
-            "config": {"trainer": {"callbacks": [{"class_path": "runner_killer.KillWorker"}]}}}
+    return {
+        "name": "digits/iid/full/fl_logreg/killed",
+        "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}],
+        "config": {"trainer": {"callbacks": [{"class_path": "runner_killer.KillWorker"}]}},
+    }
 
 
 def metric_histories(uri: str, suite: str) -> dict:
@@ -258,7 +265,10 @@ def test_a_worker_serves_on_after_a_failed_cell_and_a_killed_one_is_replaced(tmp
 
     monkeypatch.chdir(tmp_path)
     suite = dict(SUITE, benchmarks=[*SUITE["benchmarks"], killer_benchmark(tmp_path, monkeypatch)])
-    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}}]
+    suite["algorithms"] = [
+        *SUITE["algorithms"][:1],
+        {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [-1.0]}},
+    ]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     good, bad, killed = load_suite(str(path))
@@ -322,8 +332,10 @@ def test_cells_submitted_as_submitit_jobs_log_what_reused_workers_log(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).resolve().parents[1]}:{tmp_path}")  # jobs import benchmarks
     suite = dict(SUITE)
-    suite["algorithms"] = [*SUITE["algorithms"][:1], {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]},
-                                                      "init_args": {"backbone": "fl_nope"}}]
+    suite["algorithms"] = [
+        *SUITE["algorithms"][:1],
+        {"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": [0.5]}, "init_args": {"backbone": "fl_nope"}},
+    ]
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     jobs, reused = f"sqlite:///{tmp_path / 'jobs.db'}", f"sqlite:///{tmp_path / 'reused.db'}"

@@ -156,13 +156,20 @@ def test_an_offloaded_history_stays_in_host_memory_when_the_module_moves():
     assert next(module.model.parameters()).dtype == torch.float64
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("clients_per_chunk", 0, "clients_per_chunk must be an integer >= 1, 'auto' or null"),
-    ("clients_per_chunk", "many", "clients_per_chunk must be an integer >= 1, 'auto' or null"),
-    ("local_autocast", "int8", "unknown local_autocast 'int8'; valid: null"),
-    ("history_dtype", "int8", "unknown history_dtype 'int8'; valid: null \\(the parameters' dtype\\), 'float32', 'bfloat16', 'float16'"),
-    ("history_device", "disk", "unknown history_device 'disk'; valid: 'model', 'cpu'"),
-])
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("clients_per_chunk", 0, "clients_per_chunk must be an integer >= 1, 'auto' or null"),
+        ("clients_per_chunk", "many", "clients_per_chunk must be an integer >= 1, 'auto' or null"),
+        ("local_autocast", "int8", "unknown local_autocast 'int8'; valid: null"),
+        (
+            "history_dtype",
+            "int8",
+            "unknown history_dtype 'int8'; valid: null \\(the parameters' dtype\\), 'float32', 'bfloat16', 'float16'",
+        ),
+        ("history_device", "disk", "unknown history_device 'disk'; valid: 'model', 'cpu'"),
+    ],
+)
 def test_scaling_options_are_checked(option, value, message):
     with pytest.raises(ValueError, match=message):
         FedAvg(**{option: value})

@@ -243,8 +243,16 @@ def test_model_help_of_a_builtin_algorithm_is_kept_like_the_fit_help(tmp_path):
     """``fit --model.help FedLF`` is written once (torch and Lightning imported), then printed
     from the cache without them; a user's own class, or a mistyped name, is never kept."""
     env = {**__import__("os").environ, "FL_LIGHTNING_CACHE": str(tmp_path), "COLUMNS": "100"}
-    runs = [subprocess.run([sys.executable, "-c", MODEL_HELP_PROBE.format(name=name)], capture_output=True, text=True,
-                           env=env, timeout=180) for name in ("FedLF", "FedLF", "fl_lightning.algorithms.FedLF", "FedLFX")]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", MODEL_HELP_PROBE.format(name=name)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+        for name in ("FedLF", "FedLF", "fl_lightning.algorithms.FedLF", "FedLFX")
+    ]
     first, second, by_path, typo = (run.stdout for run in runs)
     assert "EXIT 0" in first and "TORCH_IMPORTED True" in first and "--model.server_lr_decay" in first
     assert "TORCH_IMPORTED False" in second and "TORCH_IMPORTED False" in by_path

@@ -66,8 +66,15 @@ def fit(data, cls=FedAvg, ambient=1, callbacks=(), **kwargs):
         params["fraction"] = 1.0
     torch.set_num_threads(ambient)
     logger = CallLogger()
-    trainer = pl.Trainer(accelerator=accelerator(), logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks))
+    trainer = pl.Trainer(
+        accelerator=accelerator(),
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+    )
     module = cls(**(params | kwargs))
     trainer.fit(module, datamodule=data)
     calls = [(step, {k: v for k, v in metrics.items() if k not in TIMES}) for step, metrics in logger.calls]

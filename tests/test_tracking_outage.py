@@ -88,7 +88,10 @@ def test_a_server_that_does_not_come_back_ends_the_fit_and_its_metrics_are_kept_
     buffered.next_try = 0.0
     with pytest.raises(TrackingServerLost) as lost:
         buffered.log_batch("r", metrics=[metric(2), metric(3)])
-    assert fault_line(lost.value) == "the tracking server http://127.0.0.1:5999 stopped answering and did not come back within 0.05 s"
+    assert (
+        fault_line(lost.value)
+        == "the tracking server http://127.0.0.1:5999 stopped answering and did not come back within 0.05 s"
+    )
     with pytest.raises(TrackingServerLost):  # the run's end does not wait again
         buffered.set_terminated("r", "FAILED")
     spilled = buffered.spill(tmp_path)
@@ -126,9 +129,22 @@ class MlflowServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, wait=True):
-        command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.folder / 'srv.db'}",
-                   "--artifacts-destination", str(self.folder / "art"), "--host", "127.0.0.1",
-                   "--port", str(self.port), "--workers", "1"]
+        command = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.folder / 'srv.db'}",
+            "--artifacts-destination",
+            str(self.folder / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
         log = open(self.folder / "server.log", "a")  # noqa: SIM115 - the server's, for as long as it runs
         self.process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
         if wait:

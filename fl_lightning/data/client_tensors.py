@@ -1,4 +1,5 @@
-"""The data module's client tensors: each client's samples packed contiguously with a padded index, the matched test set's tensors, and a digest of the split."""
+"""The data module's client tensors: each client's samples packed contiguously with a padded index,
+the matched test set's tensors, and a digest of the split."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ def _matched_test_tensors(test_mode: str, class_counts: np.ndarray, pool_y: torc
     if test_mode != "matched":
         return dict.fromkeys(("test_class_weights", "global_test_class_index", "global_test_class_sizes"))
     if pool_y is None:
-        raise ValueError("test_mode='matched' needs a shared test pool (global_test_fraction > 0, or the source's test split)")
+        raise ValueError(
+            "test_mode='matched' needs a shared test pool (global_test_fraction > 0, or the source's test split)"
+        )
     counts = torch.as_tensor(class_counts, dtype=torch.float32)
     weights = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
     by_class = [np.flatnonzero(pool_y.numpy() == c) for c in range(num_classes)]

@@ -1,4 +1,5 @@
-"""Parse a data file once: its arrays memoised in the process and kept as an ``.npz`` file in the cache folder (:func:`parsed_once`)."""
+"""Parse a data file once: its arrays memoised in the process and kept as an ``.npz`` file in the
+cache folder (:func:`parsed_once`)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,12 @@ def _write_cached(cache_file: Path, key: tuple, table: Table) -> None:
             np.savez(handle, **arrays)
         os.replace(partial, cache_file)
     except OSError as error:
-        warnings.warn(f"could not write the parsed-data cache {cache_file} ({error}); the source will be parsed "
-                      f"again next time (set {CACHE_ENV} to a writable folder to keep it)", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"could not write the parsed-data cache {cache_file} ({error}); the source will be parsed "
+            f"again next time (set {CACHE_ENV} to a writable folder to keep it)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         if partial is not None:
             with contextlib.suppress(OSError):
                 os.unlink(partial)

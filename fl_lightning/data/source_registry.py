@@ -1,4 +1,5 @@
-"""The data-source registry: :func:`register_source`, and the functions that describe, check, load and download a registered source."""
+"""The data-source registry: :func:`register_source`, and the functions that describe, check, load
+and download a registered source."""
 
 from __future__ import annotations
 

@@ -10,12 +10,9 @@ from fl_lightning.data.adult import NUM_FEATURES, encode_rows
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.sources import load_source, missing_files
 
-TRAIN = """39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40,
-United-States, <=50K
-50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, White, Male, 0, 0, 13,
-United-States, <=50K
-52, Private, 287927, Doctorate, 16, Married-civ-spouse, Prof-specialty, Wife, White, Female, 15024, 0, 40,
-United-States, >50K
+TRAIN = """39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K
+50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, White, Male, 0, 0, 13, United-States, <=50K
+52, Private, 287927, Doctorate, 16, Married-civ-spouse, Prof-specialty, Wife, White, Female, 15024, 0, 40, United-States, >50K
 54, ?, 180211, Some-college, 10, Married-civ-spouse, ?, Husband, Asian-Pac-Islander, Male, 0, 0, 60, South, >50K
 45, Private, 172274, Doctorate, 16, Divorced, Prof-specialty, Unmarried, Black, Female, 0, 3004, 35, United-States, >50K
 31, Private, 45781, Masters, 14, Never-married, Prof-specialty, Not-in-family, White, Female, 14084, 0, 50, ?, >50K
@@ -23,8 +20,7 @@ United-States, >50K
 """
 TEST = """|1x3 Cross validator
 25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, 0, 0, 40, United-States, <=50K.
-38, Private, 89814, HS-grad, 9, Married-civ-spouse, Farming-fishing, Husband, White, Male, 0, 0, 50, United-States,
-<=50K.
+38, Private, 89814, HS-grad, 9, Married-civ-spouse, Farming-fishing, Husband, White, Male, 0, 0, 50, United-States, <=50K.
 44, Private, 160323, Doctorate, 16, Married-civ-spouse, Prof-specialty, Husband, White, Male, 7688, 0, 40, India, >50K.
 """
 

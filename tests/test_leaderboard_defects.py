@@ -222,18 +222,9 @@ def test_captions_follow_the_page(tmp_path):
 
     history = {"test_acc_mean": [(1, 0.5), (2, 0.8)], "test_acc_std": [(1, 0.2), (2, 0.1)]}
     metrics = {"test_acc_mean": 0.8, "test_acc_std": 0.1}
-    global_runs = [
-        record(
-            c,
-            s,
-            {"global_test_acc": 0.8},
-            client_test="global",
-            benchmark="g",
-            histories={"global_test_acc": [(1, 0.5), (2, 0.8)]},
-        )
-        for c in ("FedAvg", "FedProx")
-        for s in (0, 1)
-    ]
+    global_runs = [record(c, s, {"global_test_acc": 0.8}, client_test="global", benchmark="g",
+                          histories={"global_test_acc": [(1, 0.5), (2, 0.8)]})
+                   for c in ("FedAvg", "FedProx") for s in (0, 1)]
     (global_table,) = build_tables(global_runs)
     captions = dict(write_figures(global_table, tmp_path / "global"))
     assert "fairness" not in captions["curves.png"].lower() and "against rounds" in captions["curves.png"]
@@ -445,9 +436,8 @@ def site(tmp_path_factory):
     shutil.copy(ROOT / "benchmarks" / "fedfv" / "paper_numbers.yaml", papers / "fedfv")
     out = tmp / "site"
     with redirect_stdout(StringIO()):
-        assert (
-            leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out), "--paper-numbers", str(papers)]) == 0
-        )
+        assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out),
+                                 "--paper-numbers", str(papers)]) == 0
     mlflow.set_tracking_uri(None)
     return out
 
@@ -489,8 +479,8 @@ def test_css_keeps_a_narrow_page_inside_the_viewport_and_the_first_column_in_vie
                 assert page.evaluate("document.documentElement.scrollWidth") <= width, url  # no page overflow
                 overflowing = page.evaluate("""w => Array.from(document.querySelectorAll(
                     'h1, dl.facts dt, dl.facts dd, blockquote, .banner, .footnotes li, .table-wrap'))
-                    .filter(e => e.getBoundingClientRect().right > w + 0.5).map(e => e.tagName + ' ' +
-                    e.textContent.slice(0, 40))""",
+                    .filter(e => e.getBoundingClientRect().right > w + 0.5)
+                    .map(e => e.tagName + ' ' + e.textContent.slice(0, 40))""",
                                             width)
                 assert not overflowing, (url, overflowing)
             page.goto(page_file.as_uri())

@@ -161,14 +161,12 @@ def site(tmp_path_factory):
         "     quote: 'x', bar: 'direction only', retired: {date: 2026-11-20, reason: 'our own reading'},\n"
         "     comparisons: [{treatment: 'FedFV(alpha=0.1,tau=1)', baseline: FedAvg}]}\n"
         "coverage:\n  - {item: Table 1, claims: [fixture-mean, fixture-old]}\n"
-        "  - {item: Fig. 1, not_claimed: a drawing}\n"
-    )
+        "  - {item: Fig. 1, not_claimed: a drawing}\n")
     (tmp / "papers" / "ledger_amendments.yaml").write_text(
         "amendments:\n  - {id: A1, date: 2026-11-20, target: fixture-old, before: in the ledger, after: retired,\n"
         "     reason: our own reading, results_seen: true}\n"
         "  - {id: A2, date: 2026-11-21, target: 'plan: seeds', before: 3, after: 10, reason: too few, "
-        "results_seen: true}\n"
-    )
+        "results_seen: true}\n")
     out = tmp / "site"
     assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out),
                              "--paper-numbers", str(tmp / "papers")]) == 0
@@ -205,9 +203,8 @@ def check_tables_have_rows(page) -> int:
 
 
 def check_images_loaded(page) -> int:
-    images = page.eval_on_selector_all(
-        "img", "imgs => imgs.map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])"
-    )
+    images = page.eval_on_selector_all("img",
+                                       "imgs => imgs.map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
     for src, complete, width in images:
         assert complete and width > 0, f"image {src} did not load"
     return len(images)
@@ -297,9 +294,8 @@ def test_pages_links_tables_images_and_sorting(site, browser_context, capsys):
     links = page.eval_on_selector_all("table#benchmarks a[href^='benchmarks/']",
                                       "links => links.map(a => a.getAttribute('href'))")
     assert len(links) == len(BENCHMARKS)
-    all_links = set(
-        page.eval_on_selector_all("a[href^='benchmarks/']", "links => links.map(a => a.getAttribute('href'))")
-    )
+    all_links = set(page.eval_on_selector_all("a[href^='benchmarks/']",
+                                              "links => links.map(a => a.getAttribute('href'))"))
     assert all_links == set(links)  # the matrix headers link to the same pages
 
     for link in links:
@@ -404,8 +400,8 @@ def test_the_claims_table_fits_the_window_and_lists_amendments_and_retired_claim
         for (let i = 0; i < text.length; i++) {
             range.setStart(text, i); range.setEnd(text, i + 1);
             const top = range.getBoundingClientRect().top;
-            if (previous !== null && top > previous + 2 && text.data[i - 1] !== ' ' && text.data[i] !== ' ') return
-            true;
+            if (previous !== null && top > previous + 2
+                && text.data[i - 1] !== ' ' && text.data[i] !== ' ') return true;
             previous = top;
         }
         return false;

@@ -166,12 +166,19 @@ def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:
     """The field names of the model found at ``path`` (through nested models and their lists)."""
     for name in path:
         field = model.model_fields.get(name)
-        nested = [a for a in _types_in(field.annotation if field else None)
-                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        nested = [a for a in _types_in(field.annotation if field else None) if _is_model(a)]
         if not nested:
             break
         model = nested[0]
     return list(model.model_fields)
+
+
+def _is_model(annotation: Any) -> bool:
+    """Whether an annotation is a pydantic model class (``list[X]`` passes as a type on Python 3.10)."""
+    try:
+        return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    except TypeError:
+        return False
 
 
 def _types_in(annotation: Any) -> list[Any]:

@@ -20,13 +20,9 @@ from leaderboard.runs import RunRecord
 def interpretations(runs: Iterable[RunRecord]) -> str:
     """The interpretation notes of a row's algorithm(s): each algorithm's tag, else its known note;
     "" for an algorithm that follows its paper."""
-    notes: dict[str, str] = {}
-    for run in runs:
-        algorithm = run.tags.get(Tag.ALGORITHM, "")
-        if not algorithm:
-            continue
-        tagged = run.tags.get(Tag.INTERPRETATION)
-        if tagged or algorithm not in notes:
-            notes[algorithm] = tagged or notes.get(algorithm) or interpretation_of(algorithm)
-    shown = {name: note for name, note in sorted(notes.items()) if note}
-    return "; ".join(f"{name}: {note}" if len(notes) > 1 else note for name, note in shown.items())
+    runs = list(runs)
+    names = sorted({run.tags.get(Tag.ALGORITHM, "") for run in runs} - {""})
+    tagged = {run.tags[Tag.ALGORITHM]: run.tags[Tag.INTERPRETATION] for run in runs
+              if run.tags.get(Tag.ALGORITHM) and run.tags.get(Tag.INTERPRETATION)}
+    notes = {name: tagged.get(name) or interpretation_of(name) for name in names}
+    return "; ".join(f"{name}: {note}" if len(names) > 1 else note for name, note in notes.items() if note)

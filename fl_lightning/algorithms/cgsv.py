@@ -199,9 +199,9 @@ class CGSV(AgentModels):
         """
         agents = payload.clients.tolist()
         generator = round_generator(self.hparams.seed, payload.round, "shapley_orders")
-        psi, psi_time = self._timed(lambda: approximate_cgsv(uploads, weights))
+        psi, psi_time = self._timed(payload.context, lambda: approximate_cgsv(uploads, weights))
         sampled, sampled_time = self._timed(
-            lambda: sampled_cgsv(uploads, self.hparams.shapley_permutations, generator, weights))
+            payload.context, lambda: sampled_cgsv(uploads, self.hparams.shapley_permutations, generator, weights))
         psi, sampled = psi.double().cpu(), sampled.double().cpu()
         metrics: dict[str, float | torch.Tensor] = {
             "cgsv_time_s": psi_time, "cgsv_shapley_time_s": sampled_time,
@@ -211,7 +211,7 @@ class CGSV(AgentModels):
         metrics |= self.agent_metrics("cgsv_shapley_sampled", sampled, agents)
         if len(agents) > MAX_EXACT_AGENTS:
             return metrics
-        exact, exact_time = self._timed(lambda: exact_cgsv(uploads, weights))
+        exact, exact_time = self._timed(payload.context, lambda: exact_cgsv(uploads, weights))
         exact = exact.double().cpu()
         for name, estimate in (("cgsv_shapley", psi), ("cgsv_shapley_sampled", sampled)):
             l1, l2 = fig1_errors(estimate, exact)
@@ -221,20 +221,15 @@ class CGSV(AgentModels):
         return (metrics | gaps | self.agent_metrics("cgsv_shapley", exact, agents)
                 | {"cgsv_shapley_exact_time_s": exact_time})
 
-    def _timed(self, compute: Callable[[], Result]) -> tuple[Result, float]:
+    def _timed(self, context: RoundContext, compute: Callable[[], Result]) -> tuple[Result, float]:
         """``compute()`` and the seconds it took: the process's CPU seconds on a CPU, else the wall
         seconds with the device synchronised around it."""
         clock = time.process_time if self.device.type == "cpu" else time.perf_counter
-        self.synchronize()
+        context.synchronize()
         started = clock()
         result = compute()
-        self.synchronize()
+        context.synchronize()
         return result, clock() - started
-
-    def synchronize(self) -> None:
-        """Waits for the accelerator's queued work (nothing to wait for on a CPU)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
     # ---------------------------------------------------------------- gradient download step
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:

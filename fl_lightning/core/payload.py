@@ -102,6 +102,10 @@ class RoundContext:
         ``objective`` overrides ``client_objective``."""
         return self._module._local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
 
+    def synchronize(self) -> None:
+        """Waits for the accelerator's queued work (nothing on a CPU): for timing a computation."""
+        self._module._sync()
+
     def answering_clients(self) -> torch.Tensor | None:
         """The clients that answer this round, when they are a pure function of (seed, round):
         the default sampler and no attacker; else None (they may depend on state)."""
@@ -192,11 +196,6 @@ class RoundOutcome:
     direction: torch.Tensor | None = None
     qp_fallbacks: int = 0
     details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def applied(self) -> bool:
-        """Whether the round moved the global model."""
-        return self.direction is not None
 
 
 def as_server_step(proposal: ServerStep | torch.Tensor) -> ServerStep:

@@ -99,7 +99,8 @@ class ClientStateMixin(nn.Module):
                 continue  # setup runs again for every fit/validate: keep the state
             if spec.init == GLOBAL_MODEL:
                 value = self._global_vector().repeat(num_clients, 1)
-            elif callable(spec.init):
+            elif spec.init is not None:
+                assert not isinstance(spec.init, str)  # register_client_state refuses any other name
                 value = spec.init(num_clients)
             else:
                 dtype = spec.dtype or self._state_reference().dtype

@@ -26,11 +26,15 @@ from fl_lightning.choices import did_you_mean
 
 def _text(value: Any) -> Any:
     """YAML's dates (``date: 2026-01-01``) and numbers read as the text they were written as."""
-    return value.isoformat() if isinstance(value, datetime.date) else str(value) if isinstance(value, int | float) \
-        and not isinstance(value, bool) else value
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
 
 
 Text = Annotated[str, BeforeValidator(_text)]
+Required = Annotated[Text, Field(min_length=1)]  # present and not empty
 Number = StrictFloat | StrictInt
 
 
@@ -41,7 +45,7 @@ class _Declared(BaseModel):
 class SideSpec(_Declared):
     """A side of a comparison written out: ``{config, benchmark, quantity}`` (a bare label is the config)."""
 
-    config: Annotated[Text, Field(min_length=1)]
+    config: Required
     benchmark: Text | None = None
     quantity: Text | None = None
 
@@ -66,8 +70,8 @@ class ComparisonSpec(_Declared):
 
 
 class LocationSpec(_Declared):
-    suite: Annotated[Text, Field(min_length=1)]
-    benchmark: Annotated[Text, Field(min_length=1)]
+    suite: Required
+    benchmark: Required
 
 
 class AblationSpec(LocationSpec):
@@ -82,16 +86,16 @@ class AblationSpec(LocationSpec):
 
 
 class RetirementSpec(_Declared):
-    date: Annotated[Text, Field(min_length=1)]
-    reason: Annotated[Text, Field(min_length=1)]
+    date: Required
+    reason: Required
 
 
 class ClaimSpec(_Declared):
-    id: Annotated[Text, Field(min_length=1)]
-    where: Annotated[Text, Field(min_length=1)]
-    claim: Annotated[Text, Field(min_length=1)]
-    quantity: Annotated[Text, Field(min_length=1)]
-    direction: Annotated[Text, Field(min_length=1)]
+    id: Required
+    where: Required
+    claim: Required
+    quantity: Required
+    direction: Required
     quote: Text | None = None
     quantity_note: Text | None = None
     bar: Text | None = None
@@ -108,7 +112,7 @@ class ClaimSpec(_Declared):
 
 
 class CoverageSpec(_Declared):
-    item: Annotated[Text, Field(min_length=1)]
+    item: Required
     claims: list[Text] | None = None
     not_claimed: Text | None = None
 

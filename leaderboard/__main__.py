@@ -1,7 +1,7 @@
 """``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish]
 [--experiments NAME ...]``;
 ``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
-[--format csv parquet] [--all-metrics]`` (the run set as tidy tables: ``leaderboard/export.py``).
+[--format csv parquet] [--all-metrics] [--complete]`` (the run set as tidy tables: ``leaderboard/export.py``).
 
 A build writes ``leaderboard_build/`` in the working directory (git-ignored) unless told where:
 ``--out DIR``, or ``--publish`` for the repository's published site ``leaderboard_site/``.
@@ -47,8 +47,8 @@ def parser() -> argparse.ArgumentParser:
                        help="experiment (suite) names to read (default: every experiment in the store)")
     build.add_argument("--from-export", type=Path, nargs="+", metavar="DIR",
                        help="read the runs from folders written by `export` (or a published site: runs + rounds "
-                            "tables) instead of the store; client accuracy distributions need the store's "
-                            "artifacts and are left out (default: read the store)")
+                            "tables) instead of the store; from an export without --complete, client accuracy "
+                            "distributions need the store's artifacts and are left out (default: read the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
                        help="folder holding <paper>/paper_numbers.yaml (default: the repository's benchmarks/)")
     exporting = commands.add_parser(
@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                            dest="formats", help=f"file formats to write (default: {' '.join(export.FORMATS)})")
     exporting.add_argument("--overwrite", action="store_true",
                            help="replace runs/rounds tables already in --out (without it, the export refuses)")
+    exporting.add_argument("--complete", action="store_true",
+                           help="also write the records table (every tag and metric of each run and its client "
+                                "metrics), so that `build --from-export` reads the runs as the store holds them")
     exporting.add_argument("--all-metrics", action="store_true",
                            help="the rounds table holds every metric the runs logged, not only the histories the "
                                 "leaderboard reads (one more request per run and metric: slower; default: off)")
@@ -93,7 +96,7 @@ def run_export(args: argparse.Namespace) -> int:
     progress = export.ProgressLines()
     try:
         export.export(args.tracking_uri, args.out, args.experiments, args.tags, args.formats, args.all_metrics,
-                      progress, overwrite=args.overwrite)
+                      progress, overwrite=args.overwrite, complete=args.complete)
     except LeaderboardError as error:
         progress.close()
         print(f"error: {error}", file=sys.stderr)

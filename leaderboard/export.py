@@ -47,6 +47,10 @@ series ``cgsv_r/<agent>``, ...); ``--all-metrics`` adds every other metric the r
 request per run and metric: slower). Where a metric was logged twice at one step (a resumed run),
 the value logged last counts, as on the pages.
 
+``--complete`` adds ``records.csv`` / ``records.parquet`` (every tag and metric of each run and its
+client-level artifact: ``leaderboard.export_reading``), so that ``build --from-export`` of the folder
+reads the runs as the store holds them.
+
 Filters: ``--experiments NAME ...`` (as ``build``) and ``--tag KEY=VALUE`` (repeatable: runs whose
 MLflow tag KEY equals VALUE; several values of one key: any of them; several keys: all of them).
 The leaderboard tables (``leaderboard_table``, ``in_means``) are those of the experiments read, as a
@@ -56,7 +60,6 @@ build of those experiments shows them; a tag filter only selects the rows writte
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
@@ -76,11 +79,11 @@ from leaderboard.convergence import (
     convergence_status,
     still_improving,
 )
+from leaderboard.export_reading import RECORDS, ROUNDS, RUNS, records_frame
 from leaderboard.runs import (
     LeaderboardError,
     Progress,
     RunRecord,
-    StoreContents,
     display_uri,
     load_runs,
     metric_history,
@@ -98,8 +101,6 @@ from leaderboard.tag_filters import check_tags_match, matches, parse_tags, prech
 from leaderboard.tasks import TASK_LABELS, canonical_json
 
 FORMATS = ("csv", "parquet")
-RUNS, ROUNDS = "runs", "rounds"
-ROUND_COLUMNS = ("run_id", "round", "metric", "value")
 # Metrics the claims ledger reads at a run's convergence point (``converged_<metric>``).
 CONVERGED_METRICS = (
     Metric.TEST_ACC_MEAN,
@@ -333,15 +334,17 @@ def export(
     all_metrics: bool = False,
     progress: Progress = print,
     overwrite: bool = False,
+    complete: bool = False,
 ) -> list[Path]:
-    """Read the store, write ``runs.<fmt>`` and ``rounds.<fmt>`` into ``out``; returns the files.
+    """Read the store, write ``runs.<fmt>`` and ``rounds.<fmt>`` into ``out`` (and ``records.<fmt>``
+    with ``complete``: ``leaderboard.export_records``); returns the files.
     Bad input (a missing store, an unknown experiment, a malformed or unmatched --tag, an ``out``
     that is a file, a table already there without ``overwrite``) raises ``LeaderboardError``
     before anything is written."""
     formats = check_formats(formats)
     wanted = parse_tags(tags)
     check_out(out)
-    there = [Path(out) / f"{name}.{fmt}" for name in (RUNS, ROUNDS) for fmt in formats
+    there = [Path(out) / f"{name}.{fmt}" for name in (RUNS, ROUNDS, RECORDS) for fmt in formats
              if (Path(out) / f"{name}.{fmt}").exists()]
     if there and not overwrite:
         raise LeaderboardError(f"{', '.join(map(str, there))} already exist{'s' * (len(there) == 1)}: pass --overwrite "
@@ -353,6 +356,8 @@ def export(
     runs = [run for run in store.runs if matches(run.tags, wanted)]
     extra = other_histories(tracking_uri, runs, progress) if all_metrics else {}
     frames = {RUNS: runs_frame(runs, tables), ROUNDS: rounds_frame(runs, extra)}
+    if complete:
+        frames[RECORDS] = records_frame(runs)
     written = write_tables(frames, out, formats)
     progress(f"Exported {len(frames[RUNS])} runs and {len(frames[ROUNDS])} (run, round, metric) rows "
              f"from {display_uri(tracking_uri)}:")
@@ -408,93 +413,3 @@ def write_site_files(runs: Sequence[RunRecord], tables: Iterable[BenchmarkTable]
     else:
         written.append(SITE_FILES[1])
     return written
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading an export back: the runs as the leaderboard reads them, without the store
-# ---------------------------------------------------------------------------------------------
-
-# runs-table column -> the MLflow tag it was read from
-EXPORT_TAGS = {
-    "run_name": Tag.RUN_NAME, "suite": Tag.SUITE, "scale": Tag.SCALE, "paper": Tag.PAPER, "error": Tag.ERROR,
-    "benchmark": Tag.BENCHMARK, "cell": Tag.CELL, "control": Tag.CONTROL, "client_test": Tag.CLIENT_TEST,
-    "client_test_size": Tag.CLIENT_TEST_SIZE, "task_key": Tag.TASK_KEY, "algorithm": Tag.ALGORITHM,
-    "algorithm_config": Tag.ALGORITHM_CONFIG, "seed": Tag.SEED, "data_seed": Tag.DATA_SEED,
-    "git_sha": Tag.GIT_SHA, "machine": Tag.MACHINE, "replay_result": Tag.REPLAY_RESULT,
-}
-# per-run numbers that are not the last value of a history: kept as the run's final metrics
-EXPORT_FINAL_METRICS = (
-    Metric.GLOBAL_TEST_ACC,
-    Metric.TEST_ACC_STD,
-    Metric.TEST_ACC_WORST10,
-    Metric.TEST_ACC_WORST5,
-    Metric.TEST_ACC_VAR,
-    Metric.TEST_ACC_JAIN,
-    Metric.TEST_ACC_BEST5,
-    Metric.CGSV_RHO,
-    Metric.CGSV_RHO_R,
-)
-
-
-def _cell(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _table(folder: Path, name: str) -> pd.DataFrame:
-    parquet, text = folder / f"{name}.parquet", folder / f"{name}.csv"
-    if parquet.exists():
-        return pd.read_parquet(parquet)
-    if text.exists():
-        return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False, na_values=[""])
-    raise LeaderboardError(f"{folder} holds no {name}.parquet or {name}.csv: pass a folder written by "
-                           "`python -m leaderboard export` (or a published site)")
-
-
-def read_export(folders: Sequence[Path], experiments: Sequence[str] | None = None,
-                progress: Progress = print) -> StoreContents:
-    """The runs of one or more exports (``runs`` + ``rounds`` tables, as ``export`` writes them) as
-    ``RunRecord``s: tags, params, histories and final values; the client-level artifact
-    (``clients/final_client_metrics.json``) is not in an export, so figures of client accuracy
-    distributions cannot be drawn from one. A run id met twice keeps its first folder's copy."""
-    records: dict[str, RunRecord] = {}
-    for folder in folders:
-        folder = Path(folder)
-        if not folder.is_dir():
-            raise LeaderboardError(f"--from-export {folder}: no such folder")
-        runs, rounds = _table(folder, RUNS), _table(folder, ROUNDS)
-        histories: dict[str, dict[str, list[tuple[int, float]]]] = {}
-        for run_id, step, metric, value in rounds[list(ROUND_COLUMNS)].itertuples(index=False):
-            histories.setdefault(str(run_id), {}).setdefault(str(metric), []).append((int(step), float(value)))
-        for row in runs.to_dict("records"):
-            run_id = str(row["run_id"])
-            if run_id in records or (experiments and str(row["experiment"]) not in experiments):
-                continue
-            tags = {tag: text for column, tag in EXPORT_TAGS.items() if (text := _cell(row.get(column)))}
-            tags[Tag.TASK] = _cell(row.get("task"))
-            tags[Tag.PER_CLIENT_MODELS] = _cell(bool(row.get("per_client_models")))
-            if _cell(row.get("rounds_planned")) and "num_rounds" in json.loads(row["params"] or "{}") and \
-                    str(json.loads(row["params"])["num_rounds"]) != _cell(row.get("rounds_planned")):
-                tags[Tag.EXTENDED_TO_ROUNDS] = _cell(row.get("rounds_planned"))
-            series = {name: sorted(values) for name, values in histories.get(run_id, {}).items()}
-            metrics = {name: values[-1][1] for name, values in series.items() if values}
-            for name in EXPORT_FINAL_METRICS:
-                if name not in series and _cell(row.get(name)):
-                    metrics[name] = float(row[name])
-            start, end = row.get("start_time"), row.get("end_time")
-            records[run_id] = RunRecord(
-                run_id=run_id, experiment=str(row["experiment"]), status=str(row["status"]),
-                start_time=None if not _cell(start) else pd.Timestamp(start).to_pydatetime(),
-                end_time=None if not _cell(end) else pd.Timestamp(end).to_pydatetime(),
-                tags=tags, params={k: str(v) for k, v in json.loads(row["params"] or "{}").items()},
-                metrics=metrics, histories=series, client_metrics=None,
-                known_code_version=_cell(row.get("code_version")),
-            )
-        progress(f"Read {len(runs)} runs from the export {folder}")
-    runs_read = sorted(records.values(), key=lambda r: (r.start_time is None, r.start_time or 0))
-    names = sorted({r.experiment for r in runs_read})
-    return StoreContents(f"export:{','.join(str(Path(f)) for f in folders)}", names, names, runs_read)

@@ -18,7 +18,7 @@ import mlflow
 from fl_lightning.machine import cpu_model
 from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
-from leaderboard import export
+from leaderboard import export, export_reading
 from leaderboard.figures import write_figures
 from leaderboard.markdown import markdown_table
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
@@ -274,7 +274,7 @@ def build_site(
     check_output(Path(out))
     claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before the store is read
     load_plan(paper_root), load_amendments(paper_root), ledger.load_coverage(paper_root)  # and the plan
-    store = (export.read_export(from_export, experiments, progress) if from_export
+    store = (export_reading.read_export(from_export, experiments, progress) if from_export
              else load_runs(tracking_uri, experiments, progress))
     paper_numbers, warnings = load_paper_numbers(paper_root)
     for warning in warnings:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the leaderboard package lives at the repository root
 
-from leaderboard import export  # noqa: E402
+from leaderboard import export, export_reading  # noqa: E402
 from leaderboard.__main__ import main as leaderboard_main  # noqa: E402
 from leaderboard.convergence import converged, still_improving  # noqa: E402
 from leaderboard.runs import HISTORY_METRICS, load_runs, report_count  # noqa: E402
@@ -111,6 +111,11 @@ def store(tmp_path_factory) -> dict:
         ids[f"CGSV/{seed}"] = log_run(client, b, SUITE_B, "CGSV(beta=1.0)", seed, 0.60 + 0.02 * seed, minute=50 + seed,
                                       tags={"paper": "cgsv", "per_client_models": "true"},
                                       extra=[*agents, Metric("cgsv_rho", 40.0 + seed, START, ROUNDS)])
+    # the client-level artifact a fit writes at its end (a complete export carries it)
+    client.log_dict(ids["CGSV/0"], {"status": "FINISHED", "rounds_completed": ROUNDS,
+                                    "clients": {"client": [0, 1, 2], "test_accuracy": [0.5, 0.625, float("nan")],
+                                                "num_test": [8, 8, 0]}}, "clients/final_client_metrics.json")
+    client.set_tag(ids["CGSV/0"], "note", "a tag the runs table has no column for")
     ids["other-task"] = log_run(client, b, SUITE_B, "FedAvg", 0, 0.9, minute=60, tags=task_tags(num_rounds=12))
     # an older run: no task tag, its task rebuilt from params (mixed types in a task column)
     ids["untagged"] = log_run(client, b, SUITE_B, "FedAvg", 1, 0.65, minute=61,
@@ -235,7 +240,7 @@ def test_parquet_holds_the_same_as_csv_with_types(exported):
         assert parquet[column].equals(csv[column].astype("float64")), column
     rounds = pd.read_parquet(exported["out"] / "rounds.parquet")
     assert len(rounds) == len(exported["rounds"])
-    assert list(rounds.columns) == list(export.ROUND_COLUMNS)
+    assert list(rounds.columns) == list(export_reading.ROUND_COLUMNS)
 
 
 # --- the rounds table ------------------------------------------------------------------------------
@@ -252,7 +257,7 @@ def mlflow_history(client: MlflowClient, run_id: str, name: str) -> dict[int, fl
 
 def test_rounds_table_is_one_row_per_run_round_metric_and_equals_mlflow(exported, store):
     rounds = exported["rounds"]
-    assert list(rounds.columns) == list(export.ROUND_COLUMNS)
+    assert list(rounds.columns) == list(export_reading.ROUND_COLUMNS)
     assert not rounds.duplicated(["run_id", "round", "metric"]).any()
     client = store["client"]
     for run in exported["leaderboard"].runs:
@@ -311,7 +316,7 @@ def test_empty_selection_writes_headers_only(tmp_path):
     assert leaderboard_main(["export", "--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert runs.empty and {"run_id", "task_key", "test_acc_mean", "converged_test_acc_mean"} <= set(runs.columns)
-    assert list(pd.read_csv(tmp_path / "out" / "rounds.csv").columns) == list(export.ROUND_COLUMNS)
+    assert list(pd.read_csv(tmp_path / "out" / "rounds.csv").columns) == list(export_reading.ROUND_COLUMNS)
 
 
 # --- bad input: one line, exit 2, nothing written ----------------------------------------------------
@@ -437,3 +442,43 @@ def test_an_export_over_tables_already_there_is_refused_unless_asked(store, tmp_
     assert (out / "runs.csv").read_text() == "a user's own table\n" and not (out / "rounds.csv").exists()
     assert run_export(store, out, "--format", "csv", "--overwrite") == 0
     assert pd.read_csv(out / "runs.csv")["run_id"].nunique() > 1
+
+
+# --- a complete export: the runs as the store holds them -------------------------------------------
+
+
+def comparable(run) -> dict:
+    """A run's fields as a build reads them, NaN written as text (NaN != NaN); the code version is
+    left out (read from git for a store, from the export's column for an export)."""
+    def plain(value):
+        if isinstance(value, float) and math.isnan(value):
+            return "NaN"
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return value
+    fields = {name: getattr(run, name) for name in ("run_id", "experiment", "status", "start_time", "end_time",
+                                                    "tags", "params", "metrics", "histories", "client_metrics")}
+    return plain(fields)
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_a_complete_export_reads_back_as_the_store_holds_the_runs(store, tmp_path, file_format):
+    out = tmp_path / "complete"
+    assert run_export(store, out, "--all-metrics", "--complete", "--format", file_format) == 0
+    assert (out / f"records.{file_format}").exists()
+    from_store = {run.run_id: comparable(run) for run in load_runs(store["uri"], progress=lambda m: None).runs}
+    from_export = {run.run_id: comparable(run)
+                   for run in export_reading.read_export([out], progress=lambda m: None).runs}
+    assert from_store.keys() == from_export.keys() and len(from_store) == len(store["ids"])
+    for run_id, fields in from_store.items():
+        assert from_export[run_id] == fields, run_id
+    # the artifact and a tag the runs table has no column for come back; a plain export loses them
+    cgsv = store["ids"]["CGSV/0"]
+    assert from_export[cgsv]["client_metrics"]["clients"]["test_accuracy"] == [0.5, 0.625, "NaN"]
+    plain_out = tmp_path / "plain"
+    assert run_export(store, plain_out, "--format", file_format) == 0
+    plain = {run.run_id: run for run in export_reading.read_export([plain_out], progress=lambda m: None).runs}
+    assert plain[cgsv].client_metrics is None and "note" not in plain[cgsv].tags
+    assert from_export[cgsv]["tags"]["note"] == "a tag the runs table has no column for"

@@ -1,5 +1,5 @@
 """The runner's command line: ``fl-benchmarks`` / ``python -m benchmarks`` (``run`` a suite,
-``list`` the suites with their sizes and estimated times)."""
+``list`` the suites with their sizes and estimated times, run the claims ``ledger`` in parts)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import importlib.util
 import os
 import re
 import sys
+from pathlib import Path
 
 from benchmarks.launchers import SUBMITIT_MISSING
+from benchmarks.ledger import DEFAULT_EXPORTS, run_ledger
 from benchmarks.runner import run_suite
 from benchmarks.suites import Cell, list_suites, load_suite, program_name
 from fl_lightning.one_line import OneLineParser
@@ -121,7 +123,25 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list the suites: runs, estimated time, description",
                    description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
                                "--jobs 1 and the first sentence of its description.")
+    ledger = sub.add_parser(
+        "ledger", help="run the offline claims ledger's suites, exporting each finished one (resumable)",
+        description="Run every offline suite the claims read, one after the other; when a suite has finished "
+                    "every run, write its complete export to EXPORTS/<suite> and skip it from then on, so that "
+                    "the ledger can run in parts, on machines replaced between them.")
+    ledger.add_argument("--exports", type=Path, default=Path(DEFAULT_EXPORTS), metavar="EXPORTS",
+                        help="the folder of the suites' exports (default: %(default)s/ in the working folder)")
+    ledger.add_argument("--jobs", type=int, default=1,
+                        help="runs in parallel, each in its own worker process (default: %(default)s)")
+    ledger.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
+                        help=f"the MLflow store the runs log to (default: $MLFLOW_TRACKING_URI, else "
+                             f"{DEFAULT_TRACKING_URI})")
     args = parser.parse_args(argv)
+    if args.command == "ledger":
+        if args.jobs < 1:
+            ledger.error("--jobs must be >= 1")
+        if args.exports.exists() and not args.exports.is_dir():
+            ledger.error(f"--exports {args.exports} is a file: give a folder")
+        return run_ledger(args.tracking_uri, args.exports, args.jobs)
     if args.command == "list":
         try:
             print("\n".join(suite_table(prog)), flush=True)

@@ -46,7 +46,9 @@ def flat(text: str) -> str:
 def test_fl_benchmarks_help_shows_the_defaults(tmp_path):
     runner = script("fl-benchmarks")
     top = flat(run_outside(tmp_path, runner, "--help").stdout)
-    assert top.startswith("usage: fl-benchmarks ") and "{run,list}" in top
+    assert top.startswith("usage: fl-benchmarks ") and "{run,list,ledger}" in top
+    ledger = flat(run_outside(tmp_path, runner, "ledger", "--help").stdout)
+    assert "(default: ledger_exports/ in the working folder)" in ledger and "(default: 1)" in ledger
     run = flat(run_outside(tmp_path, runner, "run", "--help").stdout)
     assert run.startswith("usage: fl-benchmarks run ")
     for default in ("(default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db)", "(default: 1)",

@@ -90,7 +90,12 @@ def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tup
             print(f"ledger: {name} did not finish every run (exit status {status}); it is not exported. "
                   f"Run the ledger again to resume it.", flush=True)
             return status
-        print(f"ledger: {name} exported to {export(tracking_uri, experiment, exports)}", flush=True)
+        try:
+            print(f"ledger: {name} exported to {export(tracking_uri, experiment, exports)}", flush=True)
+        except (subprocess.CalledProcessError, OSError) as error:
+            print(f"ledger: {name} finished but its export failed ({error}); its runs are in the store. "
+                  "Run the ledger again to export it.", flush=True)
+            return 1
     print(f"\nledger: every suite is exported in {exports}. Build from them:  "
           f"fl-leaderboard build --from-export {exports}/*", flush=True)
     return 0

@@ -94,3 +94,15 @@ def test_a_file_given_as_the_exports_folder_is_refused(tmp_path, capsys):
         main(["ledger", "--exports", str(target), "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"])
     assert "is a file: give a folder" in capsys.readouterr().err
     assert not (tmp_path / "runs.db").exists()
+
+
+def test_a_failed_export_is_said_in_one_line_and_the_suite_stays_unexported(tmp_path, capsys):
+    import subprocess
+
+    def failing_export(tracking_uri: str, experiment: str, exports: Path) -> Path:
+        raise subprocess.CalledProcessError(2, ["python", "-m", "leaderboard", "export"])
+
+    status = run_ledger("sqlite:///unused.db", tmp_path / "exports", suites=[("a/offline", "a-offline")],
+                        run=lambda name, **options: 0, export=failing_export)
+    assert status == 1 and list((tmp_path / "exports").iterdir()) == []
+    assert "a/offline finished but its export failed" in capsys.readouterr().out

@@ -114,6 +114,22 @@ def test_a_yaml_error_names_the_file(tmp_path):
 
 # --- values at the convergence point ------------------------------------------------------------
 
+def test_a_malformed_suite_file_is_refused_naming_it_not_skipped(tmp_path):
+    """The claims' suites are read by the runner's own suite format: a suite file the runner would
+    refuse is refused here too (once it was skipped, and its claims said "suite not defined")."""
+    (tmp_path / "fedfv").mkdir()
+    good = {"suite": "mine-offline", "paper": "fedfv", "scale": "offline", "base": {},
+            "benchmarks": [{"name": "digits/iid/full/fl_logreg"}],
+            "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}]}
+    (tmp_path / "fedfv" / "mine.yaml").write_text(yaml.safe_dump(good))
+    (tmp_path / "fedfv" / "claims.yaml").write_text("claims: []\n")  # beside the suites, not one
+    suites = ledger.suite_files(tmp_path)
+    assert list(suites) == ["mine-offline"] and suites["mine-offline"].benchmarks == ("digits/iid/full/fl_logreg",)
+    (tmp_path / "fedfv" / "mine.yaml").write_text(yaml.safe_dump({**good, "benchmark": []}))
+    with pytest.raises(ledger.ClaimsError, match=r"mine.yaml.*unknown key 'benchmark'.*did you mean 'benchmarks'"):
+        ledger.suite_files(tmp_path)
+
+
 def test_a_run_is_read_at_the_final_evaluation_or_the_mean_of_its_last_k():
     record = run("A", 0, [0.5, 0.7, 0.8, 0.9, 0.7])
     assert ledger.quantity_value(record, "mean") == pytest.approx(70.0)  # the plan's primary point: final

@@ -14,6 +14,8 @@ import jinja2
 import yaml
 from pydantic import ValidationError
 
+from benchmarks.suite_schema import SuiteFormatError, SuiteSpec
+from benchmarks.suites import NOT_SUITES
 from leaderboard.claims.claims_format import (
     ClaimsFileSpec,
     ClaimSpec,
@@ -361,16 +363,25 @@ class SuiteFile:
 
 
 def suite_files(root: Path = DEFAULT_ROOT) -> dict[str, SuiteFile]:
-    """The suites defined under ``root`` (``<paper>/<name>.yaml`` with a ``suite`` key), by suite name."""
+    """The suites defined under ``root`` (``<paper>/<name>.yaml`` with a ``suite`` key), by suite
+    name, each read by the runner's own suite format (``benchmarks.suite_schema``): a malformed
+    suite file is a ClaimsError naming it, never a suite the claims silently miss."""
     suites = {}
     for path in sorted(Path(root).glob("*/*.yaml")):
-        try:
-            spec = yaml.safe_load(path.read_text())
-        except yaml.YAMLError:
+        if path.stem in NOT_SUITES:
             continue
-        if isinstance(spec, Mapping) and spec.get("suite") and isinstance(spec.get("benchmarks"), list):
-            names = tuple(str(b.get("name")) for b in spec["benchmarks"] if isinstance(b, Mapping))
-            suites[str(spec["suite"])] = SuiteFile(str(spec["suite"]), f"{path.parent.name}/{path.stem}", names)
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ClaimsError(f"{path}: not valid YAML ({error})") from None
+        if not (isinstance(raw, Mapping) and "suite" in raw):
+            continue  # not a suite file
+        try:
+            spec = SuiteSpec.parse(raw, str(path))
+        except SuiteFormatError as error:
+            raise ClaimsError(str(error)) from None
+        names = tuple(benchmark.name for benchmark in spec.benchmarks)
+        suites[spec.suite] = SuiteFile(spec.suite, f"{path.parent.name}/{path.stem}", names)
     return suites
 
 

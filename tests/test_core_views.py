@@ -110,6 +110,48 @@ def test_clients_whose_samples_are_the_rows_in_order_give_the_bits_of_the_gather
     assert torch.equal(losses.nan_to_num(-1), copied[0][[2, 0, 1, 3, 4]].nan_to_num(-1))
 
 
+@pytest.mark.parametrize("name, shape", [("fl_cnn_mnist", (1, 28, 28)), ("fl_text_cnn", (40,)),
+                                         ("fl_mlp", (1, 28, 28)), ("fl_logreg", (60,))])
+def test_chunks_sized_by_the_activations_give_the_bits_of_one_chunk(name, shape, monkeypatch):
+    """Evaluation chunks hold as many rows as keep their activations within the budget (128 rows
+    of the MNIST CNN, 8,192 of an MLP): the losses and accuracies equal, to the bit, those of one
+    chunk of every sample, through the shared path and the per-client (vmap) path (whose forward
+    runs in pieces inside a pass of 256 positions)."""
+    from fl_lightning.core import evaluation
+    from fl_lightning.core.evaluation import activation_bytes_per_sample, rows_within_budget
+    from fl_lightning.core.flat import ParameterLayout, model_vector
+
+    generator = torch.Generator().manual_seed(1)
+    model = create_fl_model(name, 10, shape)
+    n = 600
+    x = (torch.randint(0, 50, (n, *shape), generator=generator) if name == "fl_text_cnn"
+         else torch.randn(n, *shape, generator=generator))
+    y = torch.randint(0, 10, (n,), generator=generator)
+    sizes = torch.tensor([250, 0, 350])
+    index = torch.stack([torch.arange(350), torch.zeros(350, dtype=torch.long), torch.arange(250, 600)])
+    rows = rows_within_budget(activation_bytes_per_sample(model, x[0]), 64, 8192)
+    assert (rows < 8192) == name.startswith("fl_cnn") or name == "fl_text_cnn"
+    chosen = evaluate_clients(model, x, y, index, sizes)
+    whole = evaluate_clients(model, x, y, index, sizes, chunk_size=8192)
+    assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip(chosen, whole))
+    layout = ParameterLayout.of(model)
+    params = torch.stack([model_vector(model, layout) * (1 + 0.01 * k) for k in range(3)])
+    chosen = evaluate_clients_stacked(model, layout, params, x, y, index, sizes)
+    with monkeypatch.context() as patched:  # the budget of a whole pass in one forward
+        patched.setattr(evaluation, "ACTIVATION_BUDGET_BYTES", 2**40)
+        whole = evaluate_clients_stacked(model, layout, params, x, y, index, sizes)
+    assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip(chosen, whole))
+
+
+def test_the_module_keeps_the_sample_positions_between_rounds():
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(60,))
+    kept = module._evaluator.kept
+    assert module._evaluator.kept is kept  # one per module, not one per access
+    index, sizes = torch.arange(6).view(2, 3), torch.tensor([3, 2])
+    first = kept.of(index, sizes)
+    assert kept.of(index.clone(), sizes.clone()) is first and kept.of(index, torch.tensor([3, 3])) is not first
+
+
 class PersonalCopies(FedAvg):
     """Evaluates K identical copies of the global model through the per-client path."""
 

@@ -14,7 +14,7 @@ from torch import nn
 from fl_lightning import private_api
 from fl_lightning.core import simulation
 from fl_lightning.core.distributed import world_size
-from fl_lightning.core.federation_evaluation import FederationEvaluator
+from fl_lightning.core.federation_evaluation import FederationEvaluator, KeptPositions
 from fl_lightning.core.flat import model_vector
 from fl_lightning.core.local import ClientShards, LocalSGD, batch_order
 from fl_lightning.core.simulation import round_generator
@@ -102,8 +102,12 @@ class EngineAccess(nn.Module):
 
     @property
     def _evaluator(self) -> FederationEvaluator:
-        """Evaluates clients under shared or per-client models, split across ranks."""
-        return FederationEvaluator(self.model, self._layout, private_api.attached_trainer(self))
+        """Evaluates clients under shared or per-client models, split across ranks; the sample
+        positions of the last clients evaluated are kept on the module between rounds."""
+        kept = self.__dict__.get("_kept_positions")
+        if kept is None:
+            kept = self.__dict__["_kept_positions"] = KeptPositions()
+        return FederationEvaluator(self.model, self._layout, private_api.attached_trainer(self), kept)
 
     @property
     def _round_index(self) -> int:

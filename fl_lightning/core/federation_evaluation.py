@@ -24,6 +24,19 @@ from fl_lightning.run_schema import Metric
 Sets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, index (K, n), sizes (K,)
 
 
+class KeptPositions:
+    """The sample positions of the last clients a shared model was evaluated on, kept between
+    rounds by the module: under full participation every round evaluates the same clients."""
+
+    def __init__(self) -> None:
+        self.last: SamplePositions | None = None
+
+    def of(self, index: torch.Tensor, sizes: torch.Tensor) -> SamplePositions:
+        if self.last is None or not self.last.describes(index, sizes):
+            self.last = SamplePositions(index, sizes)
+        return self.last
+
+
 class FederationEvaluator:
     """Evaluates a federation's clients on the data module's test sets.
 
@@ -31,21 +44,20 @@ class FederationEvaluator:
     vector for another shared model (AFL's averaged iterate), or (K, d), one model per client.
     """
 
-    def __init__(self, model: nn.Module, layout: ParameterLayout, trainer: Any = None) -> None:
+    def __init__(self, model: nn.Module, layout: ParameterLayout, trainer: Any = None,
+                 kept: KeptPositions | None = None) -> None:
         self.model, self.layout, self.trainer = model, layout, trainer
-        self._positions: SamplePositions | None = None  # of the last clients ``shared`` evaluated
+        self.kept = kept if kept is not None else KeptPositions()
 
     def shared(self, model: nn.Module, sets: Sets) -> tuple[torch.Tensor, torch.Tensor]:
-        """``evaluate_clients`` of one shared model, the clients split across ranks. The sample
-        positions of the last call are kept: under full participation every round evaluates
-        the same clients."""
+        """``evaluate_clients`` of one shared model, the clients split across ranks, with the
+        sample positions ``kept`` from the last call where the clients are the same."""
         x, y, index, sizes = sets
 
         def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
             block_index, block_sizes = index[rows], sizes[rows]
-            if self._positions is None or not self._positions.describes(block_index, block_sizes):
-                self._positions = SamplePositions(block_index, block_sizes)
-            return evaluate_clients(model, x, y, block_index, block_sizes, positions=self._positions)
+            positions = self.kept.of(block_index, block_sizes)
+            return evaluate_clients(model, x, y, block_index, block_sizes, positions=positions)
         losses, accuracies = across_ranks(self.trainer, int(sizes.shape[0]), block)
         return losses, accuracies
 

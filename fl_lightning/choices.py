@@ -20,6 +20,12 @@ def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
+def unknown_key_message(key: str, known: typing.Sequence[str]) -> str:
+    """The refusal of a key a file format does not take (``key``: where it sits, dotted; the
+    did-you-mean compares its last part): ``unknown key 'a.windw'; did you mean 'window'?; valid: ...``."""
+    return f"unknown key {key!r}{did_you_mean(key.rpartition('.')[2], list(known))}; valid: {', '.join(known)}"
+
+
 def unknown_algorithm(args: list[str], known: typing.Collection[str]) -> str | None:
     """The value of ``--model`` on a command line when it names no algorithm of ``known`` and
     is a bare name (a class path, a file or an inline dict is LightningCLI's to check)."""

@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from fl_lightning.choices import did_you_mean
+from fl_lightning.choices import unknown_key_message
 from fl_lightning.run_schema import Metric
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -130,7 +130,7 @@ def _problem(error: ValidationError) -> str:
     if first["type"] == "missing" and not first["loc"]:
         return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
     if first["type"] == "extra_forbidden":
-        return f"unknown key {key!r}{did_you_mean(key, ENTRY_KEYS)}; valid: {', '.join(ENTRY_KEYS)}"
+        return unknown_key_message(key, ENTRY_KEYS)
     if first["type"] == "model_type":
         return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
     if first["type"] == "value_error":

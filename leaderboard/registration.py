@@ -29,7 +29,7 @@ from pydantic import (
     ValidationError,
 )
 
-from fl_lightning.choices import did_you_mean
+from fl_lightning.choices import unknown_key_message
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import LeaderboardError
 
@@ -146,10 +146,9 @@ def _said(error: ValidationError, model: type[BaseModel]) -> str:
     first = error.errors()[0]
     key = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
     if first["type"] == "extra_forbidden":
-        *within, name = key.split(".")
+        within = key.split(".")[:-1]
         nested = NESTED.get(within[0], model) if within else model
-        known = list(nested.model_fields)
-        return f"unknown key {key!r}{did_you_mean(name, known)}; known: {', '.join(known)}"
+        return unknown_key_message(key, list(nested.model_fields))
     if first["type"] == "value_error":
         return str(first["ctx"]["error"])
     if first["type"] == "missing":

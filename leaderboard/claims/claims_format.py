@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from fl_lightning.choices import did_you_mean
+from fl_lightning.choices import unknown_key_message
 
 
 def _text(value: Any) -> Any:
@@ -155,7 +155,7 @@ def refusal(error: ValidationError, model: type[BaseModel]) -> str:
     said = ", ".join(items) + ": " if items else ""
     if first["type"] == "extra_forbidden":
         known = _fields_at(model, names[:-1])
-        return f"{said}unknown key {names[-1]!r}{did_you_mean(names[-1], known)}; valid: {', '.join(known)}"
+        return f"{said}{unknown_key_message(names[-1], known)}"
     if first["type"] == "value_error":
         return f"{said}{first['ctx']['error']}"
     if first["type"] == "missing" and len(names) == 1:

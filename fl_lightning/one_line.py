@@ -4,14 +4,37 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+from typing import Any
 
 
 class OneLineParser(argparse.ArgumentParser):
     """A usage error in one line (what is wrong, where the help is), exit code 2, instead of
-    argparse's usage block followed by the error."""
+    argparse's usage block followed by the error; a mistyped option gets a did-you-mean from the
+    options of the command it was given to."""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(parsed)
+            options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+            mistyped = next((a.split("=")[0] for a in extras if a.startswith("--")), None)
+            close = difflib.get_close_matches(mistyped, options, n=1) if mistyped else []
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand ``parsed`` chose (itself when it has none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, argparse.ArgumentParser):
+                    return chosen
+        return self
 
 
 def first_line(text: object, default: str = "") -> str:

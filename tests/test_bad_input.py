@@ -418,8 +418,11 @@ CASES = [
          SystemExit, r"^python -m benchmarks run: error: argument --seeds: invalid int value: 'one' "
                      r"\(see python -m benchmarks run --help\)\n$", "stderr"),
     case("replay-option-mistyped", lambda tmp: replay_main(["--sampel", "5"]),
-         SystemExit, r"^fl-lightning replay: error: unrecognized arguments: --sampel "
+         SystemExit, r"^fl-lightning replay: error: unrecognized arguments: --sampel; did you mean '--sample'\? "
                      r"\(see fl-lightning replay --help\)\n$", "stderr"),
+    case("runner-option-mistyped", lambda tmp: command_line.main(["run", "fedfv/offline", "--jobz", "2"]),
+         SystemExit, r"^python -m benchmarks run: error: unrecognized arguments: --jobz 2; did you mean '--jobs'\? "
+                     r"\(see python -m benchmarks run --help\)\n$", "stderr"),
 ]
 
 

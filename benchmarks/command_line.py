@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the folder of the suites' exports (default: %(default)s/ in the working folder)")
     ledger.add_argument("--jobs", type=int, default=1,
                         help="runs in parallel, each in its own worker process (default: %(default)s)")
+    ledger.add_argument("--dry-run", action="store_true",
+                        help="list the suites left and their estimated time (creates nothing)")
     ledger.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
                         help=f"the MLflow store the runs log to (default: $MLFLOW_TRACKING_URI, else "
                              f"{DEFAULT_TRACKING_URI})")
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             ledger.error("--jobs must be >= 1")
         if args.exports.exists() and not args.exports.is_dir():
             ledger.error(f"--exports {args.exports} is a file: give a folder")
-        return run_ledger(args.tracking_uri, args.exports, args.jobs)
+        return run_ledger(args.tracking_uri, args.exports, args.jobs, dry_run=args.dry_run)
     if args.command == "list":
         try:
             print("\n".join(suite_table(prog)), flush=True)

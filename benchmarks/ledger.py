@@ -68,21 +68,42 @@ def export_suite(tracking_uri: str, experiment: str, exports: Path) -> Path:
     return final
 
 
+def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int) -> list[str]:
+    """``--dry-run``: one line per suite (exported, or its runs and estimated time at ``jobs``; the
+    runner's estimate for a clean store) and the time left in all; reads nothing but the suites."""
+    from benchmarks.command_line import estimate_suite
+    from benchmarks.plan import _duration
+
+    lines, left = [], 0.0
+    for name, experiment in suites:
+        if (exports / experiment).is_dir():
+            lines.append(f"  {name:<38} exported")
+            continue
+        cells = load_suite(name)
+        seconds, _ = estimate_suite(cells)
+        left += seconds / jobs
+        lines.append(f"  {name:<38} {len(cells):>5} runs  about {_duration(seconds / jobs)}")
+    return lines + [f"left: about {_duration(left)} at --jobs {jobs} (from the published ledger's run times)"]
+
+
 def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tuple[str, str]] | None = None,
                run: Callable[..., int] | None = None,
-               export: Callable[[str, str, Path], Path] = export_suite) -> int:
+               export: Callable[[str, str, Path], Path] = export_suite, dry_run: bool = False) -> int:
     """Runs and exports every ledger suite not yet in ``exports`` (see the module's docstring); the
     exit status: 0 when every suite is exported, else the first suite's that did not finish (the
-    suites after it wait, so the parts stay in order)."""
+    suites after it wait, so the parts stay in order). ``dry_run``: says what is left, creates nothing."""
     from benchmarks.runner import run_suite
 
     run = run_suite if run is None else run
     suites = ledger_suites() if suites is None else suites
     exports = Path(exports)
-    exports.mkdir(parents=True, exist_ok=True)
     todo = [(name, experiment) for name, experiment in suites if not (exports / experiment).is_dir()]
     print(f"ledger: {len(suites)} suites, {len(suites) - len(todo)} already exported in {exports}, "
           f"{len(todo)} to run", flush=True)
+    if dry_run:
+        print("\n".join(plan_lines(suites, exports, jobs)), flush=True)
+        return 0
+    exports.mkdir(parents=True, exist_ok=True)
     for number, (name, experiment) in enumerate(todo, start=1):
         print(f"\n=== ledger suite {number}/{len(todo)}: {name}", flush=True)
         status = run(name, jobs=jobs, tracking_uri=tracking_uri)

@@ -106,3 +106,17 @@ def test_a_failed_export_is_said_in_one_line_and_the_suite_stays_unexported(tmp_
                         run=lambda name, **options: 0, export=failing_export)
     assert status == 1 and list((tmp_path / "exports").iterdir()) == []
     assert "a/offline finished but its export failed" in capsys.readouterr().out
+
+
+def test_a_dry_run_says_what_is_left_and_creates_nothing(tmp_path, capsys):
+    exports = tmp_path / "exports"
+    assert main(["ledger", "--dry-run", "--jobs", "2", "--exports", str(exports),
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"]) == 0
+    out = capsys.readouterr().out
+    assert "16 suites, 0 already exported" in out and "cgsv/ablations_offline" in out and "110 runs" in out
+    assert "left: about" in out and "at --jobs 2" in out
+    assert list(tmp_path.iterdir()) == []  # no store, no exports folder
+    (exports / "cgsv-ablations-offline").mkdir(parents=True)
+    assert main(["ledger", "--dry-run", "--exports", str(exports)]) == 0
+    out = capsys.readouterr().out
+    assert "1 already exported" in out and "cgsv/ablations_offline                   exported" in out

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from benchmarks.launchers import SUBMITIT_MISSING
 from benchmarks.ledger import DEFAULT_EXPORTS, run_ledger
+from benchmarks.plan import estimate_suite
 from benchmarks.runner import run_suite
-from benchmarks.suites import Cell, list_suites, load_suite, program_name
+from benchmarks.suites import list_suites, load_suite, program_name
 from fl_lightning.one_line import OneLineParser
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 
@@ -23,17 +24,6 @@ LIST_WIDTH = 100
 def first_sentence(text: str) -> str:
     """The first sentence of a suite's description (up to a full stop before a capital)."""
     return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
-
-
-def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
-    """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
-    store's runs: the published ledger's run times where it has the cell, else its benchmark's other
-    configurations' there, else the perf figures (``plan.cell_estimates``)."""
-    from benchmarks.plan import cell_estimates, published_durations
-
-    published = published_durations(cells[0].suite) if cells else {}
-    seconds = [estimate for estimate, _ in cell_estimates(cells, {}, published)]
-    return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)
 
 
 def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:

@@ -71,8 +71,7 @@ def export_suite(tracking_uri: str, experiment: str, exports: Path) -> Path:
 def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int) -> list[str]:
     """``--dry-run``: one line per suite (exported, or its runs and estimated time at ``jobs``; the
     runner's estimate for a clean store) and the time left in all; reads nothing but the suites."""
-    from benchmarks.command_line import estimate_suite
-    from benchmarks.plan import _duration
+    from benchmarks.plan import _duration, estimate_suite
 
     lines, left = [], 0.0
     for name, experiment in suites:

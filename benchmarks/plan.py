@@ -23,9 +23,13 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_lightning import run_schema as schema
 from fl_lightning.run_schema import Tag
+
+if TYPE_CHECKING:
+    from benchmarks.suites import Cell
 
 PERF_RESULTS = Path(__file__).resolve().parent / "perf" / "results"
 PERF_FILES = "perf_cpu*.json"  # perf_cpu.json and further models measured into perf_cpu_<what>.json
@@ -326,3 +330,12 @@ def run_durations(tracking_uri: str, suite: str) -> dict[str, list[float]]:
         token = page.token
         if not token:
             return durations
+
+
+def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
+    """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
+    store's runs: the published ledger's run times where it has the cell, else its benchmark's other
+    configurations' there, else the perf figures (``plan.cell_estimates``)."""
+    published = published_durations(cells[0].suite) if cells else {}
+    seconds = [estimate for estimate, _ in cell_estimates(cells, {}, published)]
+    return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)

@@ -238,7 +238,7 @@ def known_flags() -> frozenset[str]:
     for cls in ALGORITHMS.values():
         flags |= {f"--model.{name}" for name in signature_defaults(cls)}
         flags |= {f"--model.init_args.{name}" for name in signature_defaults(cls)}
-    for command in (["run", "--help"], ["list", "--help"]):
+    for command in (["run", "--help"], ["list", "--help"], ["ledger", "--help"]):
         flags |= help_flags(lambda c=command: benchmarks_main(c))
     flags |= help_flags(lambda: leaderboard_main(["build", "--help"]))
     flags |= help_flags(lambda: leaderboard_main(["export", "--help"]))

@@ -25,6 +25,7 @@ import pandas as pd
 
 from fl_lightning.run_schema import Metric, Tag
 from leaderboard.runs import (
+    EXPORT_PREFIX,
     HISTORY_METRICS,
     LeaderboardError,
     Progress,
@@ -160,4 +161,4 @@ def read_export(folders: Sequence[Path], experiments: Sequence[str] | None = Non
         progress(f"Read {len(runs)} runs from the export {folder}")
     runs_read = sorted(records.values(), key=lambda r: (r.start_time is None, r.start_time or 0))
     names = sorted({r.experiment for r in runs_read})
-    return StoreContents(f"export:{','.join(str(Path(f)) for f in folders)}", names, names, runs_read)
+    return StoreContents(f"{EXPORT_PREFIX}{','.join(str(Path(f)) for f in folders)}", names, names, runs_read)

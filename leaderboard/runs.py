@@ -69,6 +69,7 @@ AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lamb
 # Logged once per round: the largest step among them is the number of completed rounds.
 PER_ROUND_METRICS = ("client_time_s", "server_time_s", Metric.CONFLICTS_MODEL)
 CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"
+EXPORT_PREFIX = "export:"  # a StoreContents read from exports: "export:<folder>,<folder>"
 FINISHED = "FINISHED"
 # How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
 # client its own test, so only they make a spread across clients a fairness statement.
@@ -302,7 +303,11 @@ def display_uri(uri: str) -> str:
 
 def store_name(uri: str) -> str:
     """What the page may say about the store: a file's name (``sqlite:////home/me/mlruns.db`` ->
-    ``mlruns.db``), a server's host; never a local absolute path, never a password."""
+    ``mlruns.db``), a server's host, the folders of exports (``2 exports: a, b``); never a local
+    absolute path, never a password."""
+    if uri.startswith(EXPORT_PREFIX):
+        names = [Path(folder.rstrip("/")).name for folder in uri.removeprefix(EXPORT_PREFIX).split(",")]
+        return f"{len(names)} export{'s' * (len(names) > 1)}: {', '.join(names)}"
     parts = urlsplit(uri)
     if parts.scheme in ("http", "https", "databricks") or (parts.netloc and parts.scheme != "file"):
         host = parts.netloc.rsplit("@", 1)[-1]

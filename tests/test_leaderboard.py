@@ -979,6 +979,8 @@ def test_store_names():
     from leaderboard.runs import store_name
 
     assert store_name("sqlite:///mlruns.db") == "mlruns.db"
+    assert store_name("export:/home/me/a-offline,/home/me/b-offline/") == "2 exports: a-offline, b-offline"
+    assert store_name("export:results") == "1 export: results"
     assert store_name("sqlite:////home/someone/work/mlruns.db") == "mlruns.db"
     assert store_name("file:///home/someone/mlruns") == "mlruns"
     assert store_name("http://user:secret@mlflow.example.org:5000") == "http://mlflow.example.org:5000"

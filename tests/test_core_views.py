@@ -131,6 +131,7 @@ def test_chunks_sized_by_the_activations_give_the_bits_of_one_chunk(name, shape,
     index = torch.stack([torch.arange(350), torch.zeros(350, dtype=torch.long), torch.arange(250, 600)])
     rows = rows_within_budget(activation_bytes_per_sample(model, x[0]), 64, 8192)
     assert (rows < 8192) == name.startswith("fl_cnn") or name == "fl_text_cnn"
+    assert evaluation._rows(model, torch.empty(5, *shape, device="meta"), 1, 64, 8192) == 8192  # not a CPU: as before
     chosen = evaluate_clients(model, x, y, index, sizes)
     whole = evaluate_clients(model, x, y, index, sizes, chunk_size=8192)
     assert all(torch.equal(a.nan_to_num(-1), b.nan_to_num(-1)) for a, b in zip(chosen, whole))

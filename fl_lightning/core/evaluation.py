@@ -8,9 +8,11 @@ import torch
 from torch import nn
 
 ACTIVATION_BUDGET_BYTES = 64 * 2**20
-"""What one evaluation chunk's activations may take: a chunk of a convolutional model holds
-far more than its input (the MNIST CNN: 355 KB a sample, 2.9 GB for 8,192 rows), and chunks
-that stay near the caches run faster (1.5x for that CNN on a 2-core CPU) and give the same bits."""
+"""What one evaluation chunk's activations may take on a CPU: a chunk of a convolutional model
+holds far more than its input (the MNIST CNN: 355 KB a sample, 2.9 GB for 8,192 rows), and chunks
+that stay near the caches run faster (1.3-1.8x for that CNN on a 2-core CPU) and give the same
+bits. On a GPU, where a larger batch is cheaper and cuDNN may choose by batch size, the chunks
+stay as they were (8,192 rows; a whole vmap pass)."""
 MAX_CHUNK_ROWS = 8192
 _activation_bytes: weakref.WeakKeyDictionary[nn.Module, dict[tuple, int]] = weakref.WeakKeyDictionary()
 
@@ -49,6 +51,14 @@ def rows_within_budget(per_row_bytes: int, multiple: int, most: int) -> int:
     return max(multiple, min(rows, most))
 
 
+def _rows(model: nn.Module, x: torch.Tensor, per_row_models: int, multiple: int, most: int) -> int:
+    """Rows of ``x`` per forward: within the budget on a CPU (``per_row_models`` models see each
+    row), ``most`` elsewhere or without rows."""
+    if x.device.type != "cpu" or x.shape[0] == 0:
+        return most
+    return rows_within_budget(activation_bytes_per_sample(model, x[0]) * per_row_models, multiple, most)
+
+
 class SamplePositions:
     """Where clients' samples are: each valid sample's position in ``x`` and its client, in
     client order, and whether they are simply rows 0..N-1 of ``x`` in order (then chunks are
@@ -83,15 +93,14 @@ def evaluate_clients(
 
     ``index`` (K, max_n) holds client k's sample positions in ``x`` (valid below
     ``sizes[k]``). All clients' samples go through the model together, in chunks (of
-    ``chunk_size`` rows, by default as many as keep the activations within
+    ``chunk_size`` rows, by default on a CPU as many as keep the activations within
     ``ACTIVATION_BUDGET_BYTES``, a multiple of 64), and the per-sample results are summed per
     client with ``index_add_``. ``positions``: the ``SamplePositions`` of ``index`` and ``sizes``
     when the caller keeps them (a round that evaluates the same clients as the last one).
     """
     num_clients = index.shape[0]
     if chunk_size is None:
-        chunk_size = rows_within_budget(activation_bytes_per_sample(model, x[0]), 64, MAX_CHUNK_ROWS) \
-            if x.shape[0] else MAX_CHUNK_ROWS
+        chunk_size = _rows(model, x, 1, 64, MAX_CHUNK_ROWS)
     positions = positions if positions is not None else SamplePositions(index, sizes)
     samples, owner = positions.samples, positions.owner
     # rows 0..N-1 in order: a chunk is a slice of x with the same values and layout as the
@@ -144,13 +153,12 @@ def evaluate_clients_stacked(
     ``weights`` (K, max_n), each row summing to 1 over the client's samples, gives a
     weighted mean instead (e.g. a shared test set re-weighted to the client's labels).
     A pass sums the losses of ``positions_per_pass`` samples per client (the sums' rounding is
-    set by it); its forward runs in pieces of as many samples (a multiple of 8) as keep their
-    activations within ``ACTIVATION_BUDGET_BYTES``, which gives the logits of one piece."""
+    set by it); on a CPU its forward runs in pieces of as many samples (a multiple of 8) as keep
+    their activations within ``ACTIVATION_BUDGET_BYTES``, which gives the logits of one piece."""
     from torch.func import functional_call, vmap
 
     num_clients, max_n = index.shape
-    per_position = activation_bytes_per_sample(model, x[0]) * min(clients_per_pass, num_clients) if x.shape[0] else 1
-    piece = rows_within_budget(per_position, 8, positions_per_pass)
+    piece = _rows(model, x, min(clients_per_pass, num_clients), 8, positions_per_pass)
     buffers = dict(model.named_buffers())
     forward = vmap(lambda p, xb: functional_call(model, (p, buffers), (xb,)))
     loss_sum = torch.zeros(num_clients, device=x.device)

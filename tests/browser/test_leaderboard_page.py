@@ -147,8 +147,10 @@ def site(tmp_path_factory):
         "algorithm_config: FedAvg, metrics: {test_acc_mean: 0.4685}, source: FedFV Table 2}\n")
     # the claims ledger: FedAvg ahead of FedFV on the first benchmark (paired, 3 seeds), and a suite file
     # that defines the benchmark, so the claim is judged and links to its evidence
-    (papers / "offline.yaml").write_text(
-        f"suite: {SUITE}\nbenchmarks:\n  - name: {BENCHMARKS[0]}\n  - name: {BENCHMARKS[1]}\n")
+    (papers / "offline.yaml").write_text(  # a suite file as the runner reads it
+        f"suite: {SUITE}\npaper: fixture\nscale: offline\nbase: {{}}\n"
+        f"benchmarks:\n  - name: {BENCHMARKS[0]}\n  - name: {BENCHMARKS[1]}\n"
+        "algorithms:\n  - class_path: fl_lightning.algorithms.FedAvg\n")
     (papers / "claims.yaml").write_text(
         "paper: fixture\nclaims:\n"
         "  - {id: fixture-mean, where: Table 1, claim: FedAvg is more accurate than FedFV, quantity: mean,\n"

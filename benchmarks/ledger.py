@@ -116,6 +116,15 @@ def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tup
             print(f"ledger: {name} finished but its export failed ({error}); its runs are in the store. "
                   "Run the ledger again to export it.", flush=True)
             return 1
-    print(f"\nledger: every suite is exported in {exports}. Build from them:  "
-          f"fl-leaderboard build --from-export {exports}/*", flush=True)
+    print(f"\nledger: every suite is exported in {exports}. Build from them:  {build_command(exports, suites)}",
+          flush=True)
     return 0
+
+
+def build_command(exports: Path, suites: list[tuple[str, str]]) -> str:
+    """The leaderboard build from every suite's export, as it runs from this folder
+    (``fl-leaderboard`` as this installation is reached, each folder named)."""
+    from fl_lightning.callbacks.fit_report import console_command, shell_command
+
+    folders = [str(exports / experiment) for _, experiment in suites]
+    return shell_command([*console_command("fl-leaderboard", "leaderboard"), "build", "--from-export", *folders])

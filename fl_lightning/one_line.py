@@ -1,11 +1,13 @@
 """A user's mistake in one line: the command lines' parser and the first line of an error's text
-(standard library only: the runner and the leaderboard use it where torch is not loaded)."""
+(standard library and ``fl_lightning.choices`` only: the runner and the leaderboard use it where
+torch is not loaded)."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 from typing import Any
+
+from fl_lightning.choices import did_you_mean
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -22,8 +24,7 @@ class OneLineParser(argparse.ArgumentParser):
             parser = self._command_parser(parsed)
             options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
             mistyped = next((a.split("=")[0] for a in extras if a.startswith("--")), None)
-            close = difflib.get_close_matches(mistyped, options, n=1) if mistyped else []
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(mistyped, options) if mistyped else ""
             parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
 

@@ -81,8 +81,12 @@ def test_finished_suites_are_exported_and_skipped_and_a_failed_one_waits(tmp_pat
 
     # the next part (the failed suite dropped): the exported suite is not run again
     ran.clear()
+    capsys.readouterr()
     assert run_ledger(uri, exports, suites=[good, (last[0], last[1])], run=counting_run) == 0
     assert ran == [last[0]]
+    build = capsys.readouterr().out.splitlines()[-1]  # the build command, each exported folder named
+    folders = f"{exports / 'tiny-a-offline'} {exports / 'tiny-c-offline'}"
+    assert "build --from-export" in build and build.endswith(folders)
     assert sorted(p.name for p in exports.iterdir()) == ["tiny-a-offline", "tiny-c-offline"]
     runs = pd.read_parquet(exports / "tiny-c-offline" / "runs.parquet")
     assert list(runs["status"]) == ["FINISHED", "FINISHED"]

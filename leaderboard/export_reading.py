@@ -108,7 +108,10 @@ def _table(folder: Path, name: str) -> pd.DataFrame:
     if parquet.exists():
         return pd.read_parquet(parquet)
     if text.exists():
-        return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False, na_values=[""])
+        # round_trip: pandas < 3 parses floats with its own "high" precision parser, which can miss the
+        # written value by an ulp (0.30000000000000004 read back as 0.3); a build must see the stored bits.
+        return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False, na_values=[""],
+                           float_precision="round_trip")
     raise LeaderboardError(f"{folder} holds no {name}.parquet or {name}.csv: pass a folder written by "
                            "`python -m leaderboard export` (or a published site)")
 

@@ -207,24 +207,59 @@ def test_the_leaderboard_imports_without_torch():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("after_s", [1.0, 4.0])
-def test_ctrl_c_while_starting_is_one_line_and_exit_130(after_s, tmp_path):
-    """Ctrl-C while torch and Lightning load (or while the data is built): one line, status
-    130, no traceback, and (before the fit began) no store or checkpoint folder."""
-    import signal
-    import time
+PAUSED_FIT = """
+import importlib.machinery, sys, time
 
-    fit = subprocess.Popen([sys.executable, "-m", "fl_lightning.cli", "fit", "--model.num_rounds", "2"], cwd=tmp_path,
+def pause(*args, **kwargs):  # the test's Ctrl-C lands here, at a known point of the start
+    print("PAUSED", file=sys.stderr, flush=True)
+    time.sleep(120)
+
+class PauseAt:
+    def find_spec(self, name, path=None, target=None):
+        if {phase!r} == "loading" and name == "lightning":  # after torch, while Lightning loads
+            pause()
+        if {phase!r} == "data" and name == "fl_lightning.data.datamodule":  # when the data is built
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            execute = spec.loader.exec_module
+            def exec_module(module):
+                execute(module)
+                module.FederatedDataModule.setup = pause
+            spec.loader.exec_module = exec_module
+            return spec
+        return None
+
+sys.meta_path.insert(0, PauseAt())
+sys.argv = ["fl-lightning", "fit", "--model.num_rounds", "2"]
+from fl_lightning.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("phase", "line"), [("loading", "interrupted (SIGINT) while starting: nothing was created"),
+                                             ("data", "interrupted (SIGINT) before the fit began")])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(phase, line, tmp_path):
+    """Ctrl-C while torch and Lightning load, or while the data is built: one line, status 130,
+    no traceback, and no store or checkpoint folder. The signal is sent when the fit reaches that
+    point (it pauses there), not after a fixed time: a fast machine had begun the fit by then."""
+    import signal
+
+    fit = subprocess.Popen([sys.executable, "-c", PAUSED_FIT.format(phase=phase)], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)},
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(after_s)
+    before, said = [], ""
+    for said in fit.stderr:  # ends at the pause, or when the process ends without reaching it
+        if said.strip() == "PAUSED":
+            break
+        before.append(said)
     fit.send_signal(signal.SIGINT)
     out, err = fit.communicate(timeout=120)
+    assert said.strip() == "PAUSED", "".join(before)[-2000:]
     # 130, or death by SIGINT itself after the line (seen now and then, cause not found): a shell
     # reports both as exit status 130
     assert fit.returncode in (130, -signal.SIGINT), err[-2000:]
-    assert "Traceback" not in out + err and "interrupted (SIGINT)" in err
+    assert "Traceback" not in out + err and line in err, err[-2000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 MODEL_HELP_PROBE = """

@@ -1,6 +1,6 @@
 """Grid runner: expand a suite into (cell, seed) runs of `fl-lightning fit`, resumably.
 
-A suite file (``benchmarks/<paper>/<name>.yaml``) is read by ``benchmarks.suite_schema``
+A suite file (``benchmarks/<paper>/<name>.yaml``) is read by ``fl_lightning.suite_format``
 (``SuiteSpec``; the format is at the top of that file): a suite name, paper, scale, seeds, a
 LightningCLI ``base`` config, benchmarks merged over it, and algorithms expanded over their grids
 (:mod:`benchmarks.suites`).

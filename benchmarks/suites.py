@@ -1,4 +1,4 @@
-"""Suites: a suite file (``benchmarks/<paper>/<name>.yaml``, read by :mod:`benchmarks.suite_schema`)
+"""Suites: a suite file (``benchmarks/<paper>/<name>.yaml``, read by :mod:`fl_lightning.suite_format`)
 expanded into cells, one (benchmark, algorithm configuration) at one seed, each with its
 LightningCLI config and the tags its run carries; and the checks a suite passes before any
 cell runs or the store is touched (unknown algorithms, settings out of range, names that select
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.suite_schema import AlgorithmEntry, SuiteFormatError, SuiteSpec
 from fl_lightning.run_schema import Tag
+from fl_lightning.suite_format import NOT_SUITES, AlgorithmEntry, SuiteFormatError, SuiteSpec
 
 SUITES_DIR = Path(__file__).resolve().parent
 
@@ -85,9 +85,6 @@ def deep_merge(base: dict, override: dict) -> dict:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
-
-
-NOT_SUITES = ("paper_numbers", "claims")  # the papers' numbers and claims sit beside the suites
 
 
 def list_suites() -> list[str]:

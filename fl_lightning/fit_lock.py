@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.preflight import PreflightError
+from fl_lightning.refusals import PreflightError
 from fl_lightning.run_schema import Tag
 
 LOCK_NAME = "fit.lock"

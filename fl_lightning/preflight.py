@@ -20,14 +20,11 @@ from urllib.parse import urlparse
 import yaml
 
 from fl_lightning.one_line import first_line
+from fl_lightning.refusals import PreflightError
 from fl_lightning.store_uri import file_store_folder, sqlite_file
 
 REACH_TIMEOUT_S = 5.0
 FL_CHECKPOINT_KEYS = ("state_dict", "epoch", "hyper_parameters")
-
-
-class PreflightError(ValueError):
-    """A setting that cannot work, found before anything ran."""
 
 
 def check_seed(seed: Any) -> None:

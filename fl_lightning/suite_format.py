@@ -1,6 +1,8 @@
 """A suite YAML as declared pydantic models: ``SuiteSpec.parse`` checks the structure the runner
 relies on and refuses what it does not know (``extra="forbid"``: a misspelt key would otherwise be
-ignored in silence), with one line that names the entry and what to write instead.
+ignored in silence), with one line that names the entry and what to write instead. Torch-free and
+beside ``run_schema``: the runner (``benchmarks``) and the leaderboard's claims both read suites
+with it, and the leaderboard reaches no algorithm through it.
 
 The format (one file per suite, ``benchmarks/<paper>/<name>.yaml``)::
 
@@ -44,7 +46,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-FORMAT_HINT = "see the format at the top of benchmarks/suite_schema.py"
+FORMAT_HINT = "see the format at the top of fl_lightning/suite_format.py"
+NOT_SUITES = ("paper_numbers", "claims")  # the papers' numbers and claims sit beside the suites
 ANCHOR_PREFIX = "x-"  # top-level keys that only hold YAML anchors
 
 

@@ -259,6 +259,25 @@ def test_a_threshold_claim_and_a_difference_across_benchmarks():
     assert result.comparisons[0].result.mean == pytest.approx(-10 + 0.45, abs=1e-9)
 
 
+def test_a_planned_seed_left_out_of_the_pairs_is_named_with_why():
+    """A NaN rho (every agent at one accuracy) or an arm with no run of a seed drops that seed from
+    the pairs: the row says how many seeds the verdict rests on of those with runs, which and why."""
+    runs = [run("A", s, 0.8 + SEED_EFFECT[s], cgsv_rho=float("nan") if s in (2, 6, 7) else 60.0 + s)
+            for s in range(10)]
+    result = evaluate(claim_spec([{"treatment": "A", "threshold": 50}], quantity="rho"), runs)
+    entry = result.comparisons[0]
+    assert entry.result.n == 7 and list(entry.unpaired) == ["2", "6", "7"]
+    text = ledger.difference_text(entry, result.claim)
+    assert "7 seeds of 10 with runs (seeds 2, 6, 7 left out: A's CGSV rho is undefined in its run (every agent" in text
+    runs = [run("A", s, 0.8 + SEED_EFFECT[s]) for s in range(10)] + [run("B", s, 0.7) for s in range(10) if s != 4]
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.result.n == 9 and entry.unpaired == {"4": "B has no run of it"}
+    complete = [run("A", s, 0.8) for s in range(10)] + [run("B", s, 0.7) for s in range(10)]
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), complete)
+    assert result.comparisons[0].unpaired == {}
+    assert "with runs" not in ledger.difference_text(result.comparisons[0], result.claim)
+
+
 def test_a_benchmark_where_everything_is_a_constant_predictor_is_withdrawn():
     runs = [run(config, s, 0.192) for config in ("A", "B") for s in range(10)]
     result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from leaderboard.claims.quantities import quantity_value
+from leaderboard.claims.quantities import quantity_of, quantity_value
 from leaderboard.claims.reasons import ReasonError, ReasonNeedsRuns, render_reason
 from leaderboard.claims.results import (
     AblationResult,
@@ -76,6 +76,25 @@ def _pairs(comparison: Comparison, suite: str, index: RunIndex, window: int, see
     return treatment, baseline, list(used.values())
 
 
+def _unpaired(comparison: Comparison, suite: str, index: RunIndex, window: int, seeds: set[str],
+              treatment: dict[str, float], baseline: dict[str, float]) -> dict[str, str]:
+    """Why each planned seed that has runs is left out of the pairs: an arm with no run of it, or a
+    run whose quantity is undefined (a NaN rho). A seed with no run in either arm is not listed."""
+    why: dict[str, str] = {}
+    sides = [(comparison.treatment, treatment)] + ([(comparison.baseline, baseline)] if comparison.baseline else [])
+    for seed in sorted(seeds - (set(treatment) & set(baseline)), key=lambda s: (len(s), s)):
+        for side, values in sides:
+            if seed in values:
+                continue
+            run = index.get((suite, side.benchmark, side.config), {}).get(seed)
+            quantity = quantity_of(side.quantity)
+            why[seed] = (f"{side.config} has no run of it" if run is None
+                         else f"{side.config}'s {quantity.label} is undefined in its run"
+                              + (f" ({quantity.undefined})" if quantity.undefined else ""))
+            break
+    return why
+
+
 def _decide_family(comparisons: list[Comparison], differences: list[list[float]],
                    alpha: float) -> list[PairedResult | None]:
     """Each comparison decided alone, then Holm's step-down over those with a p (Holm 1979): the
@@ -135,7 +154,8 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
         results.append(ComparisonResult(
             comparison, suite, result, treatment, baseline, dict(statuses), withdrawn[benchmark],
             tuple(sorted({run.code_version for run in used})), planned_seeds=count,
-            detectable=_detectable(comparison, result)))
+            detectable=_detectable(comparison, result),
+            unpaired=_unpaired(comparison, suite, index, primary, seeds, treatment, baseline)))
     for point in plan.sensitivity_points:
         window = window_of(point)
         at = [_pairs(c, suite, index, window, seeds) for c in comparisons]

@@ -115,6 +115,7 @@ def _result_json(entry: ComparisonResult) -> dict[str, object]:
         paper_position=entry.paper_position or None, convergence=entry.convergence,
         unconverged_runs=entry.unconverged, withdrawn=entry.withdrawn or None, at_points=entry.at_points,
         code_versions=list(entry.versions), planned_seeds=entry.planned_seeds, detectable=entry.detectable,
+        unpaired=dict(entry.unpaired),
         **({} if result is None else dict(n=result.n, mean=result.mean, sd=result.sd, low=result.low,
                                           high=result.high, level=result.level, p=result.p,
                                           p_holm=result.p_holm, mde=result.mde)),

@@ -45,6 +45,7 @@ class Quantity:
     scale: float  # displayed value = scale * value
     value: Callable[[RunRecord, int], float | None]  # (run, window of the point) -> value
     decimals: int = 2
+    undefined: str = ""  # when a run's value is not a number, why (said where a seed is left out)
 
 
 QUANTITIES: dict[str, Quantity] = {
@@ -56,7 +57,8 @@ QUANTITIES: dict[str, Quantity] = {
     "best5": Quantity("best 5 % of clients", "%", 100, _at(Metric.TEST_ACC_BEST5)),
     "worst_client": Quantity("worst client", "%", 100, _at(Metric.TEST_ACC_MIN)),
     "angle": Quantity("fairness angle", "rad", 1, _at(Metric.TEST_ACC_ANGLE), 3),
-    "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final(Metric.CGSV_RHO)),
+    "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final(Metric.CGSV_RHO),
+                    undefined="every agent's standalone or final accuracy is the same: a correlation with a constant"),
     "conflicts": Quantity(
         "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL)
     ),

@@ -48,6 +48,7 @@ class ComparisonResult:
     extension: PairedResult | None = None  # on every seed present, when there are more than planned
     planned_seeds: int = 0
     detectable: float | None = None  # the test actually used: MDE (greater/less) or equivalence margin (equal)
+    unpaired: dict[str, str] = field(default_factory=dict)  # planned seed left out of the pairs -> why
 
     @property
     def unconverged(self) -> int:
@@ -219,6 +220,15 @@ POSITION_TEXT = {"inside": "the paper's effect lies inside our interval",
                  "below": "the paper's effect lies below our interval (ours is larger)"}
 
 
+def unpaired_text(unpaired: dict[str, str]) -> str:
+    """'seeds 2, 6, 7 left out: CGSV(beta=1.5)'s CGSV rho is undefined in its run (...)'."""
+    by_reason: dict[str, list[str]] = {}
+    for seed, why in unpaired.items():
+        by_reason.setdefault(why, []).append(seed)
+    return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} left out: {why}"
+                     for why, seeds in by_reason.items())
+
+
 def difference_text(entry: ComparisonResult, claim: Claim) -> str:
     """'+2.17 pp [+1.41, +2.93] (97.5 % CI), 10 seeds; paper +3.57, above' for one comparison."""
     quantity = quantity_of(entry.comparison.treatment.quantity)
@@ -233,6 +243,8 @@ def difference_text(entry: ComparisonResult, claim: Claim) -> str:
     if result.low is not None and result.high is not None:
         text += f" [{_signed(result.low, decimals)}, {_signed(result.high, decimals)}] ({level_text(result.level)} CI)"
     text += f", {result.n} seed{'s' if result.n != 1 else ''}"
+    if entry.unpaired:
+        text += f" of {result.n + len(entry.unpaired)} with runs ({unpaired_text(entry.unpaired)})"
     if result.verdict == INCONCLUSIVE and entry.detectable is not None:
         if entry.comparison.direction == "equal":
             text += (

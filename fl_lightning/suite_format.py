@@ -253,7 +253,8 @@ def _said(error: ValidationError, raw: Any, prefix: tuple[Any, ...] = (), raw_ro
     if kind == "missing":
         return f"it has no {field!r} entry" if end == 0 else f"{entry}: it has no {field!r} entry"
     if kind == "extra_forbidden":
-        allowed = {"the suite": SuiteSpec, "benchmark": BenchmarkEntry, "algorithm": AlgorithmEntry}
+        allowed: dict[str, type[BaseModel]] = {"the suite": SuiteSpec, "benchmark": BenchmarkEntry,
+                                               "algorithm": AlgorithmEntry}
         model = next(m for key, m in allowed.items() if entry.startswith(key))
         known = list(model.model_fields)
         close = difflib.get_close_matches(str(field), known, n=1)

@@ -58,6 +58,17 @@ def point_label(point: str) -> str:
     return "final evaluation" if k == 1 else f"mean of the last {k} evaluations"
 
 
+OVER_ROUNDS_LABELS = {"all": "mean over every round", "second_half": "mean over the second half of the rounds",
+                      "final": "last round"}
+"""The readings of a quantity the papers average over rounds (``claims.quantities.OVER_ROUNDS_READINGS``)."""
+
+
+def _over_reading(reading: Any) -> str:
+    if str(reading) not in OVER_ROUNDS_LABELS:
+        raise ValueError(f"unknown reading over rounds {reading!r}: use one of {', '.join(OVER_ROUNDS_LABELS)}")
+    return str(reading)
+
+
 @dataclass(frozen=True)
 class Convergence:
     window: int = 3
@@ -85,9 +96,28 @@ class LedgerPlan:
     margin_rule: str = ""
     convergence: Convergence = Convergence()
     degeneracy: Degeneracy = Degeneracy()
+    over_rounds_primary: str = "all"  # how a mean over rounds is read at the primary point
+    over_rounds_sensitivity: tuple[str, ...] = ()  # ... and at each sensitivity point, paired by position
+    scale: str = ""  # what every verdict was measured at (named on each verdict cell, the tally, the CSV)
+    knife_edge: str = ""  # the rule that marks a verdict knife-edge, in words
 
     def seeds_for(self, suite: str) -> int:
         return int(self.suite_seeds.get(suite, self.default_seeds))
+
+    def over_rounds_at(self, point: str) -> str:
+        """The reading of a mean over rounds that pairs with an at-point reading of the plan: the
+        primary one with the primary point, each sensitivity one with the sensitivity point at its
+        position ("all" where the plan pairs none)."""
+        if point == self.primary_point:
+            return self.over_rounds_primary
+        if point in self.sensitivity_points and self.sensitivity_points.index(point) < len(self.over_rounds_sensitivity):
+            return self.over_rounds_sensitivity[self.sensitivity_points.index(point)]
+        return "all"
+
+    def reading_label(self, point: str, over_rounds: bool = False) -> str:
+        """'final evaluation', 'mean of the last 3 evaluations', or for a mean over rounds
+        'mean over the second half of the rounds'."""
+        return OVER_ROUNDS_LABELS[self.over_rounds_at(point)] if over_rounds else point_label(point)
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -122,6 +152,12 @@ def _point(point: Any) -> str:
 
 
 Point = Annotated[str, BeforeValidator(_point)]
+OverReading = Annotated[str, BeforeValidator(_over_reading)]
+
+
+class OverRoundsSpec(_Declared):
+    primary: OverReading = "all"
+    sensitivity: list[OverReading] | None = None
 
 
 class PlanSpec(_Declared):
@@ -139,9 +175,15 @@ class PlanSpec(_Declared):
     margin_rule: str | None = None
     convergence: ConvergenceSpec | None = None
     degeneracy: DegeneracySpec | None = None
+    over_rounds: OverRoundsSpec | None = None
+    scale: str | None = None
+    knife_edge: str | None = None
+    registered_hash: str | None = None
+    seeds_rule: str | None = None
 
 
-NESTED: dict[str, type[BaseModel]] = {"seeds": SeedsSpec, "convergence": ConvergenceSpec, "degeneracy": DegeneracySpec}
+NESTED: dict[str, type[BaseModel]] = {"seeds": SeedsSpec, "convergence": ConvergenceSpec, "degeneracy": DegeneracySpec,
+                                      "over_rounds": OverRoundsSpec}
 
 
 def _said(error: ValidationError, model: type[BaseModel]) -> str:
@@ -169,11 +211,18 @@ def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
     seeds = spec.seeds or SeedsSpec()
     convergence = spec.convergence or ConvergenceSpec()
     degeneracy = spec.degeneracy or DegeneracySpec()
+    over = spec.over_rounds or OverRoundsSpec()
+    sensitivity = tuple(spec.sensitivity_points or ())
+    over_sensitivity = tuple(over.sensitivity or ())
+    if spec.over_rounds is not None and len(over_sensitivity) != len(sensitivity):
+        raise RegistrationError(
+            f"{where}: over_rounds.sensitivity has {len(over_sensitivity)} reading(s) and sensitivity_points "
+            f"{len(sensitivity)}: give one reading over rounds for each sensitivity point, in the same order")
     return LedgerPlan(
         version=spec.version,
         registered=spec.registered or "",
         primary_point=spec.primary_point,
-        sensitivity_points=tuple(spec.sensitivity_points or ()),
+        sensitivity_points=sensitivity,
         alpha=float(spec.alpha),
         multiplicity=spec.multiplicity or "holm within a family",
         default_seeds=seeds.default,
@@ -183,6 +232,10 @@ def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
         margin_rule=spec.margin_rule or "",
         convergence=Convergence(convergence.window, float(convergence.change_pp)),
         degeneracy=Degeneracy(degeneracy.constant_predictor, degeneracy.worst5_at_zero),
+        over_rounds_primary=over.primary,
+        over_rounds_sensitivity=over_sensitivity,
+        scale=spec.scale or "",
+        knife_edge=spec.knife_edge or "",
     )
 
 

@@ -391,7 +391,7 @@ def test_the_papers_effect_is_placed_against_the_interval():
     above = evaluate(claim_spec([{"treatment": "A", "baseline": "B", "paper": [60.0, 50.0]}]), runs)
     inside = evaluate(claim_spec([{"treatment": "A", "baseline": "B", "paper": [52.45, 50.0]}]), runs)
     assert above.comparisons[0].paper_position == "above"
-    assert ledger.effect_summary(above) == "smaller than the paper's effect"
+    assert ledger.effect_summary(above) == "weaker than the paper's effect"
     assert inside.comparisons[0].paper_position == "inside"
 
 

@@ -53,20 +53,30 @@ def degenerate(index: RunIndex, suite: str, benchmark: str, plan: LedgerPlan) ->
     return ""
 
 
-def _values(index: RunIndex, suite: str, side: Side, window: int,
+Reading = tuple[int, str]  # (window of an at-point quantity, reading of a mean over rounds)
+
+
+def reading_of(plan: LedgerPlan, point: str) -> Reading:
+    """How every quantity is read at one of the plan's points: a quantity at a point as the mean of
+    the last k evaluations, a mean over rounds by the reading the plan pairs with that point."""
+    return window_of(point), plan.over_rounds_at(point)
+
+
+def _values(index: RunIndex, suite: str, side: Side, reading: Reading,
             seeds: set[str] | None) -> tuple[dict[str, float], dict[str, RunRecord]]:
     runs = {seed: run for seed, run in index.get((suite, side.benchmark, side.config), {}).items()
             if seeds is None or seed in seeds}
-    values = {seed: v for seed, run in runs.items() if (v := quantity_value(run, side.quantity, window)) is not None}
+    values = {seed: v for seed, run in runs.items()
+              if (v := quantity_value(run, side.quantity, *reading)) is not None}
     return values, runs
 
 
-def _pairs(comparison: Comparison, suite: str, index: RunIndex, window: int, seeds: set[str] | None,
+def _pairs(comparison: Comparison, suite: str, index: RunIndex, reading: Reading, seeds: set[str] | None,
            ) -> tuple[dict[str, float], dict[str, float], list[RunRecord]]:
     """Treatment and baseline values by seed, and every run they come from (both arms, each once)."""
-    treatment, treatment_runs = _values(index, suite, comparison.treatment, window, seeds)
+    treatment, treatment_runs = _values(index, suite, comparison.treatment, reading, seeds)
     if comparison.baseline is not None:
-        baseline, baseline_runs = _values(index, suite, comparison.baseline, window, seeds)
+        baseline, baseline_runs = _values(index, suite, comparison.baseline, reading, seeds)
     else:
         baseline = {seed: float(comparison.threshold) for seed in treatment}  # type: ignore[arg-type]
         baseline_runs = {}
@@ -76,7 +86,7 @@ def _pairs(comparison: Comparison, suite: str, index: RunIndex, window: int, see
     return treatment, baseline, list(used.values())
 
 
-def _unpaired(comparison: Comparison, suite: str, index: RunIndex, window: int, seeds: set[str],
+def _unpaired(comparison: Comparison, suite: str, index: RunIndex, seeds: set[str],
               treatment: dict[str, float], baseline: dict[str, float]) -> dict[str, str]:
     """Why each planned seed that has runs is left out of the pairs: an arm with no run of it, or a
     run whose quantity is undefined (a NaN rho). A seed with no run in either arm is not listed."""
@@ -97,10 +107,19 @@ def _unpaired(comparison: Comparison, suite: str, index: RunIndex, window: int, 
 
 def _decide_family(comparisons: list[Comparison], differences: list[list[float]],
                    alpha: float) -> list[PairedResult | None]:
+    """Each comparison's verdict in its Holm family (``holm_family``)."""
+    return holm_family(comparisons, differences, alpha)[0]
+
+
+def holm_family(comparisons: list[Comparison], differences: list[list[float]],
+                alpha: float) -> tuple[list[PairedResult | None], set[int]]:
     """Each comparison decided alone, then Holm's step-down over those with a p (Holm 1979): the
     comparison with the k-th smallest p (0-based) is judged at alpha / (m - k), none after the first
     that is not rejected. Done here rather than by one ``decide`` because a claim's comparisons may
-    differ in direction and margin (FedMGDA+ unchanged by an attack while q-FedAvg falls)."""
+    differ in direction and margin (FedMGDA+ unchanged by an attack while q-FedAvg falls). Also the
+    comparisons Holm did not reach (judged after the first non-rejection): inconclusive whatever
+    their own interval says."""
+    not_reached: set[int] = set()
     results: list[PairedResult | None] = [
         decide([d], c.direction, c.margin, alpha)[0] if d else None for c, d in zip(comparisons, differences)]
     tested = [k for k, r in enumerate(results) if r is not None and r.verdict != TOO_FEW and r.p is not None]
@@ -113,10 +132,29 @@ def _decide_family(comparisons: list[Comparison], differences: list[list[float]]
             step = decide([differences[k]], comparisons[k].direction, comparisons[k].margin,
                           alpha / (len(tested) - rank))[0]
             verdict = INCONCLUSIVE if stopped else step.verdict
+            if stopped:
+                not_reached.add(k)
             stopped = stopped or step.verdict == INCONCLUSIVE
             results[k] = PairedResult(step.n, step.mean, step.sd, step.low, step.high, step.level, step.p,
                                       adjusted[j], verdict, step.mde)
-    return results
+    return results, not_reached
+
+
+def knife_edge_seeds(comparisons: list[Comparison], arms: list[tuple[dict[str, float], dict[str, float]]],
+                     alpha: float) -> list[list[str]]:
+    """For each comparison, the seeds whose leaving out alone changes its verdict (the family
+    re-decided without that seed in any comparison): a verdict that one seed decides is knife-edge."""
+    full = _decide_family(comparisons, [paired_differences(t, b) for t, b in arms], alpha)
+    seeds = sorted({seed for t, b in arms for seed in set(t) & set(b)}, key=lambda s: (len(s), s))
+    flips: list[list[str]] = [[] for _ in comparisons]
+    for seed in seeds:
+        without = [({s: v for s, v in t.items() if s != seed}, {s: v for s, v in b.items() if s != seed})
+                   for t, b in arms]
+        again = _decide_family(comparisons, [paired_differences(t, b) for t, b in without], alpha)
+        for k, (before, after) in enumerate(zip(full, again)):
+            if before is not None and before.verdict != TOO_FEW and (after is None or after.verdict != before.verdict):
+                flips[k].append(seed)
+    return flips
 
 
 def _detectable(comparison: Comparison, result: PairedResult | None) -> float | None:
@@ -137,28 +175,35 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
     plan = plan or LedgerPlan()
     comparisons = list(comparisons)
     count = plan.seeds_for(suite)
-    primary = window_of(plan.primary_point)
+    primary = reading_of(plan, plan.primary_point)
     present = {seed for c in comparisons for side in (c.treatment, c.baseline) if side is not None
                for seed in index.get((suite, side.benchmark, side.config), {})}
     seeds = planned(present, count)
     arms = [_pairs(c, suite, index, primary, seeds) for c in comparisons]
-    decided = _decide_family(comparisons, [paired_differences(t, b) for t, b, _ in arms], plan.alpha)
+    decided, not_reached = holm_family(comparisons, [paired_differences(t, b) for t, b, _ in arms], plan.alpha)
+    flips = knife_edge_seeds(comparisons, [(t, b) for t, b, _ in arms], plan.alpha)
     withdrawn: dict[str, str] = {}
     results = []
-    for comparison, (treatment, baseline, used), result in zip(comparisons, arms, decided):
+    for k, (comparison, (treatment, baseline, used), result) in enumerate(zip(comparisons, arms, decided)):
         benchmark = comparison.treatment.benchmark
         if benchmark not in withdrawn:
             withdrawn[benchmark] = degenerate(index, suite, benchmark, plan)
         statuses = Counter(convergence_status(run, plan.convergence.window, plan.convergence.change_pp)
                            for run in used)
+        common = set(treatment) & set(baseline)
+        arms_read = {"treatment": comparison.treatment, "baseline": comparison.baseline}
+        convergence_arms = {
+            arm: {run.run_id: convergence_status(run, plan.convergence.window, plan.convergence.change_pp)
+                  for seed, run in index.get((suite, side.benchmark, side.config), {}).items() if seed in common}
+            for arm, side in arms_read.items() if side is not None}
         results.append(ComparisonResult(
             comparison, suite, result, treatment, baseline, dict(statuses), withdrawn[benchmark],
             tuple(sorted({run.code_version for run in used})), planned_seeds=count,
             detectable=_detectable(comparison, result),
-            unpaired=_unpaired(comparison, suite, index, primary, seeds, treatment, baseline)))
+            unpaired=_unpaired(comparison, suite, index, seeds, treatment, baseline),
+            holm_not_reached=k in not_reached, knife_edge=tuple(flips[k]), convergence_arms=convergence_arms))
     for point in plan.sensitivity_points:
-        window = window_of(point)
-        at = [_pairs(c, suite, index, window, seeds) for c in comparisons]
+        at = [_pairs(c, suite, index, reading_of(plan, point), seeds) for c in comparisons]
         for entry, verdict in zip(results, _decide_family(comparisons, [paired_differences(t, b) for t, b, _ in at],
                                                           plan.alpha)):
             entry.at_points[point] = (WITHDRAWN if entry.withdrawn else NO_RUNS if verdict is None

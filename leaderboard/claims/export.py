@@ -11,10 +11,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from leaderboard.claims.results import ClaimResult, ComparisonResult, difference_text
+from leaderboard.claims.quantities import quantity_of
+from leaderboard.claims.results import ClaimResult, ComparisonResult, difference_text, judged
 from leaderboard.claims.spec import (
     BY_CONSTRUCTION,
     NO_RUNS,
+    NOT_IMPLEMENTED,
     NOT_TESTABLE,
     NOT_TESTED,
     WITHDRAWN,
@@ -22,6 +24,7 @@ from leaderboard.claims.spec import (
     Location,
     SuiteFile,
 )
+from leaderboard.convergence import CONVERGED, TOO_SHORT, UNCONVERGED
 from leaderboard.registration import Amendment, LedgerPlan, point_label
 from leaderboard.stats import (
     CONTRADICTED,
@@ -45,6 +48,35 @@ def table_slug(tables: Iterable[BenchmarkTable], location: Location) -> str | No
     return main[0].slug if main else None
 
 
+def _dataset_model(benchmark: str) -> tuple[str, str]:
+    """(dataset, model) of a benchmark name ``dataset/partition/participation/model[/variant...]``."""
+    parts = benchmark.split("/")
+    return parts[0], parts[3] if len(parts) > 3 else ""
+
+
+def scale_text(claim: Claim) -> str:
+    """Where a claim's verdict was measured, against where the paper measured it: 'offline scale:
+    mnist5k, fl_mlp (the paper: cifar10, fl_ffn)'; "" for a claim without an offline benchmark."""
+    if claim.offline is None:
+        return ""
+    text = "offline scale: " + ", ".join(filter(None, _dataset_model(claim.offline.benchmark)))
+    if claim.paper_scale is not None:
+        text += " (the paper: " + ", ".join(filter(None, _dataset_model(claim.paper_scale.benchmark))) + ")"
+    return text
+
+
+def tally_scale(results: Iterable[ClaimResult]) -> str:
+    """The scale the tally's verdicts were measured at: every offline dataset and model the counted
+    claims read, e.g. 'offline scale (mnist5k, synthetic; fl_logreg, fl_mlp)'."""
+    pairs = [_dataset_model(r.claim.offline.benchmark) for r in results
+             if r.claim.offline is not None and r.comparisons]
+    if not pairs:
+        return ""
+    datasets = sorted({d for d, _ in pairs})
+    models = sorted({m for _, m in pairs if m})
+    return f"offline scale ({', '.join(datasets)}; {', '.join(models)})"
+
+
 def export_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
     """One row per (claim, comparison, side, seed): every number a verdict rests on (the planned
     seeds at the primary point)."""
@@ -60,6 +92,7 @@ def export_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
                     for seed, value in sorted(values.items()):
                         rows.append(dict(
                             claim=claim_result.claim.id, family=family, comparison=number, side=side_name,
+                            scale=scale_text(claim_result.claim),
                             suite=entry.suite, benchmark=side.benchmark if side else "",
                             config=side.config if side else f"threshold {comparison.threshold:g}",
                             quantity=side.quantity if side else comparison.treatment.quantity,
@@ -68,7 +101,7 @@ def export_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
     return rows
 
 
-CSV_FIELDS = ["claim", "family", "comparison", "side", "suite", "benchmark", "config", "quantity",
+CSV_FIELDS = ["claim", "family", "comparison", "side", "scale", "suite", "benchmark", "config", "quantity",
               "direction", "margin", "seed", "value"]
 
 
@@ -90,14 +123,19 @@ def summary_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
         result = first.result if first else None
         rows.append(dict(
             claim=r.claim.id, paper=r.claim.paper, where=r.claim.where, verdict=r.verdict,
+            scale=scale_text(r.claim),
             retired=r.claim.retired is not None, fragile=r.fragile,
             fragile_at="; ".join(f"{p}: {v}" for p, v in r.fragile_points), amended=r.amended,
             amendments=" ".join(a.id for a in r.amendments), by_construction=bool(r.claim.by_construction),
             not_testable=bool(r.claim.not_testable),
+            not_implemented=bool(r.claim.not_implemented), untested_parts=len(r.claim.untested),
+            by_construction_comparisons=sum(bool(c.by_construction) for c in r.claim.comparisons),
             primary_point=r.plan.primary_point if r.plan else "", value=None if result is None else result.mean,
             low=None if result is None else result.low, high=None if result is None else result.high,
             interval_level=None if result is None else result.level,
-            paper_effect="; ".join(filter(None, (f"{c.comparison.paper_difference:+g} {c.paper_position}"
+            knife_edge=any(c.knife_edge for c in r.comparisons),
+            holm_not_reached=sum(c.holm_not_reached for c in r.comparisons),
+            paper_effect="; ".join(filter(None, (f"{c.comparison.paper_difference:+g} {c.paper_side}"
                                                  if c.comparison.paper_difference is not None else ""
                                                  for c in r.comparisons))),
             seeds_planned=r.seeds_planned, seeds_used=r.seeds,
@@ -112,10 +150,12 @@ def _result_json(entry: ComparisonResult) -> dict[str, object]:
         comparison=entry.comparison.label, benchmark=entry.comparison.treatment.benchmark,
         direction=entry.comparison.direction, margin=entry.comparison.margin,
         verdict=entry.verdict, paper=list(entry.comparison.paper), paper_difference=entry.comparison.paper_difference,
-        paper_position=entry.paper_position or None, convergence=entry.convergence,
+        paper_position=entry.paper_position or None, paper_side=entry.paper_side or None,
+        holm_not_reached=entry.holm_not_reached, knife_edge=list(entry.knife_edge), convergence=entry.convergence,
         unconverged_runs=entry.unconverged, withdrawn=entry.withdrawn or None, at_points=entry.at_points,
         code_versions=list(entry.versions), planned_seeds=entry.planned_seeds, detectable=entry.detectable,
         unpaired=dict(entry.unpaired),
+        by_construction=entry.comparison.by_construction or None,
         **({} if result is None else dict(n=result.n, mean=result.mean, sd=result.sd, low=result.low,
                                           high=result.high, level=result.level, p=result.p,
                                           p_holm=result.p_holm, mde=result.mde)),
@@ -137,6 +177,7 @@ def export_json(results: Iterable[ClaimResult], plan: LedgerPlan | None = None,
                 where=claim.where,
                 quote=claim.quote,
                 claim=claim.text,
+                scale=scale_text(claim),
                 bar=claim.bar,
                 quantity=claim.quantity,
                 verdict=claim_result.verdict,
@@ -147,6 +188,8 @@ def export_json(results: Iterable[ClaimResult], plan: LedgerPlan | None = None,
                 amendments=[a.id for a in claim_result.amendments],
                 by_construction=claim.by_construction or None,
                 not_testable=claim.not_testable or None,
+                not_implemented=claim.not_implemented or None,
+                untested=[dict(quote=part.quote, why=part.why) for part in claim.untested],
                 retired=None if claim.retired is None else dict(date=claim.retired.date, reason=claim.retired.reason),
                 seeds_planned=claim_result.seeds_planned,
                 seeds=claim_result.seeds,
@@ -201,7 +244,8 @@ def _finite(value: object) -> object:
 
 VERDICT_CLASS = {REPRODUCED: "reproduced", CONTRADICTED: "contradicted", INCONCLUSIVE: "inconclusive",
                  TOO_FEW: "too-few", NOT_TESTED: "not-tested", NO_RUNS: "no-runs", WITHDRAWN: "withdrawn",
-                 NOT_TESTABLE: "not-testable", BY_CONSTRUCTION: "by-construction"}
+                 NOT_TESTABLE: "not-testable", BY_CONSTRUCTION: "by-construction",
+                 NOT_IMPLEMENTED: "not-implemented"}
 
 
 @dataclass(frozen=True)
@@ -234,6 +278,23 @@ class ClaimRow:
     evidence: tuple[Link, ...]
     commands: tuple[str, ...]
     retired: bool = False
+    untested: tuple[tuple[str, str], ...] = ()  # (the paper's words no comparison tests, why)
+    scale: str = ""  # where the verdict was measured (``scale_text``)
+
+
+def convergence_by_arm(entries: Iterable[ComparisonResult]) -> list[tuple[str, str]]:
+    """('treatment', '9 converged, 1 unconverged, 0 too short to judge') per arm of a claim's
+    comparisons, each run counted once; [] when no run was read."""
+    arms: dict[str, Counter[str]] = {"treatment": Counter(), "baseline": Counter()}
+    seen: set[str] = set()
+    for entry in entries:
+        for arm, statuses in entry.convergence_arms.items():
+            for run_id, status in statuses.items():
+                if run_id not in seen:
+                    seen.add(run_id)
+                    arms[arm][status] += 1
+    return [(arm, ", ".join(f"{counts.get(status, 0)} {status}" for status in (CONVERGED, UNCONVERGED, TOO_SHORT)))
+            for arm, counts in arms.items() if counts]
 
 
 def _page(tables: Iterable[BenchmarkTable], suite: str, benchmark: str) -> Link | None:
@@ -253,23 +314,35 @@ def comparison_lines(entries: Iterable[ComparisonResult], claim: Claim) -> tuple
                    if len({p[k] if k < len(p) else "" for p in parts}) > 1]
         differing = {name: "/".join(p[k] for k in varying if k < len(p)) for name, p in zip(names, parts)}
     return tuple(((f"{differing[entry.comparison.treatment.benchmark]}: " if differing else "")
-                  + entry.comparison.label, difference_text(entry, claim), VERDICT_CLASS[entry.verdict])
+                  + entry.comparison.label, difference_text(entry, claim) + _by_construction(entry),
+                  VERDICT_CLASS[BY_CONSTRUCTION if entry.comparison.by_construction else entry.verdict])
                  for entry in entries)
+
+
+def _by_construction(entry: ComparisonResult) -> str:
+    """A by-construction comparison's mark on its row: its verdict, kept out of the claim's, and why."""
+    why = entry.comparison.by_construction
+    return (f"; holds by construction, not counted in the claim's verdict ({entry.verdict} on the runs): {why}"
+            if why else "")
 
 
 def effect_summary(result: ClaimResult) -> str:
     """The paper's effect against our intervals, in a few words ('inside 2 of 3; above 1')."""
-    positions = [p for p in result.paper_positions if p]
-    if not positions:
+    sides = [side for c in result.comparisons if (side := c.paper_side)]
+    if not sides:
         return ""
-    counts = Counter(positions)
+    counts = Counter(sides)
     if len(counts) == 1:
-        position = positions[0]
-        return {"inside": "paper's effect inside our interval",
-                "above": "smaller than the paper's effect",
-                "below": "larger than the paper's effect"}[position] + (f" ({len(positions)} of {len(positions)})"
-                                                                        if len(positions) > 1 else "")
-    return "paper's effect: " + ", ".join(f"{p} {n} of {len(positions)}" for p, n in counts.most_common())
+        return EFFECT_WORDS[sides[0]] + (f" ({len(sides)} of {len(sides)})" if len(sides) > 1 else "")
+    return "paper's effect: " + ", ".join(f"{EFFECT_SHORT[p]} {n} of {len(sides)}" for p, n in counts.most_common())
+
+
+EFFECT_WORDS = {"inside": "paper's effect inside our interval",
+                "weaker": "weaker than the paper's effect", "stronger": "stronger than the paper's effect",
+                "above": "paper's difference above our interval", "below": "paper's difference below our interval"}
+"""A claim's effect against the paper's (``ComparisonResult.paper_side``), in the claimed direction."""
+EFFECT_SHORT = {"inside": "inside", "weaker": "ours weaker", "stronger": "ours stronger",
+                "above": "above", "below": "below"}
 
 
 def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
@@ -278,10 +351,13 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
     for result in results:
         claim = result.claim
         lines = comparison_lines(result.comparisons, claim)
-        verdicts = [entry.verdict for entry in result.comparisons]
+        verdicts = [entry.verdict for entry in judged(result.comparisons)]
         detail = ""
-        if len(verdicts) > 1 and result.verdict not in (NOT_TESTED, NOT_TESTABLE):
+        if len(verdicts) > 1 and result.verdict not in (NOT_TESTED, NOT_TESTABLE, NOT_IMPLEMENTED):
             detail = f"{verdicts.count(REPRODUCED)}/{len(verdicts)} comparisons reproduced"
+        constructed = len(result.comparisons) - len(judged(result.comparisons))
+        if constructed:
+            detail += (("; " if detail else "") + f"{constructed} more by construction, not counted")
         if claim.not_tested:
             detail = claim.not_tested
         badges, notes = [], []
@@ -291,11 +367,27 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                 f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
                 f"still shown, and not counted in the tally."
             )
+        over_rounds = claim.comparisons and all(quantity_of(c.treatment.quantity).over_rounds
+                                                for c in claim.comparisons)
+        label = (lambda p: result.plan.reading_label(p, over_rounds)) if result.plan else point_label
         if result.fragile:
             badges.append("fragile")
-            notes.append("Fragile: at the " + point_label(result.plan.primary_point if result.plan else "final")
+            notes.append("Fragile: at the " + label(result.plan.primary_point if result.plan else "final")
                          + f" it is {result.data_verdict}; "
-                         + "; ".join(f"at the {point_label(p)} {v}" for p, v in result.fragile_points) + ".")
+                         + "; ".join(f"at the {label(p)} {v}" for p, v in result.fragile_points) + ".")
+        knife = [(entry.comparison.label, entry.knife_edge) for entry in result.comparisons if entry.knife_edge]
+        if knife and not claim.not_testable:
+            badges.append("knife-edge")
+            notes.append("Knife-edge: " + "; ".join(
+                f"{label_}: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone changes its verdict"
+                for label_, seeds in knife) + ".")
+        not_reached = [entry.comparison.label for entry in result.comparisons if entry.holm_not_reached]
+        if not_reached:
+            notes.append("Not reached by Holm: " + ", ".join(not_reached) + " (Holm's step-down stopped at an "
+                         "earlier comparison, so these are inconclusive and their own intervals are not shown).")
+        arms = convergence_by_arm(result.comparisons)
+        if arms:
+            notes.append("Runs read: " + "; ".join(f"{arm}: {counts}" for arm, counts in arms) + ".")
         if result.amended:
             badges.append("amended")
             notes.append("Amended: " + "; ".join(f"{a.id} ({a.date}): {a.after}" for a in result.amendments))
@@ -306,6 +398,9 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             notes.append(
                 f"Not testable as stated: {claim.not_testable} The project's stand-ins are the ablations below."
             )
+        if claim.not_implemented:
+            notes.append(f"Not implemented: {claim.not_implemented} The project's stand-ins are the ablations below, "
+                         "never the verdict.")
         if result.extension_verdict:
             notes.append(f"Seeds beyond the plan's {result.seeds_planned} give {result.extension_verdict}; "
                          "an extension, not the verdict.")
@@ -330,7 +425,7 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             )
         rows.append(ClaimRow(
             paper=claim.name, citation=claim.citation, where=claim.where, claim=claim.text, quote=claim.quote,
-            bar=claim.bar, claim_id=claim.id, lines=lines,
+            bar=claim.bar, claim_id=claim.id, lines=lines, scale=scale_text(claim),
             verdict=result.verdict, verdict_class=VERDICT_CLASS[result.verdict], verdict_detail=detail,
             effect=effect_summary(result), badges=tuple(badges), notes=tuple(notes),
             reason=result.reason,
@@ -339,5 +434,6 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                              comparison_lines(a.comparisons, claim))
                             for a in result.ablations),
             evidence=tuple(evidence), commands=tuple(commands), retired=claim.retired is not None,
+            untested=tuple((part.quote, part.why) for part in claim.untested),
         ))
     return rows

@@ -17,7 +17,7 @@ from leaderboard.tables import headline_value
 # ---------------------------------------------------------------------------------------------
 
 
-def _headline(run: RunRecord, window: int) -> float | None:
+def _headline(run: RunRecord, window: int, over: str = "all") -> float | None:
     value, derived = headline_value(run)
     if value is None:
         return None
@@ -28,14 +28,36 @@ def _times_1000(value: float | None) -> float | None:
     return None if value is None else 1000 * value
 
 
-def _at(metric: str) -> Callable[[RunRecord, int], float | None]:
+def _at(metric: str) -> Callable[[RunRecord, int, str], float | None]:
     """A quantity read at the point (the mean of the run's last ``window`` evaluations)."""
-    return lambda run, window: value_at(run, metric, window)
+    return lambda run, window, over: value_at(run, metric, window)
 
 
-def _over_rounds(metric: str) -> Callable[[RunRecord, int], float | None]:
-    """A quantity that is a mean over the run's rounds: the same at every point."""
-    return lambda run, window: run.mean_over_rounds(metric)
+OVER_ROUNDS_READINGS = ("all", "second_half", "final")
+"""How a quantity that the paper averages over a run's rounds is read: ``all`` its mean over every
+logged round (the papers' reduction), ``second_half`` its mean over the rounds in the second half of
+the run, ``final`` its last logged value. The plan fixes the primary reading and the sensitivity ones."""
+
+
+def over_rounds_value(run: RunRecord, metric: str, reading: str = "all") -> float | None:
+    """A per-round series of the run reduced as ``reading`` says (``OVER_ROUNDS_READINGS``); NaN
+    values skipped; None without a value."""
+    history = [(step, value) for step, value in run.histories.get(metric, []) if value == value]
+    if not history:
+        return None
+    if reading == "final":
+        return history[-1][1]
+    if reading == "second_half":
+        half = history[-1][0] / 2
+        history = [(step, value) for step, value in history if step >= half]
+    elif reading != "all":
+        raise ValueError(f"unknown reading over rounds {reading!r}: use one of {OVER_ROUNDS_READINGS}")
+    return sum(value for _, value in history) / len(history)
+
+
+def _over_rounds(metric: str) -> Callable[[RunRecord, int, str], float | None]:
+    """A quantity that is a mean over the run's rounds, reduced as the plan's reading says."""
+    return lambda run, window, over: over_rounds_value(run, metric, over)
 
 
 @dataclass(frozen=True)
@@ -43,9 +65,10 @@ class Quantity:
     label: str
     unit: str  # of the displayed value and of paper numbers and margins in claims.yaml
     scale: float  # displayed value = scale * value
-    value: Callable[[RunRecord, int], float | None]  # (run, window of the point) -> value
+    value: Callable[[RunRecord, int, str], float | None]  # (run, window of the point, reading over rounds) -> value
     decimals: int = 2
     undefined: str = ""  # when a run's value is not a number, why (said where a seed is left out)
+    over_rounds: bool = False  # a mean over the run's rounds (read by the plan's over-rounds readings)
 
 
 QUANTITIES: dict[str, Quantity] = {
@@ -57,48 +80,69 @@ QUANTITIES: dict[str, Quantity] = {
     "best5": Quantity("best 5 % of clients", "%", 100, _at(Metric.TEST_ACC_BEST5)),
     "worst_client": Quantity("worst client", "%", 100, _at(Metric.TEST_ACC_MIN)),
     "angle": Quantity("fairness angle", "rad", 1, _at(Metric.TEST_ACC_ANGLE), 3),
-    "rho": Quantity("CGSV rho", "", 1, lambda run, window: run.final(Metric.CGSV_RHO),
+    "rho": Quantity("CGSV rho", "", 1, _at(Metric.CGSV_RHO),
                     undefined="every agent's standalone or final accuracy is the same: a correlation with a constant"),
+    # CGSV runs with track_standalone: every agent's standalone model, trained in the same run on the
+    # same minibatches, scored on the agents' test sets (CGSV Table 1's Standalone row)
+    "standalone": Quantity("mean standalone accuracy of the agents", "%", 100, _at(Metric.STANDALONE_TEST_ACC_MEAN)),
+    # CGSV App. B.3, Table 7: 100 x pearson(r_i,T, the agents' final test accuracies)
+    "rho_r": Quantity("CGSV rho_r (reputation r against final accuracy)", "", 1, _at(Metric.CGSV_RHO_R),
+                      undefined="every agent's final accuracy or reputation is the same: a correlation with a constant"),
     "conflicts": Quantity(
-        "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL)
+        "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL), over_rounds=True
     ),
     Metric.CONFLICTS_LAYER: Quantity(
-        "conflicting (client, layer) pairs per round (layer level)", "pairs", 1, _over_rounds(Metric.CONFLICTS_LAYER)
+        "conflicting (client, layer) pairs per round (layer level)", "pairs", 1, _over_rounds(Metric.CONFLICTS_LAYER), over_rounds=True
     ),
     "server_time": Quantity(
-        "server time per round", "ms", 1, lambda run, window: _times_1000(run.mean_over_rounds("server_time_s")), 1
+        "server time per round", "ms", 1,
+        lambda run, window, over: _times_1000(over_rounds_value(run, "server_time_s", over)), 1, over_rounds=True
     ),
-    "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION)),
+    "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION),
+                         over_rounds=True),
     # CGSV Fig. 1 on the agents' uploads (CGSV shapley_check_every): means over the run's check rounds
     "shapley_l1_gap": Quantity(
-        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4
+        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4, over_rounds=True
     ),
     "shapley_l2_gap": Quantity(
-        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4
+        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4, over_rounds=True
     ),
     "shapley_time_ratio": Quantity(
-        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2
+        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2, over_rounds=True
     ),
     # per-agent series (CGSV Fig. 2 and Sec. 3.3): "agent_r:3" = agent 3's final reputation r
-    "agent_r": Quantity("reputation r", "", 1, lambda run, window: None, 4),
-    "agent_distance": Quantity("distance to the server model", "", 1, lambda run, window: None, 3),
-    "agent_psi": Quantity("contribution psi, mean over rounds", "", 1, lambda run, window: None, 3),
-    "agent_sparsity": Quantity("download sparsity, mean over rounds", "%", 100, lambda run, window: None, 1),
+    "agent_r": Quantity("reputation r", "", 1, lambda run, window, over: None, 4),
+    "agent_distance": Quantity("distance to the server model", "", 1, lambda run, window, over: None, 3),
+    "agent_psi": Quantity("contribution psi, mean over rounds", "", 1, lambda run, window, over: None, 3,
+                          over_rounds=True),
+    "agent_sparsity": Quantity("download sparsity, mean over rounds", "%", 100, lambda run, window, over: None, 1,
+                               over_rounds=True),
 }
 
 
-def _one_minus_mean(run: RunRecord, name: str) -> float | None:
-    value = run.mean_over_rounds(name)
-    return None if value is None else 1.0 - value
+def _one_minus(reduce: Callable[[RunRecord, str, int, str], float | None],
+               ) -> Callable[[RunRecord, str, int, str], float | None]:
+    def value(run: RunRecord, name: str, window: int, over: str) -> float | None:
+        reduced = reduce(run, name, window, over)
+        return None if reduced is None else 1.0 - reduced
+    return value
 
 
-# per-agent quantity -> (the logged series ``<metric>/<agent>``, how a run's series becomes one number).
-# CGSV Sec. 3.3 reports psi and the sparsity 1 - q_i/D averaged over the iterations.
-AGENT_METRICS: dict[str, tuple[str, Callable[[RunRecord, str], float | None]]] = {
-    "agent_r": ("cgsv_r", RunRecord.final),
-    "agent_distance": ("cgsv_distance", RunRecord.final),
-    "agent_psi": ("cgsv_psi", RunRecord.mean_over_rounds),
-    "agent_sparsity": ("cgsv_density", _one_minus_mean),
+def _series_at(run: RunRecord, name: str, window: int, over: str) -> float | None:
+    return value_at(run, name, window)
+
+
+def _series_over_rounds(run: RunRecord, name: str, window: int, over: str) -> float | None:
+    return over_rounds_value(run, name, over)
+
+
+# per-agent quantity -> (the logged series ``<metric>/<agent>``, how a run's series becomes one number
+# at a reading). CGSV Sec. 3.3 reports psi and the sparsity 1 - q_i/D averaged over the iterations.
+AGENT_METRICS: dict[str, tuple[str, Callable[[RunRecord, str, int, str], float | None]]] = {
+    "agent_r": ("cgsv_r", _series_at),
+    "agent_distance": ("cgsv_distance", _series_at),
+    "agent_psi": ("cgsv_psi", _series_over_rounds),
+    "agent_sparsity": ("cgsv_density", _one_minus(_series_over_rounds)),
 }
 
 
@@ -109,14 +153,15 @@ def quantity_of(name: str) -> Quantity:
     return QUANTITIES[base]
 
 
-def quantity_value(run: RunRecord, name: str, window: int = 1) -> float | None:
-    """The run's value of a quantity at a point (``window``: the mean of the last ``window``
-    evaluations; 1 = the final evaluation), in the displayed unit."""
+def quantity_value(run: RunRecord, name: str, window: int = 1, over: str = "all") -> float | None:
+    """The run's value of a quantity at a reading, in the displayed unit: a quantity read at a point
+    takes the mean of the run's last ``window`` evaluations (1 = the final evaluation); a mean over
+    rounds is reduced as ``over`` says (``OVER_ROUNDS_READINGS``; ``all``: every round)."""
     base, _, agent = name.partition(":")
     quantity = QUANTITIES[base]
     if base in AGENT_METRICS:
         metric, reduce = AGENT_METRICS[base]
-        value = reduce(run, f"{metric}/{agent}")
+        value = reduce(run, f"{metric}/{agent}", window, over)
     else:
-        value = quantity.value(run, window)
+        value = quantity.value(run, window, over)
     return None if value is None or math.isnan(value) else quantity.scale * value

@@ -10,6 +10,7 @@ from leaderboard.claims.quantities import quantity_of
 from leaderboard.claims.spec import (
     BY_CONSTRUCTION,
     NO_RUNS,
+    NOT_IMPLEMENTED,
     NOT_TESTABLE,
     NOT_TESTED,
     WITHDRAWN,
@@ -49,6 +50,9 @@ class ComparisonResult:
     planned_seeds: int = 0
     detectable: float | None = None  # the test actually used: MDE (greater/less) or equivalence margin (equal)
     unpaired: dict[str, str] = field(default_factory=dict)  # planned seed left out of the pairs -> why
+    holm_not_reached: bool = False  # judged after Holm's first non-rejection: inconclusive, its interval no test
+    knife_edge: tuple[str, ...] = ()  # seeds whose leaving out alone changes the verdict
+    convergence_arms: dict[str, dict[str, str]] = field(default_factory=dict)  # arm -> run id -> status
 
     @property
     def unconverged(self) -> int:
@@ -71,6 +75,19 @@ class ComparisonResult:
             return ""
         return "above" if paper > result.high else "below" if paper < result.low else "inside"
 
+    @property
+    def paper_side(self) -> str:
+        """The paper's effect against ours in the claim's own direction: "inside" our interval; for a
+        "greater" or "less" claim, ours "weaker" (the paper's effect lies further in the claimed
+        direction than our interval) or "stronger"; for an "equal" claim, the paper's difference lies
+        "above" or "below" our interval ("" unknown)."""
+        position = self.paper_position
+        direction = self.comparison.direction
+        if position in ("", "inside") or direction == "equal":
+            return position
+        further = position == ("above" if direction == "greater" else "below")
+        return "weaker" if further else "stronger"
+
 
 @dataclass
 class AblationResult:
@@ -79,7 +96,13 @@ class AblationResult:
 
     @property
     def verdict(self) -> str:
-        return combine([c.verdict for c in self.comparisons])
+        return combine([c.verdict for c in judged(self.comparisons)])
+
+
+def judged(entries: list[ComparisonResult]) -> list[ComparisonResult]:
+    """The comparisons a verdict is combined from: all but those that hold by construction (shown on
+    their rows, never counted)."""
+    return [entry for entry in entries if not entry.comparison.by_construction]
 
 
 @dataclass
@@ -94,12 +117,14 @@ class ClaimResult:
     @property
     def data_verdict(self) -> str:
         """What the runs say at the primary point, before the claim's own labels."""
-        return combine([c.verdict for c in self.comparisons])
+        return combine([c.verdict for c in judged(self.comparisons)])
 
     @property
     def verdict(self) -> str:
         if self.claim.not_testable:
             return NOT_TESTABLE
+        if self.claim.not_implemented:
+            return NOT_IMPLEMENTED
         if self.claim.not_tested:
             return NOT_TESTED
         verdict = self.data_verdict
@@ -108,12 +133,12 @@ class ClaimResult:
         return verdict
 
     def verdict_at(self, point: str) -> str:
-        return combine([c.at_points.get(point, c.verdict) for c in self.comparisons])
+        return combine([c.at_points.get(point, c.verdict) for c in judged(self.comparisons)])
 
     @property
     def fragile_points(self) -> list[tuple[str, str]]:
         """(sensitivity point, verdict) where the verdict differs from the primary point's."""
-        if self.claim.not_testable or self.claim.not_tested or not self.comparisons or self.plan is None:
+        if self.claim.stand_ins_only or self.claim.not_tested or not self.comparisons or self.plan is None:
             return []
         primary = self.data_verdict
         return [(p, v) for p in self.plan.sensitivity_points if (v := self.verdict_at(p)) != primary]
@@ -131,7 +156,8 @@ class ClaimResult:
         """The verdict on every seed present, where some comparison has more seeds than planned ("" none)."""
         if not any(c.extension is not None for c in self.comparisons):
             return ""
-        return combine([(c.extension.verdict if c.extension is not None else c.verdict) for c in self.comparisons])
+        return combine([(c.extension.verdict if c.extension is not None else c.verdict)
+                        for c in judged(self.comparisons)])
 
     @property
     def seeds(self) -> int:
@@ -161,10 +187,10 @@ class ClaimResult:
         changed = [a for a in self.ablations if a.verdict != self.data_verdict and a.verdict not in (NO_RUNS, TOO_FEW)]
         if self.ablations and not changed and all(a.verdict not in (NO_RUNS, TOO_FEW) for a in self.ablations):
             parts.append("None of the factors tried changes the verdict.")
-        elif changed and not self.claim.not_testable:
+        elif changed and not self.claim.stand_ins_only:
             parts.append("Changes the verdict: " + "; ".join(
                 f"{a.ablation.factor} ({self.data_verdict} → {a.verdict})" for a in changed) + ".")
-        elif not self.ablations and not self.claim.not_testable:
+        elif not self.ablations and not self.claim.stand_ins_only:
             parts.append("No ablation run yet.")
         return " ".join(parts)
 
@@ -215,9 +241,11 @@ def level_text(level: float) -> str:
     return f"{text} %"
 
 
-POSITION_TEXT = {"inside": "the paper's effect lies inside our interval",
-                 "above": "the paper's effect lies above our interval (ours is smaller)",
-                 "below": "the paper's effect lies below our interval (ours is larger)"}
+SIDE_TEXT = {"inside": "inside our interval",
+             "weaker": "beyond our interval in the claimed direction: ours is weaker",
+             "stronger": "short of our interval in the claimed direction: ours is stronger",
+             "above": "above our interval", "below": "below our interval"}
+"""The paper's effect against our interval (``ComparisonResult.paper_side``), in words."""
 
 
 def unpaired_text(unpaired: dict[str, str]) -> str:
@@ -240,12 +268,14 @@ def difference_text(entry: ComparisonResult, claim: Claim) -> str:
     if result is None:
         return "no paired runs"
     text = f"{_signed(result.mean, decimals)}{(' ' + unit) if unit else ''}"
-    if result.low is not None and result.high is not None:
+    if entry.holm_not_reached:  # its own interval would read as a test Holm did not make
+        text += " (no interval: not reached by Holm, which stopped at an earlier comparison of the claim)"
+    elif result.low is not None and result.high is not None:
         text += f" [{_signed(result.low, decimals)}, {_signed(result.high, decimals)}] ({level_text(result.level)} CI)"
     text += f", {result.n} seed{'s' if result.n != 1 else ''}"
     if entry.unpaired:
         text += f" of {result.n + len(entry.unpaired)} with runs ({unpaired_text(entry.unpaired)})"
-    if result.verdict == INCONCLUSIVE and entry.detectable is not None:
+    if result.verdict == INCONCLUSIVE and entry.detectable is not None and not entry.holm_not_reached:
         if entry.comparison.direction == "equal":
             text += (
                 f"; equivalence detectable within ±{entry.detectable:.{decimals}f} (margin {entry.comparison.margin:g})"
@@ -255,8 +285,12 @@ def difference_text(entry: ComparisonResult, claim: Claim) -> str:
     paper = entry.comparison.paper_difference
     if paper is not None:
         text += f"; paper {_signed(paper, decimals)}"
-        if entry.paper_position:
-            text += f" ({entry.paper_position} our interval)"
+        if entry.paper_side:
+            text += f" ({SIDE_TEXT[entry.paper_side]})"
+    if entry.knife_edge:
+        seeds = entry.knife_edge
+        text += (f"; knife-edge: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone "
+                 f"changes the verdict")
     if entry.unconverged:
         text += f"; {entry.unconverged} of {sum(entry.convergence.values())} runs unconverged"
     if entry.extension is not None:

@@ -13,8 +13,11 @@ mean of the last k evaluations) is marked fragile; the verdict uses the plan's s
 seeds are an extension, shown apart); runs are checked for convergence (``convergence.convergence_status``)
 in both arms; a degenerate benchmark (a constant predictor, or worst clients at 0 everywhere) is
 withdrawn. Each claim quotes its paper (``quote``, ``where``) and states the paper's bar (``bar``);
-a claim the project cannot compute as the paper defines it is "not testable as stated", one that
-holds by the algorithm's construction says so, and a retired claim stays on the page. Each claim may
+a claim the project cannot compute as the paper defines it is "not testable as stated", one whose
+paper's method or baseline the project does not implement is "not implemented" (its stand-ins are
+ablations, never its verdict), one that holds by the algorithm's construction says so (a single
+comparison may be marked so: shown on its row, kept out of the verdict), words of a quote that no
+comparison tests are listed as its untested parts, and a retired claim stays on the page. Each claim may
 list ablations: the same comparisons on benchmarks that move the offline setup one factor toward the
 paper's. A reason is a template filled from the runs at build time (``render_reason``).
 
@@ -30,7 +33,9 @@ from leaderboard.claims.export import (
     export_csv,
     export_json,
     export_rows,
+    scale_text,
     summary_rows,
+    tally_scale,
 )
 from leaderboard.claims.quantities import QUANTITIES, quantity_value
 from leaderboard.claims.results import ClaimResult, difference_text
@@ -38,6 +43,7 @@ from leaderboard.claims.spec import (
     BY_CONSTRUCTION,
     FILE_NAME,
     NO_RUNS,
+    NOT_IMPLEMENTED,
     NOT_TESTABLE,
     NOT_TESTED,
     WITHDRAWN,
@@ -54,8 +60,8 @@ from leaderboard.claims.spec import (
 )
 
 __all__ = [
-    "BY_CONSTRUCTION", "FILE_NAME", "NO_RUNS", "NOT_TESTABLE", "NOT_TESTED", "QUANTITIES", "WITHDRAWN", "Claim",
+    "BY_CONSTRUCTION", "FILE_NAME", "NO_RUNS", "NOT_IMPLEMENTED", "NOT_TESTABLE", "NOT_TESTED", "QUANTITIES", "WITHDRAWN", "Claim",
     "ClaimResult", "ClaimsError", "CoverageEntry", "SuiteFile", "claim_problems", "claim_rows", "coverage_problems",
     "difference_text", "effect_summary", "evaluate", "export_csv", "export_json", "export_rows", "load_claims",
-    "load_coverage", "parse_claims", "quantity_value", "suite_files", "summary_rows",
+    "load_coverage", "parse_claims", "quantity_value", "scale_text", "suite_files", "summary_rows", "tally_scale",
 ]

@@ -61,6 +61,7 @@ class ComparisonSpec(_Declared):
     direction: Text | None = None
     margin: Number | None = None
     paper: list[Number] | None = None
+    by_construction: Text | None = None  # why this comparison holds by construction (shown, kept out of the verdict)
 
     @model_validator(mode="after")
     def _one_reference(self) -> ComparisonSpec:
@@ -85,6 +86,13 @@ class AblationSpec(LocationSpec):
         return self
 
 
+class UntestedSpec(_Declared):
+    """A part of a claim's quote that no comparison tests: the paper's words, and why not."""
+
+    quote: Required
+    why: Required
+
+
 class RetirementSpec(_Declared):
     date: Required
     reason: Required
@@ -107,7 +115,9 @@ class ClaimSpec(_Declared):
     reason: Text | None = None
     not_tested: Text | None = None
     not_testable: Text | None = None
+    not_implemented: Text | None = None
     by_construction: Text | None = None
+    untested: list[UntestedSpec] | None = None
     retired: RetirementSpec | None = None
 
 
@@ -138,11 +148,13 @@ FORMS = {
     "baseline": "a side is a configuration label or {config, benchmark, quantity}",
     "paper": "`paper` is a list of the paper's numbers",
     "coverage": "`coverage` is a list of {item, claims} or {item, not_claimed}",
+    "untested": "`untested` is a list of {quote, why}: the paper's words no comparison tests, and why",
 }
 
 
 # How an item of a list is named in a refusal (``claim c1, ablation 2, comparison 1: ...``).
-ITEM_NAMES = {"comparisons": "comparison", "ablations": "ablation", "coverage": "coverage entry"}
+ITEM_NAMES = {"comparisons": "comparison", "ablations": "ablation", "coverage": "coverage entry",
+              "untested": "untested part"}
 
 
 def refusal(error: ValidationError, model: type[BaseModel]) -> str:

@@ -35,6 +35,8 @@ DIRECTIONS = ("greater", "less", "equal")
 # Claim verdicts beyond the per-comparison ones of leaderboard.stats
 NOT_TESTED, NO_RUNS, WITHDRAWN = "not tested", "no runs", "withdrawn"
 NOT_TESTABLE, BY_CONSTRUCTION = "not testable as stated", "holds by construction"
+# the paper's method or baseline is not implemented here: its stand-in is not the paper's method
+NOT_IMPLEMENTED = "not implemented"
 
 
 class ClaimsError(LeaderboardError):
@@ -61,6 +63,7 @@ class Comparison:
     direction: str
     margin: float
     paper: tuple[float, ...] = ()  # the paper's treatment (and baseline) values, displayed unit
+    by_construction: str = ""  # why this comparison holds by construction: shown, kept out of the verdict
 
     @property
     def label(self) -> str:
@@ -69,7 +72,7 @@ class Comparison:
         if self.baseline is not None and self.baseline.quantity != self.treatment.quantity:
             text = f"{self.treatment.config} {_agent(self.treatment.quantity)} − {_agent(self.baseline.quantity)}"
         if self.baseline is not None and self.baseline.benchmark != self.treatment.benchmark:
-            text += f" ({self.treatment.benchmark.rsplit('/', 1)[-1]} vs {self.baseline.benchmark.rsplit('/', 1)[-1]})"
+            text += " ({} vs {})".format(*_differing(self.treatment.benchmark, self.baseline.benchmark))
         return text
 
     @property
@@ -79,6 +82,17 @@ class Comparison:
         if len(self.paper) == 1 and self.threshold is not None:
             return self.paper[0] - self.threshold
         return None
+
+
+def _differing(first: str, second: str) -> tuple[str, str]:
+    """The parts of two benchmark names that differ ("pow" and "pow-5" of mnist5k/pow/full/fl_mlp and
+    mnist5k/pow-5/full/fl_mlp; the whole tail from the first difference when their lengths differ)."""
+    a, b = first.split("/"), second.split("/")
+    if len(a) != len(b):
+        start = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return "/".join(a[start:]) or a[-1], "/".join(b[start:]) or b[-1]
+    keep = [k for k in range(len(a)) if a[k] != b[k]]
+    return "/".join(a[k] for k in keep), "/".join(b[k] for k in keep)
 
 
 def _agent(quantity: str) -> str:
@@ -97,6 +111,14 @@ class Ablation:
     location: Location
     factor: str
     comparisons: tuple[Comparison, ...]
+
+
+@dataclass(frozen=True)
+class Untested:
+    """Words of the claim's quote that no comparison tests, and why."""
+
+    quote: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,14 @@ class Claim:
     not_testable: str = ""  # why the paper's quantity or baseline cannot be computed here
     by_construction: str = ""  # why the claim holds by the algorithm's construction
     retired: Retirement | None = None
+    not_implemented: str = ""  # the paper's method or baseline this project lacks (its stand-ins are ablations)
+    untested: tuple[Untested, ...] = ()  # parts of the quote no comparison tests, each with why
+
+    @property
+    def stand_ins_only(self) -> str:
+        """Why the claim's verdict cannot come from its runs ("" when it can): not testable as stated,
+        or the paper's method not implemented here."""
+        return self.not_testable or self.not_implemented
 
 
 @dataclass(frozen=True)
@@ -187,6 +217,7 @@ def _comparisons(specs: list[ComparisonSpec], benchmark: str | None, quantity: s
             baseline=None if entry.baseline is None else _side(entry.baseline, bench, quantity, here),
             threshold=None if entry.threshold is None else float(entry.threshold),
             direction=entry_direction, margin=entry_margin, paper=tuple(float(v) for v in entry.paper or ()),
+            by_construction=_words(entry.by_construction),
         ))
     return tuple(result)
 
@@ -202,7 +233,7 @@ def _on_benchmark(comparison: Comparison, benchmark: str) -> Comparison:
     def move(side: Side | None) -> Side | None:
         return None if side is None else Side(side.config, benchmark, side.quantity)
     return Comparison(move(comparison.treatment), move(comparison.baseline), comparison.threshold,  # type: ignore[arg-type]
-                      comparison.direction, comparison.margin, comparison.paper)
+                      comparison.direction, comparison.margin, comparison.paper, comparison.by_construction)
 
 
 def _words(text: str | None) -> str:
@@ -250,9 +281,16 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
                                    quantity, direction, margin, where)
         not_tested = entry.not_tested or ""
         not_testable = _words(entry.not_testable)
-        if not (not_tested or not_testable) and (offline is None or not comparisons):
+        not_implemented = _words(entry.not_implemented)
+        if not_testable and not_implemented:
+            raise ClaimsError(f"{where}: give one of `not_testable` (the paper's quantity cannot be computed) and "
+                              "`not_implemented` (the paper's method or baseline is not implemented here)")
+        if not (not_tested or not_testable or not_implemented) and (offline is None or not comparisons):
             raise ClaimsError(f"{where}: needs an `offline` location and comparisons, or `not_tested` / "
-                              "`not_testable` with the reason")
+                              "`not_testable` / `not_implemented` with the reason")
+        if comparisons and all(c.by_construction for c in comparisons):
+            raise ClaimsError(f"{where}: every comparison is marked `by_construction`, so none is left for the "
+                              "verdict: mark the claim `by_construction` instead")
         ablations = []
         for number, ablation in enumerate(entry.ablations or [], start=1):
             here = f"{where}, ablation {number}"
@@ -287,6 +325,8 @@ def parse_claims(spec: object, paper: str, file: str = "") -> list[Claim]:
                 not_testable=not_testable,
                 by_construction=_words(entry.by_construction),
                 retired=None if retired is None else Retirement(retired.date, _words(retired.reason)),
+                not_implemented=not_implemented,
+                untested=tuple(Untested(_words(part.quote), _words(part.why)) for part in entry.untested or ()),
             )
         )
     return claims

@@ -37,6 +37,9 @@ from leaderboard.runs import LeaderboardError
 PLAN_FILE = "ledger_plan.yaml"
 AMENDMENTS_FILE = "ledger_amendments.yaml"
 HASH_KEY = "registered_hash"
+LEDGER_PASS_TAG = "ledger.pass"  # a run's pass of the ledger: "confirmatory" (exploratory runs carry none)
+PLAN_HASH_TAG = "ledger.plan_hash"  # the registration hash a confirmatory run ran under
+CONFIRMATORY = "confirmatory"
 _HASH_LINE = re.compile(rf"^{HASH_KEY}:.*(?:\n|$)", re.MULTILINE)
 POINT = re.compile(r"^(final|last([1-9][0-9]*))$")
 
@@ -100,6 +103,9 @@ class LedgerPlan:
     over_rounds_sensitivity: tuple[str, ...] = ()  # ... and at each sensitivity point, paired by position
     scale: str = ""  # what every verdict was measured at (named on each verdict cell, the tally, the CSV)
     knife_edge: str = ""  # the rule that marks a verdict knife-edge, in words
+    seeds_rule: str = ""  # which seeds each pass runs, in words
+    timing: str = ""  # how timing claims are measured, in words
+    registered_hash: str = ""  # the registration's content hash (``registration_hash``), "" before registration
 
     def seeds_for(self, suite: str) -> int:
         return int(self.suite_seeds.get(suite, self.default_seeds))
@@ -180,6 +186,7 @@ class PlanSpec(_Declared):
     knife_edge: str | None = None
     registered_hash: str | None = None
     seeds_rule: str | None = None
+    timing: str | None = None
 
 
 NESTED: dict[str, type[BaseModel]] = {"seeds": SeedsSpec, "convergence": ConvergenceSpec, "degeneracy": DegeneracySpec,
@@ -236,6 +243,9 @@ def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
         over_rounds_sensitivity=over_sensitivity,
         scale=spec.scale or "",
         knife_edge=spec.knife_edge or "",
+        seeds_rule=spec.seeds_rule or "",
+        timing=spec.timing or "",
+        registered_hash=spec.registered_hash or "",
     )
 
 

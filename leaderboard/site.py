@@ -22,7 +22,16 @@ from leaderboard import export, export_reading
 from leaderboard.figures import write_figures
 from leaderboard.markdown import markdown_table
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
-from leaderboard.registration import load_amendments, load_plan, point_label
+from leaderboard.registration import (
+    CONFIRMATORY,
+    LedgerPlan,
+    LEDGER_PASS_TAG,
+    OVER_ROUNDS_LABELS,
+    PLAN_HASH_TAG,
+    load_amendments,
+    load_plan,
+    point_label,
+)
 from leaderboard.runs import (
     LeaderboardError,
     Progress,
@@ -199,8 +208,25 @@ def publish(staging: Path, out: Path) -> None:
     staging.rename(out)
 
 
-EXPLORATORY = ("The plan was registered on {registered}, after the runs shown here had been seen: these verdicts "
-               "are exploratory until the suites run again under the plan from a clean store.")
+EXPLORATORY = ("Every verdict on this page is exploratory: it rests on seeds that had been run and seen when the plan "
+               "(version 1 of 2026-11-27, version {version} of {registered}), every claim, bar and margin were "
+               "written, and re-running the same seeds re-measures the same numbers. {pending}")
+PENDING = {True: ("Plan version {version} registers fresh seeds for a confirmatory pass (registration {hash}); "
+                  "no confirmatory run is read here yet."),
+           False: "The plan is not registered yet: no confirmatory pass can run."}
+
+
+def exploratory_text(plan: LedgerPlan, runs: list) -> str:
+    """Why the page's verdicts are exploratory ("" when every run read is a confirmatory run of this
+    plan's registration: tagged with the confirmatory pass and the plan's registered hash)."""
+    confirmatory = bool(runs) and bool(plan.registered_hash) and all(
+        run.tags.get(LEDGER_PASS_TAG) == CONFIRMATORY and run.tags.get(PLAN_HASH_TAG) == plan.registered_hash
+        for run in runs)
+    if confirmatory:
+        return ""
+    pending = PENDING[bool(plan.registered_hash)].format(version=plan.version, hash=plan.registered_hash[:12])
+    return EXPLORATORY.format(version=plan.version, registered=plan.registered or "not yet registered",
+                              pending=pending)
 
 
 def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: list, paper_root: Path,
@@ -222,9 +248,7 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
              + ", ".join(f"{count} {name}" for name, count in counts.most_common())
              + f"; {sum(r.fragile for r in active)} fragile, {sum(r.amended for r in active)} amended, "
              f"{len(results) - len(active)} retired; {len(amendments)} amendments")
-    first_run = min((r.start_time for r in store.runs if r.start_time), default=None)
-    exploratory = (EXPLORATORY.format(registered=plan.registered)
-                   if plan.registered and first_run and first_run.date().isoformat() < plan.registered else "")
+    exploratory = exploratory_text(plan, store.runs)
     rows = ledger.claim_rows(active + [r for r in results if r.claim.retired is not None], tables, suites, plan)
     papers = {c.paper: c.name for c in claims}
     return dict(rows=rows, counts=counts.most_common(), active=len(active), retired_count=len(results) - len(active),
@@ -235,7 +259,9 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
                           for p in dict.fromkeys(e.paper for e in coverage)],
                 plan=plan, amendments=amendments, primary_label=point_label(plan.primary_point),
                 sensitivity_labels=", ".join(point_label(p) for p in plan.sensitivity_points) or "none",
-                exploratory=exploratory,
+                exploratory=exploratory, scale=ledger.tally_scale(active),
+                over_rounds_labels=", ".join(OVER_ROUNDS_LABELS[r] for r in plan.over_rounds_sensitivity) or "none",
+                over_rounds_primary=OVER_ROUNDS_LABELS[plan.over_rounds_primary],
                 csv=ledger.export_csv(results), json=ledger.export_json(results, plan, amendments),
                 summary_csv=_csv(ledger.summary_rows(results)))
 

@@ -205,3 +205,23 @@ def test_each_claim_row_counts_converged_unconverged_and_too_short_runs_per_arm(
     assert "treatment: 7 converged, 3 unconverged, 0 too short to judge" in note
     assert "baseline: 9 converged, 0 unconverged, 1 too short to judge" in note
     assert not math.isnan(result.comparisons[0].result.mean)
+
+
+# --- the tally says whether its verdicts are exploratory ---------------------------------------------
+
+def test_the_page_is_exploratory_unless_every_run_is_a_confirmatory_run_of_the_registration():
+    from leaderboard.registration import CONFIRMATORY, LEDGER_PASS_TAG, PLAN_HASH_TAG
+    from leaderboard.site import exploratory_text
+
+    registered = parse_plan({**PLAN_V2, "version": 2, "registered": "2026-12-06", "registered_hash": "ab" * 32})
+    runs = paired_runs(NARROW)
+    text = exploratory_text(registered, runs)
+    assert text.startswith("Every verdict on this page is exploratory")
+    assert "registration abababababab" in text and "no confirmatory run is read here yet" in text
+    for record in runs:
+        record.tags |= {LEDGER_PASS_TAG: CONFIRMATORY, PLAN_HASH_TAG: "ab" * 32}
+    assert exploratory_text(registered, runs) == ""
+    runs[0].tags[PLAN_HASH_TAG] = "cd" * 32  # one run of another registration: never mixed in silently
+    assert exploratory_text(registered, runs) != ""
+    unregistered = parse_plan(PLAN_V2)
+    assert "not registered yet" in exploratory_text(unregistered, paired_runs(NARROW))

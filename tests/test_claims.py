@@ -66,7 +66,7 @@ def test_every_claim_names_an_existing_suite_benchmark_and_configuration():
                 for side in (comparison.treatment, comparison.baseline):
                     if side is not None:
                         assert side.config in configs[(suite, side.benchmark)], (claim.id, suite, side)
-    untested = [c for c in claims if not (c.not_tested or c.not_testable) and (c.offline is None or not c.comparisons)]
+    untested = [c for c in claims if not (c.not_tested or c.stand_ins_only) and (c.offline is None or not c.comparisons)]
     assert not untested
 
 
@@ -94,7 +94,7 @@ def test_claim_problems_names_what_is_missing():
     ({"direction": "equal"}, "needs a positive `margin`"),
     ({"comparisons": [{"treatment": "A"}]}, "exactly one of `baseline` and `threshold`"),
     ({"comparisons": [{"treatment": "A", "baseline": "B", "threshold": 1}]}, "exactly one of"),
-    ({"comparisons": []}, "or `not_tested` / `not_testable` with the reason"),
+    ({"comparisons": []}, "or `not_tested` / `not_testable` / `not_implemented` with the reason"),
     ({"retired": {"date": "2026-01-01"}}, "`retired` is"),
     ({"quantity": "agent_r"}, "needs an agent"),
 ])

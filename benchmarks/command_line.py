@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.launchers import SUBMITIT_MISSING
-from benchmarks.ledger import DEFAULT_EXPORTS, run_ledger
+from benchmarks.ledger import DEFAULT_CONFIRMATORY_EXPORTS, DEFAULT_EXPORTS, ROOT_VARIABLE, run_ledger
 from benchmarks.plan import estimate_suite
 from benchmarks.runner import run_suite
 from benchmarks.suites import list_suites, load_suite, program_name
@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cpus-per-job", type=int, help="cores of a job, and its OpenMP/MKL threads (--cluster; "
                                                       "default: this machine's cores / --jobs); a run's torch "
                                                       "threads are its model.threads (1 by default)")
+    run.add_argument("--confirmatory", action="store_true",
+                     help="the claims ledger's confirmatory pass: refused unless the registered files (plan, "
+                          "amendments, ledger_confirmatory.yaml, claims, suites) match the plan's registered_hash; "
+                          "runs the pass's fresh seeds at the rounds and cadence of ledger_confirmatory.yaml, each "
+                          f"run tagged ledger_pass and ledger_plan_hash (the files' folder: ${ROOT_VARIABLE}, "
+                          "default benchmarks/)")
     sub.add_parser("list", help="list the suites: runs, estimated time, description",
                    description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
                                "--jobs 1 and the first sentence of its description.")
@@ -118,12 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         description="Run every offline suite the claims read, one after the other; when a suite has finished "
                     "every run, write its complete export to EXPORTS/<suite> and skip it from then on, so that "
                     "the ledger can run in parts, on machines replaced between them.")
-    ledger.add_argument("--exports", type=Path, default=Path(DEFAULT_EXPORTS), metavar="EXPORTS",
-                        help="the folder of the suites' exports (default: %(default)s/ in the working folder)")
+    ledger.add_argument("--exports", type=Path, metavar="EXPORTS",
+                        help=f"the folder of the suites' exports (default: {DEFAULT_EXPORTS}/ in the working folder; "
+                             f"{DEFAULT_CONFIRMATORY_EXPORTS}/ with --confirmatory)")
     ledger.add_argument("--jobs", type=int, default=1,
                         help="runs in parallel, each in its own worker process (default: %(default)s)")
     ledger.add_argument("--dry-run", action="store_true",
                         help="list the suites left and their estimated time (creates nothing)")
+    ledger.add_argument("--confirmatory", action="store_true",
+                        help="run the confirmatory pass (as `run --confirmatory`), exporting to "
+                             f"{DEFAULT_CONFIRMATORY_EXPORTS}/ unless --exports says otherwise; use a store of its own")
     ledger.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
                         help=f"the MLflow store the runs log to (default: $MLFLOW_TRACKING_URI, else "
                              f"{DEFAULT_TRACKING_URI})")
@@ -131,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ledger":
         if args.jobs < 1:
             ledger.error("--jobs must be >= 1")
+        if args.exports is None:
+            args.exports = Path(DEFAULT_CONFIRMATORY_EXPORTS if args.confirmatory else DEFAULT_EXPORTS)
         if args.exports.exists() and not args.exports.is_dir():
             ledger.error(f"--exports {args.exports} is a file: give a folder")
-        return run_ledger(args.tracking_uri, args.exports, args.jobs, dry_run=args.dry_run)
+        return run_ledger(args.tracking_uri, args.exports, args.jobs, dry_run=args.dry_run,
+                          confirmatory=args.confirmatory)
     if args.command == "list":
         try:
             print("\n".join(suite_table(prog)), flush=True)
@@ -152,10 +165,14 @@ def main(argv: list[str] | None = None) -> int:
         run.error("--job-folder, --slurm-partition and --cpus-per-job go with --cluster")
     if args.cluster is not None and importlib.util.find_spec("submitit") is None:  # before the store is touched
         run.error(SUBMITIT_MISSING)
+    if args.confirmatory and args.seeds is not None:
+        run.error("--seeds and --confirmatory: the confirmatory pass runs the seeds registered in "
+                  "ledger_confirmatory.yaml")
     return run_suite(args.suite, seeds=args.seeds, jobs=args.jobs, tracking_uri=args.tracking_uri,
                      dry_run=args.dry_run, isolate=args.isolate, cluster=args.cluster, job_folder=args.job_folder,
                      slurm_partition=args.slurm_partition, timeout_min=args.timeout_min,
-                     cpus_per_job=args.cpus_per_job, benchmarks=args.benchmarks, configs=args.configs)
+                     cpus_per_job=args.cpus_per_job, benchmarks=args.benchmarks, configs=args.configs,
+                     confirmatory=args.confirmatory)
 
 
 def cli() -> int:

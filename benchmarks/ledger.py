@@ -10,18 +10,158 @@ flight, and one build reads every part's exports (``fl-leaderboard build --from-
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from benchmarks.suites import SUITES_DIR, list_suites, load_suite
+from benchmarks.suites import SUITES_DIR, Cell, deep_merge, list_suites, load_suite
+from fl_lightning.run_schema import Tag
 
 DEFAULT_EXPORTS = "ledger_exports"
 """The exports' folder, in the working folder (as ``benchmark_logs/``)."""
+DEFAULT_CONFIRMATORY_EXPORTS = "ledger_confirmatory_exports"
+"""The confirmatory pass's exports' folder, in the working folder (apart from the exploratory ones)."""
+CONFIRMATORY_FILE = "ledger_confirmatory.yaml"
+CONFIRMATORY = "confirmatory"  # the ``ledger_pass`` tag of the confirmatory pass's runs
+ROOT_VARIABLE = "FL_BENCHMARKS_LEDGER_ROOT"
+"""The folder of the registered files a confirmatory run checks and reads (the plan, the amendments,
+``ledger_confirmatory.yaml``, the claims and the suites); default: this package's folder."""
+
+
+@dataclass(frozen=True)
+class Confirmatory:
+    """``ledger_confirmatory.yaml``: the pass's fresh seeds (``rule``, ``first``, ``count`` and the
+    resulting ``values``) and, per suite (experiment name) and benchmark, its ``num_rounds`` and
+    ``eval_every``."""
+
+    seeds: list[int]
+    first: int
+    count: int
+    rule: str
+    lengths: dict[str, dict[str, dict[str, int]]]
+
+
+def ledger_root(root: Path | str | None = None) -> Path:
+    """The registered files' folder: ``root``, else $FL_BENCHMARKS_LEDGER_ROOT, else ``benchmarks/``."""
+    return Path(root or os.environ.get(ROOT_VARIABLE) or SUITES_DIR)
+
+
+def registered_hash_or_exit(root: Path | str | None = None) -> str:
+    """The registration hash a confirmatory run carries; the registration's problem (no hash recorded,
+    or files that differ from it: ``leaderboard.registration.registration_problem``) as a one-line
+    refusal (``SystemExit``), said before anything is created."""
+    from leaderboard.registration import registration_hash, registration_problem
+
+    folder = ledger_root(root)
+    problem = registration_problem(folder)
+    if problem:
+        raise SystemExit(f"refused: {problem}")
+    return registration_hash(folder)
+
+
+def load_confirmatory(root: Path | str | None = None) -> Confirmatory:
+    """``<root>/ledger_confirmatory.yaml``, checked (one line, ``SystemExit``, for the first problem)."""
+    path = ledger_root(root) / CONFIRMATORY_FILE
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SystemExit(f"cannot read {path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise SystemExit(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(raw, dict) or raw.get("pass") != CONFIRMATORY:
+        raise SystemExit(f"{path}: expected `pass: {CONFIRMATORY}` with `seeds:` and `lengths:`")
+    seeds = raw.get("seeds")
+    if not isinstance(seeds, dict) or not {"rule", "first", "count", "values"} <= set(seeds):
+        raise SystemExit(f"{path}: `seeds:` needs rule, first, count and values")
+    values, first, count = seeds["values"], seeds["first"], seeds["count"]
+    if not (isinstance(values, list) and all(type(v) is int for v in values) and type(first) is int
+            and type(count) is int and len(values) == count == len(set(values)) and min(values, default=first) >= first):
+        raise SystemExit(f"{path}: `seeds.values` must be `count` distinct integers from `first` up")
+    lengths = raw.get("lengths")
+    if not isinstance(lengths, dict):
+        raise SystemExit(f"{path}: `lengths:` must map each suite to its benchmarks' num_rounds and eval_every")
+    for suite, benchmarks in lengths.items():
+        for benchmark, setting in (benchmarks or {}).items():
+            if not (isinstance(setting, dict) and set(setting) == {"num_rounds", "eval_every"}
+                    and all(type(v) is int and v > 0 for v in setting.values())):
+                raise SystemExit(f"{path}: lengths.{suite}.{benchmark} must be {{num_rounds: N, eval_every: K}} "
+                                 "with positive integers")
+    return Confirmatory(list(values), first, count, str(seeds["rule"]), lengths)
+
+
+def confirmatory_cells(cells: list[Cell], confirmatory: Confirmatory, plan_hash: str) -> list[Cell]:
+    """The cells of the confirmatory pass: each cell's rounds and evaluation cadence set to its
+    suite's and benchmark's in ``ledger_confirmatory.yaml`` (a benchmark it does not list is refused:
+    no cell runs at an unregistered length), tagged with the pass and the registration hash, which
+    also enter its config digest (a run under another hash never counts as done)."""
+    result = []
+    for cell in cells:
+        setting = (confirmatory.lengths.get(cell.suite) or {}).get(cell.benchmark)
+        if setting is None:
+            raise SystemExit(f"{CONFIRMATORY_FILE} sets no num_rounds and eval_every for suite {cell.suite!r}, "
+                             f"benchmark {cell.benchmark!r}: the confirmatory pass runs only registered lengths")
+        config = deep_merge(cell.config, {"model": {"init_args": dict(setting)}})
+        result.append(replace(cell, config=config, plan_hash=plan_hash, ledger_pass=CONFIRMATORY))
+    return result
+
+
+def runs_under_other_hashes(tracking_uri: str, experiment: str, plan_hash: str) -> int:
+    """How many runs of ``experiment`` (any status) do not carry ``plan_hash`` as their ``ledger_plan_hash``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return 0
+    others, token = 0, None
+    while True:
+        page = client.search_runs([found.experiment_id], max_results=1000, page_token=token)
+        others += sum(run.data.tags.get(Tag.LEDGER_PLAN_HASH) != plan_hash for run in page)
+        token = page.token
+        if not token:
+            return others
+
+
+def used_seeds(exports: Path, suites_dir: Path = SUITES_DIR) -> set[int]:
+    """Every seed an exploratory run of the exports under ``exports`` (each folder's ``runs`` table;
+    runs tagged ``ledger_pass`` are left out) or a suite file under ``suites_dir`` holds."""
+    import json
+
+    import pandas as pd
+
+    used: set[int] = set()
+    for folder in sorted(Path(exports).iterdir()):
+        if not (folder / "runs.parquet").exists():
+            continue
+        runs = pd.read_parquet(folder / "runs.parquet", columns=["run_id", "seed"])
+        confirmatory: set[str] = set()
+        if (folder / "records.parquet").exists():
+            records = pd.read_parquet(folder / "records.parquet", columns=["run_id", "tags"])
+            confirmatory = {run_id for run_id, tags in records.itertuples(index=False)
+                            if Tag.LEDGER_PASS in json.loads(tags)}
+        used |= {int(seed) for run_id, seed in runs.itertuples(index=False)
+                 if run_id not in confirmatory and str(seed).strip() not in ("", "nan", "None")}
+    for path in sorted(Path(suites_dir).glob("*/*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        if isinstance(raw, dict) and isinstance(raw.get("seeds"), list):
+            used |= {seed for seed in raw["seeds"] if type(seed) is int}
+    return used
+
+
+def rule_seeds(first: int, count: int, used: set[int]) -> list[int]:
+    """The seeds rule of ``ledger_confirmatory.yaml``: the first ``count`` integers from ``first`` up not in ``used``."""
+    seeds, seed = [], first
+    while len(seeds) < count:
+        if seed not in used:
+            seeds.append(seed)
+        seed += 1
+    return seeds
 
 
 def claimed_suites(claims_files: Iterable[Path] | None = None) -> set[str]:
@@ -68,9 +208,12 @@ def export_suite(tracking_uri: str, experiment: str, exports: Path) -> Path:
     return final
 
 
-def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int) -> list[str]:
+def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int,
+               confirmatory: tuple[Confirmatory, str] | None = None) -> list[str]:
     """``--dry-run``: one line per suite (exported, or its runs and estimated time at ``jobs``; the
-    runner's estimate for a clean store) and the time left in all; reads nothing but the suites."""
+    runner's estimate for a clean store) and the time left in all; reads nothing but the suites.
+    ``confirmatory`` (the pass's file and hash): its seeds and lengths, the published run times
+    rescaled to those lengths."""
     from benchmarks.plan import _duration, estimate_suite
 
     lines, left = [], 0.0
@@ -78,21 +221,36 @@ def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int) -> list[
         if (exports / experiment).is_dir():
             lines.append(f"  {name:<38} exported")
             continue
-        cells = load_suite(name)
-        seconds, _ = estimate_suite(cells)
+        if confirmatory is None:
+            cells = load_suite(name)
+            seconds, _ = estimate_suite(cells)
+        else:
+            exploratory = load_suite(name, confirmatory[0].seeds)
+            cells = confirmatory_cells(exploratory, *confirmatory)
+            seconds, _ = estimate_suite(cells, measured_as=exploratory)
         left += seconds / jobs
         lines.append(f"  {name:<38} {len(cells):>5} runs  about {_duration(seconds / jobs)}")
-    return lines + [f"left: about {_duration(left)} at --jobs {jobs} (from the published ledger's run times)"]
+    basis = ("the published ledger's run times" if confirmatory is None
+             else "the published ledger's run times, rescaled to the rounds and cadence of ledger_confirmatory.yaml")
+    return lines + [f"left: about {_duration(left)} at --jobs {jobs} (from {basis})"]
 
 
 def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tuple[str, str]] | None = None,
                run: Callable[..., int] | None = None,
-               export: Callable[[str, str, Path], Path] = export_suite, dry_run: bool = False) -> int:
+               export: Callable[[str, str, Path], Path] = export_suite, dry_run: bool = False,
+               confirmatory: bool = False, root: Path | str | None = None) -> int:
     """Runs and exports every ledger suite not yet in ``exports`` (see the module's docstring); the
     exit status: 0 when every suite is exported, else the first suite's that did not finish (the
-    suites after it wait, so the parts stay in order). ``dry_run``: says what is left, creates nothing."""
+    suites after it wait, so the parts stay in order). ``dry_run``: says what is left, creates nothing.
+    ``confirmatory``: the confirmatory pass (``run_suite(..., confirmatory=True)``), refused before
+    anything is created while the registered files differ from the plan's hash; a suite is exported
+    only when every run of its experiment carries the pass's hash (never mixed with other runs)."""
     from benchmarks.runner import run_suite
 
+    registered = None
+    if confirmatory:
+        plan_hash = registered_hash_or_exit(root)  # before the exports' folder or the store
+        registered = (load_confirmatory(root), plan_hash)
     run = run_suite if run is None else run
     suites = ledger_suites() if suites is None else suites
     exports = Path(exports)
@@ -100,16 +258,24 @@ def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tup
     print(f"ledger: {len(suites)} suites, {len(suites) - len(todo)} already exported in {exports}, "
           f"{len(todo)} to run", flush=True)
     if dry_run:
-        print("\n".join(plan_lines(suites, exports, jobs)), flush=True)
+        print("\n".join(plan_lines(suites, exports, jobs, registered)), flush=True)
         return 0
     exports.mkdir(parents=True, exist_ok=True)
     for number, (name, experiment) in enumerate(todo, start=1):
         print(f"\n=== ledger suite {number}/{len(todo)}: {name}", flush=True)
-        status = run(name, jobs=jobs, tracking_uri=tracking_uri)
+        if registered is None:
+            status = run(name, jobs=jobs, tracking_uri=tracking_uri)
+        else:
+            status = run(name, jobs=jobs, tracking_uri=tracking_uri, confirmatory=True, root=root)
         if status != 0:
             print(f"ledger: {name} did not finish every run (exit status {status}); it is not exported. "
                   f"Run the ledger again to resume it.", flush=True)
             return status
+        if registered is not None and (others := runs_under_other_hashes(tracking_uri, experiment, registered[1])):
+            print(f"ledger: {name} finished, but its experiment holds {others} run(s) without the plan hash "
+                  f"{registered[1][:12]}: not exported (a confirmatory export holds only the pass's runs). "
+                  "Run the confirmatory pass into a store of its own.", flush=True)
+            return 1
         try:
             print(f"ledger: {name} exported to {export(tracking_uri, experiment, exports)}", flush=True)
         except (subprocess.CalledProcessError, OSError) as error:

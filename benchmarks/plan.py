@@ -190,6 +190,28 @@ def estimate_seconds(config: dict, throughput: dict[str, float]) -> float | None
             + evaluations * evaluated * EVAL_COST / speed)
 
 
+RESCALE_START_S = 0.6  # a run's start in a warm worker, as the ledger's exploratory runs measured it
+
+
+def _length(config: dict) -> tuple[int, int]:
+    args = _init_args(config)
+    rounds = int(args.get(schema.NUM_ROUNDS, schema.DEFAULT_NUM_ROUNDS))
+    return rounds, -(-rounds // int(args.get(schema.EVAL_EVERY, schema.DEFAULT_EVAL_EVERY)))
+
+
+def rescaled_durations(durations: dict[str, list[float]], before: list[Cell],
+                       after: list[Cell]) -> dict[str, list[float]]:
+    """Wall seconds measured for the cells ``before`` at their rounds and cadence, rescaled to the
+    same cells ``after`` (in the same order) at theirs: a run's start plus the rest, scaled by the
+    larger of the rounds' and the evaluations' growth (an upper bound; ``benchmarks.run_lengths``)."""
+    growth: dict[str, float] = {}
+    for old, new in zip(before, after):
+        (rounds_old, evals_old), (rounds_new, evals_new) = _length(old.config), _length(new.config)
+        growth[new.cell] = max(rounds_new / rounds_old, evals_new / evals_old)
+    return {cell: [RESCALE_START_S + max(t - RESCALE_START_S, 0.0) * growth[cell] for t in times]
+            for cell, times in durations.items() if cell in growth}
+
+
 def published_durations(suite: str, path: Path = PUBLISHED_RUNS) -> dict[str, list[float]]:
     """Wall seconds of the published ledger's finished runs of ``suite``, per cell (empty where
     the file or the suite is missing): a clean re-run's best estimate, the code that made them
@@ -332,10 +354,13 @@ def run_durations(tracking_uri: str, suite: str) -> dict[str, list[float]]:
             return durations
 
 
-def estimate_suite(cells: list[Cell]) -> tuple[float, int]:
+def estimate_suite(cells: list[Cell], measured_as: list[Cell] | None = None) -> tuple[float, int]:
     """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
     store's runs: the published ledger's run times where it has the cell, else its benchmark's other
-    configurations' there, else the perf figures (``plan.cell_estimates``)."""
+    configurations' there, else the perf figures (``plan.cell_estimates``). ``measured_as``: the same
+    cells at the lengths the published runs had (their times are rescaled to ``cells``' lengths)."""
     published = published_durations(cells[0].suite) if cells else {}
+    if measured_as is not None:
+        published = rescaled_durations(published, measured_as, cells)
     seconds = [estimate for estimate, _ in cell_estimates(cells, {}, published)]
     return sum(s for s in seconds if s is not None), sum(s is None for s in seconds)

@@ -147,11 +147,31 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
               tracking_uri: str = DEFAULT_TRACKING_URI, dry_run: bool = False, isolate: bool = False,
               cluster: str | None = None, job_folder: str | None = None, slurm_partition: str | None = None,
               timeout_min: int = 24 * 60, cpus_per_job: int | None = None,
-              benchmarks: list[str] | None = None, configs: list[str] | None = None) -> int:
+              benchmarks: list[str] | None = None, configs: list[str] | None = None,
+              confirmatory: bool = False, root: Path | str | None = None) -> int:
     """``run``: the suite's runs that the store holds no finished run of, ``jobs`` at a time, on
     the launcher the options choose; the exit status (0, 1 when a run failed, 128 + the signal
-    that stopped the suite). The options are the command line's (``fl-benchmarks run --help``)."""
-    cells = select_cells(load_suite(name, seeds), name, benchmarks, configs)
+    that stopped the suite). The options are the command line's (``fl-benchmarks run --help``).
+    ``confirmatory``: the claims ledger's confirmatory pass (``benchmarks.ledger``): refused before
+    anything is created unless the registered files under ``root`` (default ``benchmarks/``, or
+    $FL_BENCHMARKS_LEDGER_ROOT) match the plan's registration hash; then the suite runs on the pass's
+    seeds at its registered rounds and cadence, every run tagged with the pass and the hash."""
+    rescale: tuple[list[Cell], list[Cell]] | None = None
+    if confirmatory:
+        from benchmarks.ledger import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
+
+        plan_hash = registered_hash_or_exit(root)  # before the store, a folder or a cell is touched
+        registered = load_confirmatory(root)
+        if seeds is not None:
+            raise SystemExit("--seeds and --confirmatory: the confirmatory pass runs the seeds registered in "
+                             "ledger_confirmatory.yaml")
+        in_root = ledger_root(root) / f"{name}.yaml"
+        source = str(in_root) if Path(name).suffix not in (".yaml", ".yml") and in_root.is_file() else name
+        exploratory = select_cells(load_suite(source, registered.seeds), name, benchmarks, configs)
+        cells = confirmatory_cells(exploratory, registered, plan_hash)
+        rescale = (exploratory, cells)
+    else:
+        cells = select_cells(load_suite(name, seeds), name, benchmarks, configs)
     check_algorithms(cells, name)  # before the store is touched and before any cell runs
     suite = cells[0].suite if cells else name
     durations: dict[str, list[float]] = {}
@@ -166,11 +186,20 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     if note:
         print(f"  ({note})")
     if dry_run:
-        from benchmarks.plan import plan_lines, published_durations
+        from benchmarks.plan import plan_lines, published_durations, rescaled_durations
 
+        published = published_durations(suite)
+        if rescale is not None:  # times measured at the exploratory lengths, rescaled to the registered ones
+            durations, published = {}, rescaled_durations(published, *rescale)
+            print(f"  (confirmatory pass: seeds {cells[0].seed if cells else ''}..{cells[-1].seed if cells else ''}, "
+                  f"plan hash {cells[0].plan_hash[:12] if cells else ''}, the rounds and cadence of "
+                  "ledger_confirmatory.yaml)")
         for cell in todo:
-            print(f"  would run {cell.cell} seed {cell.seed}")
-        print("\n".join(plan_lines(todo, durations, jobs, published_durations(suite))))
+            rounds = (cell.config.get("model") or {}).get("init_args", {}).get("num_rounds", "")
+            every = (cell.config.get("model") or {}).get("init_args", {}).get("eval_every", "")
+            length = f" ({rounds} rounds, eval every {every})" if rescale is not None else ""
+            print(f"  would run {cell.cell} seed {cell.seed}{length}")
+        print("\n".join(plan_lines(todo, durations, jobs, published)))
         return 0
     ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite
@@ -220,7 +249,7 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
         verb = "terminated" if stopped_by == signal.SIGTERM else "interrupted"
         print(
             f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
-            f"`{program_name()} run {name}` again runs them, "
+            f"`{program_name()} run {name}{' --confirmatory' if confirmatory else ''}` again runs them, "
             "from their last checkpoint where the suite keeps checkpoints",
             file=sys.stderr,
             flush=True,

@@ -34,6 +34,8 @@ class Cell:
     config: dict
     description: str = ""
     control: str = ""
+    plan_hash: str = ""  # a confirmatory run's registration hash (``benchmarks.ledger.confirmatory_cells``)
+    ledger_pass: str = ""  # "confirmatory" for such a run; exploratory runs have none
 
     @property
     def cell(self) -> str:
@@ -44,6 +46,8 @@ class Cell:
         """12 hex digits of the cell's config at this seed: a finished run with another digest
         ran an older version of the cell and does not count as done."""
         text = yaml.safe_dump(self.config, sort_keys=True)
+        if self.plan_hash:  # a run under another registration never counts as done, nor is resumed
+            text += f"{Tag.LEDGER_PASS}: {self.ledger_pass}\n{Tag.LEDGER_PLAN_HASH}: {self.plan_hash}\n"
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     @property
@@ -64,6 +68,9 @@ class Cell:
             tags[Tag.SUITE_DESCRIPTION] = self.description
         if self.control:
             tags[Tag.CONTROL] = self.control
+        if self.plan_hash:
+            tags[Tag.LEDGER_PASS] = self.ledger_pass
+            tags[Tag.LEDGER_PLAN_HASH] = self.plan_hash
         return tags
 
 

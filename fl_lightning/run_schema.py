@@ -116,6 +116,10 @@ class Tag:
     SUITE_DESCRIPTION = "suite_description"
     CONTROL = "control"
     ERROR = "error"  # why a cell failed (``benchmarks.suite_store.record_failure``)
+    # a run of the claims ledger's confirmatory pass (``fl-benchmarks run --confirmatory``): its pass
+    # ("confirmatory"; exploratory runs carry neither tag) and the registration hash it ran under
+    LEDGER_PASS = "ledger_pass"
+    LEDGER_PLAN_HASH = "ledger_plan_hash"
     # ``fl-lightning replay``: "identical" or "diverged: round R: metric stored x, replayed y"; its date
     REPLAY_RESULT = "replay_result"
     REPLAY_DATE = "replay_date"

@@ -225,3 +225,18 @@ def test_the_page_is_exploratory_unless_every_run_is_a_confirmatory_run_of_the_r
     assert exploratory_text(registered, runs) != ""
     unregistered = parse_plan(PLAN_V2)
     assert "not registered yet" in exploratory_text(unregistered, paired_runs(NARROW))
+
+
+def test_a_by_construction_comparison_stays_out_of_holms_family():
+    """A comparison that holds by construction (FedLF - 0 = 0) must not take a Holm step from the tested ones."""
+    tested, built = _shifted(0.797), _shifted(0.0)  # raw p about 0.04; exactly 1 (no difference)
+    plain = [Comparison(Side("C", BENCH, "mean"), Side("B", BENCH, "mean"), None, "greater", 0.0)]
+    marked = plain + [Comparison(Side("A", BENCH, "mean"), Side("B", BENCH, "mean"), None, "greater", 0.0,
+                                 by_construction="zero by design")]
+    unmarked = plain + [Comparison(Side("A", BENCH, "mean"), Side("B", BENCH, "mean"), None, "greater", 0.0)]
+    alone = holm_family(plain, [tested], 0.05)[0][0]
+    with_marked = holm_family(marked, [tested, built], 0.05)[0][0]
+    with_unmarked = holm_family(unmarked, [tested, built], 0.05)[0][0]
+    assert alone.verdict == REPRODUCED and with_marked.verdict == REPRODUCED
+    assert with_marked.level == alone.level == 0.95 and with_marked.p_holm == alone.p_holm
+    assert with_unmarked.verdict == INCONCLUSIVE and with_unmarked.level == pytest.approx(0.975)  # the step it cost

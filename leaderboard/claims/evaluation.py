@@ -118,11 +118,12 @@ def holm_family(comparisons: list[Comparison], differences: list[list[float]],
     that is not rejected. Done here rather than by one ``decide`` because a claim's comparisons may
     differ in direction and margin (FedMGDA+ unchanged by an attack while q-FedAvg falls). Also the
     comparisons Holm did not reach (judged after the first non-rejection): inconclusive whatever
-    their own interval says."""
+    their own interval says. A comparison that holds by construction is decided alone, outside the family."""
     not_reached: set[int] = set()
     results: list[PairedResult | None] = [
         decide([d], c.direction, c.margin, alpha)[0] if d else None for c, d in zip(comparisons, differences)]
-    tested = [k for k, r in enumerate(results) if r is not None and r.verdict != TOO_FEW and r.p is not None]
+    tested = [k for k, r in enumerate(results) if r is not None and r.verdict != TOO_FEW and r.p is not None
+              and not comparisons[k].by_construction]  # shown alone, kept out of the claim's verdict and family
     if len(tested) > 1:
         adjusted = holm_adjust([results[k].p for k in tested])  # type: ignore[union-attr, misc]
         order = sorted(range(len(tested)), key=lambda j: results[tested[j]].p)  # type: ignore[union-attr, return-value, arg-type]

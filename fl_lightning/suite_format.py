@@ -100,7 +100,11 @@ class AlgorithmEntry(_Entry):
     @classmethod
     def _grid_lists(cls, grid: dict[str, Any]) -> dict[str, Any]:
         for name, values in grid.items():
-            if not isinstance(values, list) or not values:
+            if values is None or values == []:  # no value: no configuration, the algorithm would vanish
+                raise _problem(f"grid {name!r} is empty, so it gives no configuration and the algorithm would "
+                               f"vanish from the suite; list at least one value (e.g. {name}: [0.1]) or remove "
+                               f"{name!r} from the grid")
+            if not isinstance(values, list):
                 raise _problem(f"grid {name!r} must be a non-empty list of values (e.g. {name}: [{values!r}]), "
                                f"got {values!r}")
         return grid

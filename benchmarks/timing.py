@@ -208,7 +208,8 @@ def _latest_finished(client: Any, experiment_id: str, cell: Cell) -> Any:
     return runs[0] if runs else None
 
 
-def run_value(tracking_uri: str, cell: Cell, reading: Reading, tags: dict[str, str] | None = None) -> tuple[str, float | None]:
+def run_value(tracking_uri: str, cell: Cell, reading: Reading,
+              tags: dict[str, str] | None = None) -> tuple[str, float | None]:
     """The cell's latest FINISHED run in the store: (its id, the mean over its rounds of the reading's
     metric, scaled); ``tags`` are set on it first. ("", None) when the store holds no such run."""
     from mlflow.tracking import MlflowClient
@@ -261,7 +262,7 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
     if note:
         print(f"  ({note})")
     if dry_run:
-        for position, seed, number, arm in order:
+        for _, seed, number, arm in order:
             cell = by_key[(seed, arm)]
             mark = "finished" if (cell.cell, str(seed), cell.config_tag) in done else "to run"
             print(f"  seed {seed} arm {number}/{len(arms)}: {labels[arm]:40s} {mark}")
@@ -367,6 +368,12 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
              f"machine: {', '.join(machines) or cpu_description()}"]
     if loads:
         lines.append(f"1-minute load before the fits: {min(loads):.2f} to {max(loads):.2f}")
+    busy = [e for e in record.get("runs", {}).values()
+            if e.get("load_1min_after", 0.0) > 1.0 + e.get("max_load", DEFAULT_MAX_LOAD)]
+    if busy:
+        lines.append(f"{len(busy)} fit(s) ended with a 1-minute load above 1 + the limit (the fit itself is about 1): "
+                     "other work may have run beside them: " + ", ".join(
+                         f"seed {e['seed']} {e['benchmark']}|{e['algorithm_config']}" for e in busy))
     lines.append(f"  {'arm':{width}s}  runs  {'median':>9s} {'min':>9s} {'max':>9s}")
     for arm in arms:
         got = [values[(s, arm)] for s in seeds if (s, arm) in values]
@@ -425,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-load", type=float, default=DEFAULT_MAX_LOAD,
                         help=f"the 1-minute load average a fit waits to be below (default {DEFAULT_MAX_LOAD})")
     parser.add_argument("--max-wait", type=float, default=DEFAULT_MAX_WAIT_S, metavar="SECONDS",
-                        help=f"give up (exit status 1) after waiting this long for it (default {DEFAULT_MAX_WAIT_S:.0f})")
+                        help="give up (exit status 1) after waiting this long for it "
+                             f"(default {DEFAULT_MAX_WAIT_S:.0f})")
     parser.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds (default: its own)")
     parser.add_argument("--dry-run", action="store_true", help="print the order of the fits and which are finished")
     args = parser.parse_args(argv)

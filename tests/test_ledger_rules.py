@@ -207,3 +207,277 @@ def test_no_warning_escapes_a_verdict():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), family_runs({"A": gap_with_p(0.01)}))
+
+
+# --- leaderboard.stats: Welch between two rows -----------------------------------------------------
+
+from leaderboard.stats import (  # noqa: E402
+    WelchResult,
+    decide,
+    equivalence_detectable,
+    minimum_detectable_effect,
+    p_between,
+    paired_differences,
+    paired_p,
+    welch_test,
+)
+
+
+def test_welch_needs_two_values_in_each_row():
+    """Rule: fewer than 2 values in either row: no variance, no test (None)."""
+    assert welch_test([1.0, 2.0], [3.0, 5.0]) is not None
+    assert welch_test([1.0], [3.0, 5.0]) is None and welch_test([1.0, 2.0], [3.0]) is None
+
+
+def test_welch_without_spread_separates_exactly_when_the_means_differ():
+    """Rule: two rows without spread are apart (t = +-inf, p = 0) exactly when their means differ
+    beyond float noise (relative 1e-12, absolute 1e-15), else p = 1."""
+    assert welch_test([1.0, 1.0], [2.0, 2.0]) == WelchResult(-math.inf, math.inf, 0.0)
+    assert welch_test([2.0, 2.0], [1.0, 1.0]) == WelchResult(math.inf, math.inf, 0.0)
+    assert welch_test([1.0, 1.0], [1.0, 1.0]) == WelchResult(0.0, math.inf, 1.0)
+    assert welch_test([1.0, 1.0], [1.0 + 1e-10] * 2).p == 0.0  # a real, tiny difference
+    assert welch_test([0.0, 0.0], [1e-16, 1e-16]).p == 1.0  # float noise
+
+
+def test_welch_with_spread_in_one_row_is_scipys_test():
+    """Rule: one constant row and one with spread go to Welch's test as scipy computes it (t, df, p)."""
+    first, second = [1.0, 1.0, 1.0], [1.0, 2.0, 4.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = sps.ttest_ind(first, second, equal_var=False)
+    for a, b, sign in ((first, second, 1), (second, first, -1)):
+        result = welch_test(a, b)
+        assert result.t == pytest.approx(sign * expected.statistic)
+        assert result.df == pytest.approx(expected.df) and result.p == pytest.approx(expected.pvalue)
+
+
+def test_near_constant_rows_are_tested_without_a_warning():
+    """Rule: scipy's precision note on near-constant samples is silenced, and the test still runs."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = welch_test([1.0, 1.0 + 1e-15, 1.0], [2.0, 2.0 + 1e-15, 2.0])
+        differences = [1.0, 1.0 + 1e-15, 1.0]
+        paired = decide([differences], "greater")[0]
+    assert result is not None and result.p < 1e-6
+    assert paired.p is not None and paired.verdict == REPRODUCED
+
+
+# --- leaderboard.stats: paired values, Holm, the paired p ------------------------------------------
+
+def test_seeds_pair_in_numeric_order_then_named_seeds_in_name_order():
+    """Rule: the differences follow the seeds' order: integer seeds numerically (negative ones
+    too), then named seeds by name."""
+    seeds = ["10", "2", "-1", "b", "a", "X3"]
+    treatment = {seed: float(k) for k, seed in enumerate(seeds)}
+    baseline = dict.fromkeys(seeds, 0.0)
+    order = ["-1", "2", "10", "X3", "a", "b"]
+    assert paired_differences(treatment, baseline) == [treatment[s] for s in order]
+
+
+def test_holm_refuses_a_p_value_outside_0_1_and_caps_at_1():
+    """Rule: a p-value must lie in [0, 1] (the refusal says so); an adjusted p is capped at 1."""
+    with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\], got \[0.1, 1.5\]"):
+        holm_adjust([0.1, 1.5])
+    assert holm_adjust([0.6, 0.7]) == [1.0, 1.0]
+
+
+def test_the_paired_p_without_spread_and_with_spread():
+    """Rule: fewer than 3 pairs: no p; no spread: p = 0 for a nonzero mean, 1 for a zero mean;
+    else the two-sided paired t-test (an sd of exactly 1 included)."""
+    assert paired_p([0.5, 0.5]) is None
+    assert paired_p([0.5, 0.5, 0.5]) == 0.0 and paired_p([0.0, 0.0, 0.0]) == 1.0
+    assert paired_p([1.0, 2.0, 3.0]) == pytest.approx(sps.ttest_1samp([1.0, 2.0, 3.0], 0.0).pvalue)
+
+
+def test_rows_whose_seeds_do_not_align_with_their_values_fall_back_to_welch():
+    """Rule: pairing needs a seed for every value of both rows; else Welch's test."""
+    first, second = [0.81, 0.79, 0.84, 0.80], [0.78, 0.77, 0.80, 0.70]
+    welch = welch_test(first, second).p
+    assert p_between(first, second, ["0", "1", "2", "3"], ["0", "1", "2"]) == pytest.approx(welch)
+    assert p_between(first, second, ["0", "1", "2"], ["0", "1", "2", "3"]) == pytest.approx(welch)
+    paired = p_between(first, second, ["0", "1", "2", "3"], ["0", "1", "2", "3"])
+    assert paired == pytest.approx(paired_p([a - b for a, b in zip(first, second)]))
+
+
+# --- leaderboard.stats: decide ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"direction": "more"}, "direction must be one of ('greater', 'less', 'equal'), got 'more'"),
+    ({"direction": "equal"}, "an 'equal' claim needs a margin > 0, got 0.0"),
+    ({"alpha": 0.0}, "need 0 < alpha < power < 1, got alpha=0.0, power=0.8"),
+    ({"alpha": 0.8}, "need 0 < alpha < power < 1, got alpha=0.8, power=0.8"),
+    ({"power": 1.0}, "need 0 < alpha < power < 1, got alpha=0.05, power=1.0"),
+])
+def test_decide_refuses_a_wrong_direction_margin_alpha_or_power_saying_which(arguments, message):
+    """Rule: a claim's test needs a known direction, a positive margin for 'equal', and
+    0 < alpha < power < 1; the refusal names what is wrong."""
+    with pytest.raises(ValueError) as refused:
+        decide([[0.1, 0.2, 0.3]], **{"direction": "greater", **arguments})
+    assert str(refused.value) == message
+
+
+def test_a_p_value_equal_to_alpha_is_not_below_it():
+    """Rule: a comparison holds when its (Holm) p is strictly below alpha: at p == alpha it is
+    inconclusive, for greater/less as for equal."""
+    sample = [0.031, 0.002, 0.045, 0.008, 0.027]
+    p = decide([sample], "greater")[0].p
+    assert decide([sample], "greater", alpha=p)[0].verdict == INCONCLUSIVE
+    assert decide([sample], "greater", alpha=p * 1.000001)[0].verdict == REPRODUCED
+    near = [0.001, -0.002, 0.0015, -0.0005, 0.0004]
+    tost = decide([near], "equal", margin=0.01)[0].p
+    assert decide([near], "equal", margin=0.01, alpha=tost)[0].verdict == INCONCLUSIVE
+    assert decide([near], "equal", margin=0.01, alpha=tost * 1.000001)[0].verdict == REPRODUCED
+
+
+def test_an_equal_claim_is_contradicted_only_by_an_interval_wholly_outside_the_margin():
+    """Rule (TOST, Schuirmann 1987): 'equal' is contradicted when the interval lies wholly beyond
+    +margin or wholly below -margin; an interval touching -margin, or straddling it, is inconclusive."""
+    below = decide([[-2.0, -2.1, -1.9, -2.05]], "equal", margin=1.0)[0]
+    assert below.verdict == CONTRADICTED
+    touching = decide([[-1.0, -1.0, -1.0]], "equal", margin=1.0)[0]  # no spread: the interval is the point -1
+    assert (touching.low, touching.high, touching.verdict) == (-1.0, -1.0, INCONCLUSIVE)
+    straddling = decide([[-3.0, 0.5, -2.0, 0.2]], "equal", margin=1.0)[0]
+    assert straddling.high < 1.0 and straddling.low < -1.0 < straddling.high
+    assert straddling.verdict == INCONCLUSIVE
+
+
+def test_a_comparison_with_too_few_seeds_keeps_its_spread_and_unadjusted_level():
+    """Rule: a comparison with fewer than 3 pairs leaves the family as 'too few seeds', and still
+    shows its sd and its (unadjusted) level 1 - alpha."""
+    (few,) = decide([[0.1, 0.3]], "greater")
+    assert few.verdict == TOO_FEW and few.sd == pytest.approx(statistics.stdev([0.1, 0.3]))
+    assert few.level == pytest.approx(0.95) and few.p is None and few.low is None
+
+
+def test_the_detectable_effect_uses_the_asked_power():
+    """Rule: the minimum detectable effect is at the power the caller asks for."""
+    sample = [0.05, -0.04, 0.06, -0.03, 0.02]
+    at_90 = decide([sample], "greater", power=0.9)[0].mde
+    assert at_90 == pytest.approx(minimum_detectable_effect(5, statistics.stdev(sample), 0.05, 0.9))
+    assert at_90 > decide([sample], "greater")[0].mde
+
+
+# --- leaderboard.stats: power -----------------------------------------------------------------------
+
+def power_at(effect: float, n: int, sd: float, alpha: float) -> float:
+    """The two-sided one-sample t-test's power at a true mean ``effect`` (both tails, noncentral t)."""
+    critical = sps.t.ppf(1 - alpha / 2, n - 1)
+    ncp = effect * math.sqrt(n) / sd
+    return float(sps.nct.sf(critical, n - 1, ncp) + sps.nct.cdf(-critical, n - 1, ncp))
+
+
+@pytest.mark.parametrize("power", [0.1, 0.5, 0.8])
+def test_the_minimum_detectable_effect_has_the_asked_power_counting_both_tails(power):
+    """Rule: at the minimum detectable effect the two-sided t-test's power, both tails counted, is
+    the asked power (a low power puts the effect below one sd: the search starts at 0)."""
+    mde = minimum_detectable_effect(10, 1.0, 0.05, power)
+    assert power_at(mde, 10, 1.0, 0.05) == pytest.approx(power, abs=1e-9)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ((1, 1.0, 0.05), "the minimum detectable effect needs n >= 2, got 1"),
+    ((5, 1.0, 0.0), "need 0 < alpha < power < 1, got alpha=0.0, power=0.8"),
+    ((5, 1.0, 0.8), "need 0 < alpha < power < 1, got alpha=0.8, power=0.8"),
+    ((5, 1.0, 0.05, 1.0), "need 0 < alpha < power < 1, got alpha=0.05, power=1.0"),
+    ((5, 1.0, 0.05, 1.5), "need 0 < alpha < power < 1, got alpha=0.05, power=1.5"),
+])
+def test_the_minimum_detectable_effect_refuses_what_has_none(arguments, message):
+    """Rule: n >= 2 and 0 < alpha < power < 1, said in the refusal."""
+    with pytest.raises(ValueError) as refused:
+        minimum_detectable_effect(*arguments)
+    assert str(refused.value) == message
+
+
+def test_the_detectable_equivalence_margin_from_two_pairs_on():
+    """Rule: two pairs suffice for the detectable equivalence margin (one does not)."""
+    expected = (sps.t.ppf(0.95, 1) + sps.t.ppf(0.9, 1)) * 1.0 / math.sqrt(2)
+    assert equivalence_detectable(2, 1.0, 0.05) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ((1, 1.0, 0.05), "the detectable equivalence margin needs n >= 2, got 1"),
+    ((5, 1.0, 0.0), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.0, power=0.8"),
+    ((5, 1.0, 0.5), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.5, power=0.8"),
+    ((5, 1.0, 0.6), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.6, power=0.8"),
+    ((5, 1.0, 0.05, 0.0), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.05, power=0.0"),
+    ((5, 1.0, 0.05, 1.0), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.05, power=1.0"),
+    ((5, 1.0, 0.05, 1.5), "need 0 < alpha < 0.5 and 0 < power < 1, got alpha=0.05, power=1.5"),
+])
+def test_the_detectable_equivalence_margin_refuses_what_has_none(arguments, message):
+    """Rule: n >= 2, 0 < alpha < 0.5 and 0 < power < 1, said in the refusal."""
+    with pytest.raises(ValueError) as refused:
+        equivalence_detectable(*arguments)
+    assert str(refused.value) == message
+
+
+# --- leaderboard.convergence ------------------------------------------------------------------------
+
+from leaderboard.convergence import (  # noqa: E402
+    CONVERGED,
+    TOO_SHORT,
+    UNCONVERGED,
+    accuracy_history,
+    convergence_change,
+    convergence_status,
+    converged,
+    still_improving,
+    value_at,
+)
+
+
+def at_rounds(rounds: list[int], values: list[float], metric: str = "test_acc_mean"):
+    """A run whose ``metric`` history is ``values`` at these rounds."""
+    record = run("A", 0, values[-1])
+    record.histories = {metric: list(zip(rounds, values))}
+    return record
+
+
+def test_a_run_is_read_at_its_final_evaluation_by_default_and_over_the_convergence_window():
+    """Rule: the default point is the final evaluation; ``converged`` is the mean of the last 3."""
+    record = at_rounds([10, 20, 30, 40], [0.5, 0.6, 0.7, 0.9])
+    assert value_at(record, "test_acc_mean") == 0.9
+    assert converged(record, "test_acc_mean") == pytest.approx((0.6 + 0.7 + 0.9) / 3)
+
+
+def test_the_accuracy_history_falls_back_to_the_global_accuracy():
+    """Rule: a run that logged no mean client accuracy is judged on its global test accuracy."""
+    record = at_rounds([10, 20], [0.5, 0.6], metric="global_test_acc")
+    assert accuracy_history(record) == [(10, 0.5), (20, 0.6)]
+
+
+def test_the_change_is_in_points_between_the_last_two_windows():
+    """Rule: the change is 100 x (mean of the last window - mean of the window before), in points."""
+    record = at_rounds(list(range(10, 130, 10)), [0.5] * 6 + [0.80, 0.80, 0.80, 0.81, 0.82, 0.825])
+    assert convergence_change(record) == pytest.approx(100 * (0.81 + 0.82 + 0.825 - 2.4) / 3)
+    assert convergence_change(record, window=2) == pytest.approx(100 * (0.82 + 0.825 - 0.80 - 0.81) / 2)
+
+
+def test_a_change_of_exactly_the_threshold_is_converged():
+    """Rule: unconverged means the change is MORE than the threshold; the window is the one asked."""
+    record = at_rounds(list(range(10, 130, 10)), [0.5] * 6 + [0.80, 0.80, 0.80, 0.81, 0.82, 0.825])
+    change = convergence_change(record)
+    assert convergence_status(record, change_pp=change) == CONVERGED
+    assert convergence_status(record, change_pp=change * 0.999) == UNCONVERGED
+    by_two = convergence_change(record, window=2)  # 1.75 pp, below the 3-window change (1.83 pp)
+    assert convergence_status(record, window=2, change_pp=by_two) == CONVERGED
+    assert convergence_status(record, change_pp=by_two) == UNCONVERGED
+
+
+def test_two_windows_in_the_second_half_are_enough_to_judge():
+    """Rule: exactly two windows are enough when the earlier starts at or after half the last round
+    (evaluations at rounds 50-100 of a run logged from round 50)."""
+    record = at_rounds([50, 60, 70, 80, 90, 100], [0.8] * 6)
+    assert convergence_status(record) == CONVERGED and not still_improving(record)
+
+
+def test_the_earlier_window_must_start_at_half_the_last_evaluated_round():
+    """Rule: the earlier window's FIRST evaluation must be at or after half the LAST evaluated round."""
+    assert convergence_status(at_rounds([10, 20, 30, 40, 50, 60, 70, 80], [0.8] * 8)) == TOO_SHORT  # 30 < 40
+    assert convergence_status(at_rounds([50, 51, 52, 53, 54, 110], [0.8] * 6)) == TOO_SHORT  # 50 < 55
+    assert convergence_status(at_rounds([45, 50, 55, 60, 70, 90], [0.8] * 6)) == CONVERGED  # 45 >= 45
+
+
+def test_still_improving_is_unconverged_at_the_end():
+    """Rule: still improving = unconverged (rising or falling) under the default window and threshold."""
+    rising = at_rounds(list(range(10, 130, 10)), [0.5 + 0.05 * k for k in range(12)])
+    assert still_improving(rising)

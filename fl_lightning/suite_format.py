@@ -282,7 +282,8 @@ def _said(error: ValidationError, raw: Any, prefix: tuple[Any, ...] = (), raw_ro
 
 def _class_path(entry: str) -> str:
     """An algorithm entry by its class path alone, as its messages begin; other entries as named."""
-    return entry.removeprefix("algorithm entry ")
+    name = entry.removeprefix("algorithm entry ")
+    return entry if name.isdigit() else name  # an entry without a class path keeps its number
 
 
 def _place(entry: Any, prefix: tuple[Any, ...]) -> Any:

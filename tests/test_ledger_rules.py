@@ -481,3 +481,68 @@ def test_still_improving_is_unconverged_at_the_end():
     """Rule: still improving = unconverged (rising or falling) under the default window and threshold."""
     rising = at_rounds(list(range(10, 130, 10)), [0.5 + 0.05 * k for k in range(12)])
     assert still_improving(rising)
+
+
+# --- fl_lightning.suite_format: each refusal names the entry and what to write ----------------------
+
+SUITE_ONE = {"suite": "s", "paper": "p", "scale": "offline", "base": {}, "benchmarks": [{"name": "b"}],
+             "algorithms": [{"class_path": "FedAvg"}]}
+TAKES = "class_path, init_args, grid, label, label_args"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"algorithms": ["FedAvg"]}, "algorithm entry 0 must be a mapping with a 'class_path' (e.g. class_path: "
+                                 "fl_lightning.algorithms.FedAvg), got 'FedAvg'"),
+    ({"benchmarks": ["b"]}, "benchmark entry 0 must be a mapping with a 'name' (e.g. name: mnist5k/iid/p0.1/fl_mlp), "
+                            "got 'b'"),
+    ({"benchmarks": [{"name": 5}]}, "benchmark entry 0: 'name' must be a string, got 5"),
+    ({"algorithms": [{"class_path": 5}]}, "algorithm entry 0: 'class_path' must be a string, got 5"),
+    ({"algorithms": [{"class_path": "FedAvg", "label_args": [5]}]}, "FedAvg: 'label_args 0' must be a string, got 5"),
+    ({"algorithms": [{"class_path": "FedAvg", "label_args": 5}]}, "FedAvg: 'label_args' must be a list, got 5"),
+    ({"algorithms": [{"class_path": "FedAvg", "grids": {}}]},
+     "unknown key 'grids' in algorithm entry FedAvg; did you mean 'grid'?"),
+    ({"algorithms": [{"class_path": "FedAvg", "zzz": {}}]},
+     f"unknown key 'zzz' in algorithm entry FedAvg; algorithm entry FedAvg takes {TAKES}"),
+    ({"benchmarks": [{"name": "b", "zzz": 1}]},
+     "unknown key 'zzz' in benchmark 'b'; benchmark 'b' takes name, config, algorithms, control"),
+    ({"benchmarks": [{"name": "b", "algorithms": []}]},
+     "benchmark 'b': 'algorithms' must be a non-empty list of values, got []"),
+    ({"scale": 5}, "'scale' must be a string, got 5"),
+    ({"benchmarks": None}, "it has no 'benchmarks' entry"),
+])
+def test_a_wrong_entry_is_refused_naming_it_and_what_to_write(change, message):
+    """Rule: every refusal of a suite is one line naming the entry (by class path, name or
+    number) and what is wrong, with the value found."""
+    raw = {**SUITE_ONE, **change}
+    if change.get("benchmarks", "") is None:
+        del raw["benchmarks"]
+    with pytest.raises(SuiteFormatError) as refused:
+        SuiteSpec.parse(raw, "'t'")
+    assert str(refused.value) == f"suite 't': {message}; see the format at the top of fl_lightning/suite_format.py"
+
+
+def test_a_file_that_is_not_a_mapping_is_refused_saying_what_it_holds():
+    """Rule: a suite file holding a list (or any non-mapping) is refused naming what it holds."""
+    with pytest.raises(SuiteFormatError, match=r"^suite 't': the file must hold a mapping \(suite:, paper:, scale:, "
+                                               r"base:, benchmarks:\), got list;"):
+        SuiteSpec.parse([1, 2], "'t'")
+
+
+def test_an_algorithm_entry_read_alone_is_named_by_its_number_in_the_list():
+    """Rule: an algorithms list read on its own names an entry without a class path by its number."""
+    with pytest.raises(SuiteFormatError, match=r"^suite \(algorithms\): algorithm entry 3 must be a mapping with a "
+                                               r"'class_path' \(e\.g\. class_path: fl_lightning\.algorithms\.FedAvg\), "
+                                               r"got \{'init_args': \{\}\};"):
+        AlgorithmEntry.parse({"init_args": {}}, 3, "(algorithms)")
+
+
+def test_a_grid_expands_to_one_model_config_per_combination():
+    """Rule: each configuration is a LightningCLI model config (class_path, init_args) with the
+    grid's values over the entry's init_args, labelled by the class name and the varied values."""
+    entry = AlgorithmEntry.parse({"class_path": "fl_lightning.algorithms.FedProx", "init_args": {"lr": 1},
+                                  "grid": {"mu": [0.1, 1], "tau": [0]}}, 0, "x")
+    assert entry.configurations() == [
+        ("FedProx(mu=0.1,tau=0)", {"class_path": "fl_lightning.algorithms.FedProx",
+                                   "init_args": {"lr": 1, "mu": 0.1, "tau": 0}}),
+        ("FedProx(mu=1,tau=0)", {"class_path": "fl_lightning.algorithms.FedProx",
+                                 "init_args": {"lr": 1, "mu": 1, "tau": 0}})]

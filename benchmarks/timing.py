@@ -229,10 +229,14 @@ def run_value(tracking_uri: str, cell: Cell, reading: Reading,
 
 def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load: float = DEFAULT_MAX_LOAD,
                max_wait_s: float = DEFAULT_MAX_WAIT_S, seeds: list[int] | None = None, dry_run: bool = False,
-               run: Callable[..., int] | None = None) -> int:
+               run: Callable[..., int] | None = None, runner_options: dict[str, Any] | None = None) -> int:
     """Runs the timing suite ``name`` as the module's docstring says; the exit status (0; 1 when a fit
     failed or the machine stayed busy; 128 + the signal that stopped it). ``run`` is the runner's
-    ``run_suite`` (replaceable in tests)."""
+    ``run_suite`` (replaceable in tests); ``runner_options`` are passed on to each of its calls (e.g.
+    an option of a confirmatory pass), never ``seeds``, ``jobs``, ``benchmarks`` or ``configs``."""
+    fixed = {"seeds", "jobs", "benchmarks", "configs", "tracking_uri", "dry_run"} & set(runner_options or {})
+    if fixed:
+        raise ValueError(f"runner_options may not set {sorted(fixed)}: the driver sets them")
     if run is None:
         from benchmarks.runner import run_suite as run
     cells = load_suite(name, seeds)
@@ -283,7 +287,7 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
                 outcome = run(name, seeds=[seed], jobs=1, benchmarks=[arm.benchmark], configs=[arm.config],
-                              tracking_uri=tracking_uri)
+                              tracking_uri=tracking_uri, **(runner_options or {}))
             seconds = time.perf_counter() - started
             load_after = load_1min()
             if outcome >= 128:  # stopped by a signal: the runner ended the fit KILLED
@@ -325,7 +329,8 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
             signal.signal(signal.SIGTERM, on_term)
     print()
     print(summary(tracking_uri, cells, arms, reading, record, seed_list))
-    print(f"\nrecord: {path}", flush=True)
+    if path.is_file():
+        print(f"\nrecord: {path}", flush=True)
     return status
 
 
@@ -384,7 +389,7 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
             lines.append(f"  {labels[arm]:{width}s}  {0:4d}  {'—':>9s} {'—':>9s} {'—':>9s}")
     baseline = next((a for a in arms if a.cell == reading.baseline), None)
     others = [a for a in arms if a != baseline]
-    if baseline is None or not others:
+    if baseline is None or not others or not any((s, baseline) in values for s in seeds):
         return "\n".join(lines)
     lines.append(f"paired ratio per seed: each arm's value over {labels[baseline]}'s")
     head = "  ".join(f"{labels[a]:>{max(9, len(labels[a]))}s}" for a in others)
@@ -411,10 +416,14 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
     return "\n".join(lines)
 
 
-def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TRACKING_URI, **_: Any) -> int:
+def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TRACKING_URI,
+                     seeds: list[int] | None = None, dry_run: bool = False, **options: Any) -> int:
     """``run_suite``'s call shape for the ledger (``benchmarks.ledger.run_ledger``): a timing suite runs
-    through the driver with its defaults, whatever ``jobs`` the ledger runs the other suites at."""
-    return run_timing(name, tracking_uri=tracking_uri)
+    through the driver with its load limit and wait, one fit at a time whatever ``jobs`` the ledger runs
+    the other suites at; ``seeds`` (a confirmatory pass's) and the runner's other options are passed on
+    (``benchmarks`` and ``configs``: the driver runs every arm)."""
+    options = {k: v for k, v in options.items() if k not in ("benchmarks", "configs")}
+    return run_timing(name, tracking_uri=tracking_uri, seeds=seeds, dry_run=dry_run, runner_options=options)
 
 
 def main(argv: list[str] | None = None) -> int:

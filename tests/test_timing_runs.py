@@ -296,3 +296,14 @@ def test_the_summary_names_fits_that_ended_on_a_busy_machine():
     text = timing.summary_lines({(3, a): 1.0}, [a], reading, busy, [3])
     assert "1 fit(s) ended with a 1-minute load above" in text and "seed 3 x|FedLF" in text
     assert "machine: AMD EPYC (2 cores)" in text
+
+
+def test_the_ledger_hook_runs_one_fit_at_a_time_and_passes_the_runners_options_on(monkeypatch, clock, no_store):
+    loads(monkeypatch, [0.1])
+    run = FakeRunner()
+    monkeypatch.setattr("benchmarks.runner.run_suite", run)
+    assert timing.run_timing_suite(CGSV, jobs=2, tracking_uri=no_store["uri"], seeds=[40], isolate=True) == 0
+    assert [c["seeds"] for c in run.calls] == [[40], [40]]
+    assert all(c["jobs"] == 1 and c["isolate"] is True for c in run.calls)
+    with pytest.raises(ValueError):
+        run_timing(CGSV, tracking_uri=no_store["uri"], run=run, runner_options={"jobs": 2})

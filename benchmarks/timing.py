@@ -6,6 +6,7 @@ gave FedLF 743 and 310 ms a round. A timing suite (``benchmarks/<paper>/timing_*
 this driver instead of ``fl-benchmarks run``::
 
     python -m benchmarks.timing fedlf/timing_offline [--tracking-uri URI] [--max-load 0.5] [--max-wait 600]
+        [--seeds ...] [--confirmatory] [--dry-run]
 
 - **Alone.** One fit at a time (``jobs=1``). Before each fit the 1-minute load average must be below
   ``--max-load``; the driver waits for it (saying why, in one line) and gives up after ``--max-wait``
@@ -21,6 +22,9 @@ this driver instead of ``fl-benchmarks run``::
   its place in the order, and the machine (CPU model and cores), in a JSON record beside the store
   (``<store>.<experiment>.timing.json``, written then renamed) and as tags on the run
   (``timing_load_before``, ``timing_load_after``, ``timing_order``, ``timing_machine``).
+- **Confirmatory.** ``--confirmatory``: the claims ledger's confirmatory pass, as the runner's own
+  ``--confirmatory``: the registered seeds and rounds (``benchmarks/ledger_confirmatory.yaml``, which
+  must list the timing suite), each run tagged with the registration hash; one seed per runner call.
 - **Summarised.** Per arm: the median over the repeats of each run's value (the mean over its rounds
   of the suite's timing metric) with its min and max; per seed: each arm's value over the baseline
   arm's (the paired ratio).
@@ -227,19 +231,40 @@ def run_value(tracking_uri: str, cell: Cell, reading: Reading,
     return run.info.run_id, statistics.fmean(by_step.values()) * reading.scale
 
 
+def timing_cells(name: str, seeds: list[int] | None, confirmatory: bool, root: Path | str | None) -> list[Cell]:
+    """The suite's cells as the runner builds them: ``load_suite``'s; for the confirmatory pass, the
+    registered copy of the suite (under the ledger's root) on the pass's seeds, at its registered
+    rounds, tagged with the registration hash (``benchmarks.ledger.confirmatory_cells``), so that the
+    driver's "already finished" and the runner's agree."""
+    if not confirmatory:
+        return load_suite(name, seeds)
+    from benchmarks.ledger import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
+
+    plan_hash = registered_hash_or_exit(root)
+    registered = load_confirmatory(root)
+    if seeds is not None:
+        raise SystemExit("timing: --seeds and --confirmatory: the confirmatory pass runs the seeds registered in "
+                         "ledger_confirmatory.yaml")
+    in_root = ledger_root(root) / f"{name}.yaml"
+    source = str(in_root) if Path(name).suffix not in (".yaml", ".yml") and in_root.is_file() else name
+    return confirmatory_cells(load_suite(source, registered.seeds), registered, plan_hash)
+
+
 def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load: float = DEFAULT_MAX_LOAD,
                max_wait_s: float = DEFAULT_MAX_WAIT_S, seeds: list[int] | None = None, dry_run: bool = False,
+               confirmatory: bool = False, root: Path | str | None = None,
                run: Callable[..., int] | None = None, runner_options: dict[str, Any] | None = None) -> int:
     """Runs the timing suite ``name`` as the module's docstring says; the exit status (0; 1 when a fit
     failed or the machine stayed busy; 128 + the signal that stopped it). ``run`` is the runner's
     ``run_suite`` (replaceable in tests); ``runner_options`` are passed on to each of its calls (e.g.
     an option of a confirmatory pass), never ``seeds``, ``jobs``, ``benchmarks`` or ``configs``."""
-    fixed = {"seeds", "jobs", "benchmarks", "configs", "tracking_uri", "dry_run"} & set(runner_options or {})
+    fixed = ({"seeds", "jobs", "benchmarks", "configs", "tracking_uri", "dry_run", "confirmatory", "root"}
+             & set(runner_options or {}))
     if fixed:
         raise ValueError(f"runner_options may not set {sorted(fixed)}: the driver sets them")
     if run is None:
         from benchmarks.runner import run_suite as run
-    cells = load_suite(name, seeds)
+    cells = timing_cells(name, seeds, confirmatory, root)
     check_algorithms(cells, name)
     if not cells:
         raise SystemExit(f"timing: suite {name!r} has no cells")
@@ -249,6 +274,9 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
     labels = arm_labels(arms)
     by_key = {(c.seed, Arm(c.benchmark, c.algorithm_config)): c for c in cells}
     seed_list = list(dict.fromkeys(c.seed for c in cells))
+    runner_options = dict(runner_options or {})
+    if confirmatory:  # each call: one of the pass's seeds (the runner checks it is one)
+        runner_options |= {"confirmatory": True, "root": root}
     order = [(position, seed, number, arm) for position, seed in enumerate(seed_list)
              for number, arm in enumerate(arm_order(arms, position), start=1)]
     if dry_run:
@@ -287,7 +315,7 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
                 outcome = run(name, seeds=[seed], jobs=1, benchmarks=[arm.benchmark], configs=[arm.config],
-                              tracking_uri=tracking_uri, **(runner_options or {}))
+                              tracking_uri=tracking_uri, **runner_options)
             seconds = time.perf_counter() - started
             load_after = load_1min()
             if outcome >= 128:  # stopped by a signal: the runner ended the fit KILLED
@@ -417,13 +445,15 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
 
 
 def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TRACKING_URI,
-                     seeds: list[int] | None = None, dry_run: bool = False, **options: Any) -> int:
+                     seeds: list[int] | None = None, dry_run: bool = False, confirmatory: bool = False,
+                     root: Path | str | None = None, **options: Any) -> int:
     """``run_suite``'s call shape for the ledger (``benchmarks.ledger.run_ledger``): a timing suite runs
     through the driver with its load limit and wait, one fit at a time whatever ``jobs`` the ledger runs
     the other suites at; ``seeds`` (a confirmatory pass's) and the runner's other options are passed on
     (``benchmarks`` and ``configs``: the driver runs every arm)."""
     options = {k: v for k, v in options.items() if k not in ("benchmarks", "configs")}
-    return run_timing(name, tracking_uri=tracking_uri, seeds=seeds, dry_run=dry_run, runner_options=options)
+    return run_timing(name, tracking_uri=tracking_uri, seeds=seeds, dry_run=dry_run, confirmatory=confirmatory,
+                      root=root, runner_options=options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,11 +475,15 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default {DEFAULT_MAX_WAIT_S:.0f})")
     parser.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds (default: its own)")
     parser.add_argument("--dry-run", action="store_true", help="print the order of the fits and which are finished")
+    parser.add_argument("--confirmatory", action="store_true",
+                        help="the claims ledger's confirmatory pass: the registered seeds and rounds, each run tagged "
+                             "with the registration hash (refused when the registered files differ from it)")
     args = parser.parse_args(argv)
     if args.max_load <= 0 or args.max_wait < 0:
         parser.error("--max-load must be positive and --max-wait not negative")
     return run_timing(args.suite, tracking_uri=args.tracking_uri, max_load=args.max_load,
-                      max_wait_s=args.max_wait, seeds=args.seeds, dry_run=args.dry_run)
+                      max_wait_s=args.max_wait, seeds=args.seeds, dry_run=args.dry_run,
+                      confirmatory=args.confirmatory)
 
 
 if __name__ == "__main__":

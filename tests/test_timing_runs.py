@@ -307,3 +307,32 @@ def test_the_ledger_hook_runs_one_fit_at_a_time_and_passes_the_runners_options_o
     assert all(c["jobs"] == 1 and c["isolate"] is True for c in run.calls)
     with pytest.raises(ValueError):
         run_timing(CGSV, tracking_uri=no_store["uri"], run=run, runner_options={"jobs": 2})
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A registration (its hash) and a confirmatory pass of two fresh seeds that lists the timing suites."""
+    import benchmarks.ledger as ledger
+
+    lengths = {"fedlf-timing-offline": {"mnist5k/pat-1/p0.1/fl_mlp": {"num_rounds": 30, "eval_every": 10}}}
+    monkeypatch.setattr(ledger, "registered_hash_or_exit", lambda root=None: "f" * 64)
+    monkeypatch.setattr(ledger, "load_confirmatory",
+                        lambda root=None: ledger.Confirmatory([1000, 1001], 1000, 2, "fresh", lengths))
+    return ledger
+
+
+def test_the_confirmatory_pass_runs_the_registered_seeds_one_at_a_time(monkeypatch, clock, no_store, registered):
+    loads(monkeypatch, [0.1])
+    cells = timing.timing_cells(FEDLF, None, True, None)
+    assert {c.seed for c in cells} == {1000, 1001} and all(c.plan_hash == "f" * 64 for c in cells)
+    done = next(c for c in cells if c.seed == 1001 and c.algorithm_config == FEDFV)
+    no_store["done"].add((done.cell, "1001", done.config_tag))  # finished under this registration
+    no_store["done"].add((done.cell, "1000", load_suite(FEDLF, [1000])[1].config_tag))  # exploratory: not it
+    run = FakeRunner()
+    assert run_timing(FEDLF, tracking_uri=no_store["uri"], confirmatory=True, run=run) == 0
+    assert [(s, c) for s, _, c in run.order()] == [
+        (1000, "FedLF"), (1000, FEDFV), (1000, "FedLF(qp_solver=cvxopt)"),
+        (1001, "FedLF(qp_solver=cvxopt)"), (1001, "FedLF")]
+    assert all(c["confirmatory"] is True and c["jobs"] == 1 for c in run.calls)
+    with pytest.raises(SystemExit, match="--seeds and --confirmatory"):
+        run_timing(FEDLF, tracking_uri=no_store["uri"], confirmatory=True, seeds=[1000], run=run)

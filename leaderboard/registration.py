@@ -31,14 +31,15 @@ from pydantic import (
 )
 
 from fl_lightning.choices import unknown_key_message
+from fl_lightning.run_schema import Tag
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import LeaderboardError
 
 PLAN_FILE = "ledger_plan.yaml"
 AMENDMENTS_FILE = "ledger_amendments.yaml"
 HASH_KEY = "registered_hash"
-LEDGER_PASS_TAG = "ledger.pass"  # a run's pass of the ledger: "confirmatory" (exploratory runs carry none)
-PLAN_HASH_TAG = "ledger.plan_hash"  # the registration hash a confirmatory run ran under
+LEDGER_PASS_TAG = Tag.LEDGER_PASS  # a run's pass of the ledger: "confirmatory" (exploratory runs carry none)
+PLAN_HASH_TAG = Tag.LEDGER_PLAN_HASH  # the registration hash a confirmatory run ran under
 CONFIRMATORY = "confirmatory"
 _HASH_LINE = re.compile(rf"^{HASH_KEY}:.*(?:\n|$)", re.MULTILINE)
 POINT = re.compile(r"^(final|last([1-9][0-9]*))$")
@@ -116,8 +117,9 @@ class LedgerPlan:
         position ("all" where the plan pairs none)."""
         if point == self.primary_point:
             return self.over_rounds_primary
-        if point in self.sensitivity_points and self.sensitivity_points.index(point) < len(self.over_rounds_sensitivity):
-            return self.over_rounds_sensitivity[self.sensitivity_points.index(point)]
+        position = self.sensitivity_points.index(point) if point in self.sensitivity_points else None
+        if position is not None and position < len(self.over_rounds_sensitivity):
+            return self.over_rounds_sensitivity[position]
         return "all"
 
     def reading_label(self, point: str, over_rounds: bool = False) -> str:

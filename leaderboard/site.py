@@ -24,10 +24,10 @@ from leaderboard.markdown import markdown_table
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
 from leaderboard.registration import (
     CONFIRMATORY,
-    LedgerPlan,
     LEDGER_PASS_TAG,
     OVER_ROUNDS_LABELS,
     PLAN_HASH_TAG,
+    LedgerPlan,
     load_amendments,
     load_plan,
     point_label,

@@ -66,7 +66,8 @@ def test_every_claim_names_an_existing_suite_benchmark_and_configuration():
                 for side in (comparison.treatment, comparison.baseline):
                     if side is not None:
                         assert side.config in configs[(suite, side.benchmark)], (claim.id, suite, side)
-    untested = [c for c in claims if not (c.not_tested or c.stand_ins_only) and (c.offline is None or not c.comparisons)]
+    untested = [c for c in claims
+                if not (c.not_tested or c.stand_ins_only) and (c.offline is None or not c.comparisons)]
     assert not untested
 
 

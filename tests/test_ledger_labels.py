@@ -16,7 +16,7 @@ from leaderboard.claims.evaluation import holm_family, knife_edge_seeds
 from leaderboard.claims.spec import Comparison, Side
 from leaderboard.registration import RegistrationError, parse_plan
 from leaderboard.stats import CONTRADICTED, INCONCLUSIVE, REPRODUCED
-from tests.test_claims import BENCH, SEED_EFFECT, SUITE, claim_spec, paired_runs, run
+from tests.test_claims import BENCH, SEED_EFFECT, claim_spec, paired_runs, run
 
 NARROW = [0.02 + 0.001 * k for k in range(10)]  # A - B about +2.45 pp, a narrow interval
 
@@ -240,3 +240,19 @@ def test_a_by_construction_comparison_stays_out_of_holms_family():
     assert alone.verdict == REPRODUCED and with_marked.verdict == REPRODUCED
     assert with_marked.level == alone.level == 0.95 and with_marked.p_holm == alone.p_holm
     assert with_unmarked.verdict == INCONCLUSIVE and with_unmarked.level == pytest.approx(0.975)  # the step it cost
+
+
+def test_a_timing_claim_counts_timing_runs_without_judging_their_convergence():
+    runs = []
+    for seed in range(10):
+        for config, ms in (("A", 0.030), ("B", 0.120 + 0.001 * seed)):
+            record = run(config, seed, [0.8, 0.8 + 0.01 * seed])  # two evaluations: too short to judge
+            record.histories["server_time_s"] = [(k, ms) for k in range(1, 21)]
+            runs.append(record)
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}], direction="less", quantity="server_time"),
+                      runs)
+    assert result.verdict == REPRODUCED
+    notes = ledger.claim_rows([result], [], {})[0].notes
+    assert "Runs read: 20 timing runs (a timing run measures steady-state rounds: the convergence rule does not " \
+           "judge it)." in notes
+    assert not any("too short to judge" in note for note in notes)

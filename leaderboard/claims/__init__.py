@@ -60,7 +60,8 @@ from leaderboard.claims.spec import (
 )
 
 __all__ = [
-    "BY_CONSTRUCTION", "FILE_NAME", "NO_RUNS", "NOT_IMPLEMENTED", "NOT_TESTABLE", "NOT_TESTED", "QUANTITIES", "WITHDRAWN", "Claim",
+    "BY_CONSTRUCTION", "FILE_NAME", "NO_RUNS", "NOT_IMPLEMENTED", "NOT_TESTABLE", "NOT_TESTED", "QUANTITIES",
+    "WITHDRAWN", "Claim",
     "ClaimResult", "ClaimsError", "CoverageEntry", "SuiteFile", "claim_problems", "claim_rows", "coverage_problems",
     "difference_text", "effect_summary", "evaluate", "export_csv", "export_json", "export_rows", "load_claims",
     "load_coverage", "parse_claims", "quantity_value", "scale_text", "suite_files", "summary_rows", "tally_scale",

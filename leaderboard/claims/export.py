@@ -25,7 +25,7 @@ from leaderboard.claims.spec import (
     SuiteFile,
 )
 from leaderboard.convergence import CONVERGED, TOO_SHORT, UNCONVERGED
-from leaderboard.registration import Amendment, LedgerPlan, point_label
+from leaderboard.registration import Amendment, LedgerPlan
 from leaderboard.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -369,24 +369,33 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             )
         over_rounds = claim.comparisons and all(quantity_of(c.treatment.quantity).over_rounds
                                                 for c in claim.comparisons)
-        label = (lambda p: result.plan.reading_label(p, over_rounds)) if result.plan else point_label
+        plan_of_claim = result.plan or LedgerPlan()
+        over = bool(over_rounds)
+
+        def label(point: str, plan_of_claim: LedgerPlan = plan_of_claim, over: bool = over) -> str:
+            return plan_of_claim.reading_label(point, over)
+
         if result.fragile:
             badges.append("fragile")
-            notes.append("Fragile: at the " + label(result.plan.primary_point if result.plan else "final")
+            notes.append("Fragile: at the " + label(plan_of_claim.primary_point)
                          + f" it is {result.data_verdict}; "
                          + "; ".join(f"at the {label(p)} {v}" for p, v in result.fragile_points) + ".")
         knife = [(entry.comparison.label, entry.knife_edge) for entry in result.comparisons if entry.knife_edge]
         if knife and not claim.not_testable:
             badges.append("knife-edge")
             notes.append("Knife-edge: " + "; ".join(
-                f"{label_}: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone changes its verdict"
-                for label_, seeds in knife) + ".")
+                f"{name}: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone changes its verdict"
+                for name, seeds in knife) + ".")
         not_reached = [entry.comparison.label for entry in result.comparisons if entry.holm_not_reached]
         if not_reached:
             notes.append("Not reached by Holm: " + ", ".join(not_reached) + " (Holm's step-down stopped at an "
                          "earlier comparison, so these are inconclusive and their own intervals are not shown).")
         arms = convergence_by_arm(result.comparisons)
-        if arms:
+        if arms and over_rounds and all(quantity_of(c.treatment.quantity).timing for c in claim.comparisons):
+            runs_read = sum(len(s) for entry in result.comparisons for s in entry.convergence_arms.values())
+            notes.append(f"Runs read: {runs_read} timing runs (a timing run measures steady-state rounds: "
+                         "the convergence rule does not judge it).")
+        elif arms:
             notes.append("Runs read: " + "; ".join(f"{arm}: {counts}" for arm, counts in arms) + ".")
         if result.amended:
             badges.append("amended")

@@ -69,6 +69,7 @@ class Quantity:
     decimals: int = 2
     undefined: str = ""  # when a run's value is not a number, why (said where a seed is left out)
     over_rounds: bool = False  # a mean over the run's rounds (read by the plan's over-rounds readings)
+    timing: bool = False  # a time: read from dedicated timing runs, whose convergence is not judged
 
 
 QUANTITIES: dict[str, Quantity] = {
@@ -87,29 +88,30 @@ QUANTITIES: dict[str, Quantity] = {
     "standalone": Quantity("mean standalone accuracy of the agents", "%", 100, _at(Metric.STANDALONE_TEST_ACC_MEAN)),
     # CGSV App. B.3, Table 7: 100 x pearson(r_i,T, the agents' final test accuracies)
     "rho_r": Quantity("CGSV rho_r (reputation r against final accuracy)", "", 1, _at(Metric.CGSV_RHO_R),
-                      undefined="every agent's final accuracy or reputation is the same: a correlation with a constant"),
+                      undefined="every agent's final accuracy or reputation is the same: "
+                                "a correlation with a constant"),
     "conflicts": Quantity(
-        "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL), over_rounds=True
-    ),
+        "conflicting clients per round (model level)", "clients", 1, _over_rounds(Metric.CONFLICTS_MODEL),
+        over_rounds=True),
     Metric.CONFLICTS_LAYER: Quantity(
-        "conflicting (client, layer) pairs per round (layer level)", "pairs", 1, _over_rounds(Metric.CONFLICTS_LAYER), over_rounds=True
-    ),
+        "conflicting (client, layer) pairs per round (layer level)", "pairs", 1,
+        _over_rounds(Metric.CONFLICTS_LAYER), over_rounds=True),
     "server_time": Quantity(
         "server time per round", "ms", 1,
-        lambda run, window, over: _times_1000(over_rounds_value(run, "server_time_s", over)), 1, over_rounds=True
-    ),
+        lambda run, window, over: _times_1000(over_rounds_value(run, "server_time_s", over)), 1,
+        over_rounds=True, timing=True),
     "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION),
                          over_rounds=True),
     # CGSV Fig. 1 on the agents' uploads (CGSV shapley_check_every): means over the run's check rounds
     "shapley_l1_gap": Quantity(
-        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4, over_rounds=True
-    ),
+        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4,
+        over_rounds=True),
     "shapley_l2_gap": Quantity(
-        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4, over_rounds=True
-    ),
+        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4,
+        over_rounds=True),
     "shapley_time_ratio": Quantity(
-        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2, over_rounds=True
-    ),
+        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2,
+        over_rounds=True, timing=True),
     # per-agent series (CGSV Fig. 2 and Sec. 3.3): "agent_r:3" = agent 3's final reputation r
     "agent_r": Quantity("reputation r", "", 1, lambda run, window, over: None, 4),
     "agent_distance": Quantity("distance to the server model", "", 1, lambda run, window, over: None, 3),

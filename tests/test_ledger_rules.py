@@ -546,3 +546,15 @@ def test_a_grid_expands_to_one_model_config_per_combination():
                                    "init_args": {"lr": 1, "mu": 0.1, "tau": 0}}),
         ("FedProx(mu=1,tau=0)", {"class_path": "fl_lightning.algorithms.FedProx",
                                  "init_args": {"lr": 1, "mu": 1, "tau": 0}})]
+
+
+def test_two_rows_are_separated_when_welchs_p_is_below_alpha():
+    """Rule (the tables' star): separated when Welch's two-sided p is strictly below alpha; never
+    with fewer than 2 values in a row."""
+    from leaderboard.stats import separated
+
+    assert separated([1.0, 1.0], [2.0, 2.0]) and not separated([1.0, 1.0], [1.0, 1.0])
+    assert not separated([1.0], [2.0, 2.0])
+    first, second = [0.81, 0.79, 0.84, 0.80], [0.78, 0.77, 0.80, 0.70]
+    p = welch_test(first, second).p
+    assert not separated(first, second, alpha=p) and separated(first, second, alpha=p * 1.000001)

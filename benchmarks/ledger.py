@@ -10,105 +10,31 @@ flight, and one build reads every part's exports (``fl-leaderboard build --from-
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from benchmarks.suites import SUITES_DIR, Cell, deep_merge, list_suites, load_suite
+from benchmarks.confirmatory import (  # noqa: F401  (the confirmatory pass, re-exported for the ledger's callers)
+    CONFIRMATORY,
+    CONFIRMATORY_FILE,
+    ROOT_VARIABLE,
+    Confirmatory,
+    confirmatory_cells,
+    ledger_root,
+    load_confirmatory,
+    registered_hash_or_exit,
+)
+from benchmarks.suites import SUITES_DIR, list_suites, load_suite
 from fl_lightning.run_schema import Tag
 
 DEFAULT_EXPORTS = "ledger_exports"
 """The exports' folder, in the working folder (as ``benchmark_logs/``)."""
 DEFAULT_CONFIRMATORY_EXPORTS = "ledger_confirmatory_exports"
 """The confirmatory pass's exports' folder, in the working folder (apart from the exploratory ones)."""
-CONFIRMATORY_FILE = "ledger_confirmatory.yaml"
-CONFIRMATORY = "confirmatory"  # the ``ledger_pass`` tag of the confirmatory pass's runs
-ROOT_VARIABLE = "FL_BENCHMARKS_LEDGER_ROOT"
-"""The folder of the registered files a confirmatory run checks and reads (the plan, the amendments,
-``ledger_confirmatory.yaml``, the claims and the suites); default: this package's folder."""
-
-
-@dataclass(frozen=True)
-class Confirmatory:
-    """``ledger_confirmatory.yaml``: the pass's fresh seeds (``rule``, ``first``, ``count`` and the
-    resulting ``values``) and, per suite (experiment name) and benchmark, its ``num_rounds`` and
-    ``eval_every``."""
-
-    seeds: list[int]
-    first: int
-    count: int
-    rule: str
-    lengths: dict[str, dict[str, dict[str, int]]]
-
-
-def ledger_root(root: Path | str | None = None) -> Path:
-    """The registered files' folder: ``root``, else $FL_BENCHMARKS_LEDGER_ROOT, else ``benchmarks/``."""
-    return Path(root or os.environ.get(ROOT_VARIABLE) or SUITES_DIR)
-
-
-def registered_hash_or_exit(root: Path | str | None = None) -> str:
-    """The registration hash a confirmatory run carries; the registration's problem (no hash recorded,
-    or files that differ from it: ``leaderboard.registration.registration_problem``) as a one-line
-    refusal (``SystemExit``), said before anything is created."""
-    from leaderboard.registration import registration_hash, registration_problem
-
-    folder = ledger_root(root)
-    problem = registration_problem(folder)
-    if problem:
-        raise SystemExit(f"refused: {problem}")
-    return registration_hash(folder)
-
-
-def load_confirmatory(root: Path | str | None = None) -> Confirmatory:
-    """``<root>/ledger_confirmatory.yaml``, checked (one line, ``SystemExit``, for the first problem)."""
-    path = ledger_root(root) / CONFIRMATORY_FILE
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise SystemExit(f"cannot read {path}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise SystemExit(f"{path} is not valid YAML: {error}") from None
-    if not isinstance(raw, dict) or raw.get("pass") != CONFIRMATORY:
-        raise SystemExit(f"{path}: expected `pass: {CONFIRMATORY}` with `seeds:` and `lengths:`")
-    seeds = raw.get("seeds")
-    if not isinstance(seeds, dict) or not {"rule", "first", "count", "values"} <= set(seeds):
-        raise SystemExit(f"{path}: `seeds:` needs rule, first, count and values")
-    values, first, count = seeds["values"], seeds["first"], seeds["count"]
-    if not (isinstance(values, list) and all(type(v) is int for v in values) and type(first) is int
-            and type(count) is int and len(values) == count == len(set(values)) and min(values, default=first) >= first):
-        raise SystemExit(f"{path}: `seeds.values` must be `count` distinct integers from `first` up")
-    lengths = raw.get("lengths")
-    if not isinstance(lengths, dict):
-        raise SystemExit(f"{path}: `lengths:` must map each suite to its benchmarks' num_rounds and eval_every")
-    for suite, benchmarks in lengths.items():
-        for benchmark, setting in (benchmarks or {}).items():
-            if not (isinstance(setting, dict) and set(setting) == {"num_rounds", "eval_every"}
-                    and all(type(v) is int and v > 0 for v in setting.values())):
-                raise SystemExit(f"{path}: lengths.{suite}.{benchmark} must be {{num_rounds: N, eval_every: K}} "
-                                 "with positive integers")
-    return Confirmatory(list(values), first, count, str(seeds["rule"]), lengths)
-
-
-def confirmatory_cells(cells: list[Cell], confirmatory: Confirmatory, plan_hash: str) -> list[Cell]:
-    """The cells of the confirmatory pass: each cell's rounds and evaluation cadence set to its
-    suite's and benchmark's in ``ledger_confirmatory.yaml`` (a benchmark it does not list is refused:
-    no cell runs at an unregistered length), tagged with the pass and the registration hash, which
-    also enter its config digest (a run under another hash never counts as done)."""
-    result = []
-    for cell in cells:
-        setting = (confirmatory.lengths.get(cell.suite) or {}).get(cell.benchmark)
-        if setting is None:
-            raise SystemExit(f"{CONFIRMATORY_FILE} sets no num_rounds and eval_every for suite {cell.suite!r}, "
-                             f"benchmark {cell.benchmark!r}: the confirmatory pass runs only registered lengths")
-        config = deep_merge(cell.config, {"model": {"init_args": dict(setting)}})
-        result.append(replace(cell, config=config, plan_hash=plan_hash, ledger_pass=CONFIRMATORY))
-    return result
 
 
 def runs_under_other_hashes(tracking_uri: str, experiment: str, plan_hash: str) -> int:
@@ -155,7 +81,8 @@ def used_seeds(exports: Path, suites_dir: Path = SUITES_DIR) -> set[int]:
 
 
 def rule_seeds(first: int, count: int, used: set[int]) -> list[int]:
-    """The seeds rule of ``ledger_confirmatory.yaml``: the first ``count`` integers from ``first`` up not in ``used``."""
+    """The seeds rule of ``ledger_confirmatory.yaml``: the first ``count`` integers from ``first`` up
+    not in ``used``."""
     seeds, seed = [], first
     while len(seeds) < count:
         if seed not in used:
@@ -235,6 +162,12 @@ def plan_lines(suites: list[tuple[str, str]], exports: Path, jobs: int,
     return lines + [f"left: about {_duration(left)} at --jobs {jobs} (from {basis})"]
 
 
+def is_timing_suite(name: str) -> bool:
+    """Whether a suite is a timing suite (``benchmarks/<paper>/timing_*.yaml``): the ledger runs it through
+    the timing driver (one fit at a time on an idle machine, arms alternated), never at ``--jobs``."""
+    return Path(name).stem.startswith("timing")
+
+
 def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tuple[str, str]] | None = None,
                run: Callable[..., int] | None = None,
                export: Callable[[str, str, Path], Path] = export_suite, dry_run: bool = False,
@@ -246,6 +179,7 @@ def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tup
     anything is created while the registered files differ from the plan's hash; a suite is exported
     only when every run of its experiment carries the pass's hash (never mixed with other runs)."""
     from benchmarks.runner import run_suite
+    from benchmarks.timing import run_timing_suite
 
     registered = None
     if confirmatory:
@@ -263,10 +197,11 @@ def run_ledger(tracking_uri: str, exports: Path, jobs: int = 1, suites: list[tup
     exports.mkdir(parents=True, exist_ok=True)
     for number, (name, experiment) in enumerate(todo, start=1):
         print(f"\n=== ledger suite {number}/{len(todo)}: {name}", flush=True)
+        runner = run_timing_suite if run is run_suite and is_timing_suite(name) else run
         if registered is None:
-            status = run(name, jobs=jobs, tracking_uri=tracking_uri)
+            status = runner(name, jobs=jobs, tracking_uri=tracking_uri)
         else:
-            status = run(name, jobs=jobs, tracking_uri=tracking_uri, confirmatory=True, root=root)
+            status = runner(name, jobs=jobs, tracking_uri=tracking_uri, confirmatory=True, root=root)
         if status != 0:
             print(f"ledger: {name} did not finish every run (exit status {status}); it is not exported. "
                   f"Run the ledger again to resume it.", flush=True)

@@ -203,7 +203,7 @@ def rescaled_durations(durations: dict[str, list[float]], before: list[Cell],
                        after: list[Cell]) -> dict[str, list[float]]:
     """Wall seconds measured for the cells ``before`` at their rounds and cadence, rescaled to the
     same cells ``after`` (in the same order) at theirs: a run's start plus the rest, scaled by the
-    larger of the rounds' and the evaluations' growth (an upper bound; ``benchmarks.run_lengths``)."""
+    larger of the rounds' and the evaluations' growth (an upper bound; ``leaderboard.run_lengths``)."""
     growth: dict[str, float] = {}
     for old, new in zip(before, after):
         (rounds_old, evals_old), (rounds_new, evals_new) = _length(old.config), _length(new.config)

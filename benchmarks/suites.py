@@ -34,7 +34,7 @@ class Cell:
     config: dict
     description: str = ""
     control: str = ""
-    plan_hash: str = ""  # a confirmatory run's registration hash (``benchmarks.ledger.confirmatory_cells``)
+    plan_hash: str = ""  # a confirmatory run's registration hash (``benchmarks.confirmatory.confirmatory_cells``)
     ledger_pass: str = ""  # "confirmatory" for such a run; exploratory runs have none
 
     @property

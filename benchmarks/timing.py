@@ -234,11 +234,11 @@ def run_value(tracking_uri: str, cell: Cell, reading: Reading,
 def timing_cells(name: str, seeds: list[int] | None, confirmatory: bool, root: Path | str | None) -> list[Cell]:
     """The suite's cells as the runner builds them: ``load_suite``'s; for the confirmatory pass, the
     registered copy of the suite (under the ledger's root) on the pass's seeds, at its registered
-    rounds, tagged with the registration hash (``benchmarks.ledger.confirmatory_cells``), so that the
+    rounds, tagged with the registration hash (``benchmarks.confirmatory.confirmatory_cells``), so that the
     driver's "already finished" and the runner's agree."""
     if not confirmatory:
         return load_suite(name, seeds)
-    from benchmarks.ledger import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
+    from benchmarks.confirmatory import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
 
     plan_hash = registered_hash_or_exit(root)
     registered = load_confirmatory(root)

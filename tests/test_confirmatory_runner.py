@@ -163,3 +163,20 @@ def test_seeds_and_confirmatory_are_refused_together(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         command_line.main(["run", "cgsv/offline", "--confirmatory", "--seeds", "3"])
     assert "--seeds and --confirmatory" in capsys.readouterr().err
+
+
+def test_a_confirmatory_call_may_pick_registered_seeds_only(tmp_path, monkeypatch, capsys):
+    """The timing driver runs the pass one registered seed per call; an unregistered seed is refused."""
+    root, digest = registered_copy(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    options = dict(tracking_uri=f"sqlite:///{work / 'store.db'}", dry_run=True, confirmatory=True, root=root,
+                   benchmarks=["mnist5k/cla/full/fl_mlp"], configs=["FedAvg"])
+    registered = load_confirmatory(root).seeds
+    assert run_suite("cgsv/offline", seeds=[registered[1]], **options) == 0
+    out = capsys.readouterr().out
+    assert f"seed {registered[1]} (" in out and f"seed {registered[0]} (" not in out
+    with pytest.raises(SystemExit, match="only the pass's registered seeds"):
+        run_suite("cgsv/offline", seeds=[3], **options)
+    assert list(work.iterdir()) == []

@@ -118,10 +118,25 @@ def test_a_dry_run_says_what_is_left_and_creates_nothing(tmp_path, capsys):
     assert main(["ledger", "--dry-run", "--jobs", "2", "--exports", str(exports),
                  "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"]) == 0
     out = capsys.readouterr().out
-    assert "16 suites, 0 already exported" in out and "cgsv/ablations_offline" in out and "110 runs" in out
+    assert "17 suites, 0 already exported" in out and "cgsv/ablations_offline" in out and "110 runs" in out
     assert "left: about" in out and "at --jobs 2" in out
     assert list(tmp_path.iterdir()) == []  # no store, no exports folder
     (exports / "cgsv-ablations-offline").mkdir(parents=True)
     assert main(["ledger", "--dry-run", "--exports", str(exports)]) == 0
     out = capsys.readouterr().out
     assert "1 already exported" in out and re.search(r"cgsv/ablations_offline +exported", out)
+
+
+def test_the_ledger_runs_a_timing_suite_through_the_timing_driver(monkeypatch, tmp_path):
+    """Timing claims read dedicated timing runs: the ledger never runs a timing suite at --jobs."""
+    import benchmarks.runner as runner
+    import benchmarks.timing as timing
+    from benchmarks.ledger import is_timing_suite
+
+    called: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(runner, "run_suite", lambda name, **o: called.append(("runner", name, o["jobs"])) or 1)
+    monkeypatch.setattr(timing, "run_timing_suite", lambda name, **o: called.append(("timing", name, o["jobs"])) or 1)
+    assert is_timing_suite("fedlf/timing_offline") and not is_timing_suite("fedlf/offline")
+    run_ledger("sqlite:///unused.db", tmp_path / "a", jobs=2, suites=[("fedlf/timing_offline", "fedlf-timing-offline")])
+    run_ledger("sqlite:///unused.db", tmp_path / "b", jobs=2, suites=[("fedlf/offline", "fedlf-offline")])
+    assert called == [("timing", "fedlf/timing_offline", 2), ("runner", "fedlf/offline", 2)]

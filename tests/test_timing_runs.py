@@ -312,7 +312,7 @@ def test_the_ledger_hook_runs_one_fit_at_a_time_and_passes_the_runners_options_o
 @pytest.fixture
 def registered(monkeypatch):
     """A registration (its hash) and a confirmatory pass of two fresh seeds that lists the timing suites."""
-    import benchmarks.ledger as ledger
+    import benchmarks.confirmatory as ledger
 
     lengths = {"fedlf-timing-offline": {"mnist5k/pat-1/p0.1/fl_mlp": {"num_rounds": 30, "eval_every": 10}}}
     monkeypatch.setattr(ledger, "registered_hash_or_exit", lambda root=None: "f" * 64)

@@ -3,7 +3,7 @@ benchmark in it), the rounds and evaluation cadence of the confirmatory pass, ch
 exploratory runs committed in ``benchmarks/ledger_runs/``. Torch-free; prints a Markdown report
 (committed as ``benchmarks/ledger_runs/run_lengths.md``)::
 
-    python -m benchmarks.run_lengths > benchmarks/ledger_runs/run_lengths.md
+    python -m leaderboard.run_lengths > benchmarks/ledger_runs/run_lengths.md
 
 The plan's convergence rule (``leaderboard/convergence.py``): the mean accuracy of the last w = 3
 evaluations against the w before, both windows in the second half of the run; a change over 1 pp is
@@ -281,7 +281,7 @@ def report(exports: Path = EXPORTS) -> str:
     lines = [
         "# Run lengths long enough to judge (confirmatory pass, plan version 2)",
         "",
-        f"Written by `python -m benchmarks.run_lengths` from the {len(runs):,} FINISHED exploratory runs in "
+        f"Written by `python -m leaderboard.run_lengths` from the {len(runs):,} FINISHED exploratory runs in "
         "`benchmarks/ledger_runs/`; the method is in that script's docstring. The plan's rule: last "
         f"{window} evaluations against the {window} before, both in the second half, |change| > {change_pp:g} pp "
         f"unconverged; so a run needs at least {min_evaluations(window)} evaluations, every R / "

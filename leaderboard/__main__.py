@@ -1,5 +1,6 @@
 """``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish]
-[--experiments NAME ...]``;
+[--experiments NAME ...]``; ``python -m leaderboard register [--root DIR] [--again | --check]`` (the
+claims ledger's registration hash, recorded in its plan: ``leaderboard/registration.py``);
 ``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
 [--format csv parquet] [--all-metrics] [--complete]`` (the run set as tidy tables: ``leaderboard/export.py``).
 
@@ -51,6 +52,20 @@ def parser() -> argparse.ArgumentParser:
                             "distributions need the store's artifacts and are left out (default: read the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
                        help="folder holding <paper>/paper_numbers.yaml (default: the repository's benchmarks/)")
+    registering = commands.add_parser(
+        "register", help="record the registration hash of the plan, claims, suites and amendments in the plan",
+        description="Compute the SHA-256 of the ledger's registered files (the plan without its own hash line, "
+                    "the amendments, the confirmatory pass and every paper folder's claims, suites and paper "
+                    "numbers) and record it in the plan as `registered_hash:`. Commit it before the first "
+                    "confirmatory run: the runner refuses one under files that differ from it.")
+    registering.add_argument("--root", type=Path, default=DEFAULT_ROOT, metavar="DIR",
+                             help="the folder of the registered files (default: the repository's benchmarks/)")
+    registering.add_argument("--again", action="store_true",
+                             help="replace a hash the plan already records (after recording the change as an "
+                                  "amendment)")
+    registering.add_argument("--check", action="store_true",
+                             help="only say whether the files match the recorded hash (exit 1 when not); write "
+                                  "nothing")
     exporting = commands.add_parser(
         "export", help="write the runs as tidy tables (CSV / Parquet)",
         description="Read the runs of an MLflow store (without altering it) and write runs.<format> (one row "
@@ -83,12 +98,36 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "export":
         return run_export(args)
+    if args.command == "register":
+        return run_register(args)
     out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
     try:
         site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers, from_export=args.from_export)
     except LeaderboardError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def run_register(args: argparse.Namespace) -> int:
+    from leaderboard import registration
+
+    try:
+        if args.check:
+            problem = registration.registration_problem(args.root)
+            print(problem or f"registered: the files under {args.root} hash to the plan's "
+                             f"{registration.recorded_hash(args.root)}", file=sys.stderr if problem else sys.stdout)
+            return 1 if problem else 0
+        digest, changed = registration.register(args.root, again=args.again)
+    except LeaderboardError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    files = len(registration.registered_files(args.root))
+    if changed:
+        print(f"registered: {digest} over {files} files, recorded in {Path(args.root) / registration.PLAN_FILE}; "
+              "commit it before the first confirmatory run")
+    else:
+        print(f"already registered: {digest} over {files} files")
     return 0
 
 

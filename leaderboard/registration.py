@@ -31,6 +31,7 @@ from pydantic import (
 
 from fl_lightning.choices import unknown_key_message
 from fl_lightning.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
+    _HASH_LINE,
     AMENDMENTS_FILE,
     CONFIRMATORY,
     HASH_KEY,
@@ -348,3 +349,35 @@ def load_amendments(root: Path = DEFAULT_ROOT) -> list[Amendment]:
     except yaml.YAMLError as error:
         raise RegistrationError(f"{path}: not valid YAML ({error})") from None
     return parse_amendments(raw, str(path))
+
+
+def register(root: Path = DEFAULT_ROOT, again: bool = False) -> tuple[str, bool]:
+    """Record the registration hash of the files under ``root`` in its plan (``registered_hash:``,
+    written beside and renamed): (the hash, whether the plan changed). The plan and the amendments
+    must read cleanly first. A plan that records another hash is re-registered only with ``again``
+    (a change after registration is an amendment first); one that records this hash is left as it is."""
+    root = Path(root)
+    path = root / PLAN_FILE
+    if not path.exists():
+        raise RegistrationError(f"{path} does not exist: write the plan before registering it")
+    plan = load_plan(root)  # refuses a plan that does not read
+    load_amendments(root)
+    if not plan.registered:
+        raise RegistrationError(f"{path}: `registered:` (the date) is missing: date the plan before registering it")
+    digest = registration_hash(root)
+    recorded = recorded_hash(root)
+    if recorded == digest:
+        return digest, False
+    if recorded and not again:
+        raise RegistrationError(
+            f"{path} records another registration ({recorded[:12]}; the files now hash to {digest[:12]}): record "
+            f"the change in {AMENDMENTS_FILE} and register again with --again")
+    text = path.read_text()
+    line = f"{HASH_KEY}: {digest}\n"
+    text = _HASH_LINE.sub(line, text) if recorded else (text if text.endswith("\n") else text + "\n") + line
+    if _HASH_LINE.sub("", text) != _HASH_LINE.sub("", path.read_text()):  # the hash never covers its own line
+        raise RegistrationError(f"{path}: its `{HASH_KEY}:` line could not be written apart from the plan")
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+    return digest, True

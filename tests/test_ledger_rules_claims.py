@@ -1,0 +1,233 @@
+"""The claims ledger's decision rules in leaderboard/claims/ (evaluation.py, results.py, quantities.py
+and the decision parts of export.py), one test per rule, each written to fail when the rule is broken:
+mutmut's survivors over those files (issue 48, benchmarks/perf/results/mutation_ledger.md). Every test
+asserts what a reader of the page sees: a verdict, a number, a withdrawal, the exact text of a cell."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from leaderboard import claims as ledger
+from leaderboard.claims.evaluation import degenerate
+from leaderboard.claims.results import index_runs
+from leaderboard.registration import Degeneracy, LedgerPlan
+from leaderboard.runs import RunRecord
+from tests.test_claims import BENCH, SEED_EFFECT, SUITE, claim_spec, paired_runs, run
+
+NARROW = [0.02 + 0.001 * k for k in range(10)]  # A - B about +2.45 pp, a narrow interval
+
+
+def evaluate(spec: dict, runs: list, plan: LedgerPlan | None = None) -> ledger.ClaimResult:
+    return ledger.evaluate(ledger.parse_claims(spec, "x", "x/claims.yaml"), runs, plan)[0]
+
+
+def why_withdrawn(runs: list[RunRecord], plan: LedgerPlan | None = None) -> str:
+    return degenerate(index_runs(runs), SUITE, BENCH, plan or LedgerPlan())
+
+
+def floored(config: str, seed: int, accuracy: float, worst5: float | None = 0.0) -> RunRecord:
+    """A run whose worst 5 % of clients end at ``worst5`` (None: not logged)."""
+    record = run(config, seed, accuracy)
+    if worst5 is not None:
+        record.histories["test_acc_worst5"] = [(40, worst5)]
+    return record
+
+
+# --- the degeneracy rule: a benchmark that cannot rank anything is withdrawn -------------------------
+
+def test_a_constant_predictor_needs_four_runs_at_one_accuracy_and_says_its_accuracy():
+    four = [run(c, s, 0.192) for c in "AB" for s in range(2)]
+    assert why_withdrawn(four) == "every run of every configuration ends at 19.20 %: a constant predictor"
+    assert why_withdrawn(four[:3]) == ""  # three runs are too few to call a benchmark degenerate
+
+
+def test_a_constant_predictor_tolerates_less_than_a_millionth_of_a_point_and_no_more():
+    # accuracies as fractions: 1e-8 is 1e-6 percentage points, exactly the tolerance
+    below = [run(c, s, 0.0 if s else 9e-9) for c in "AB" for s in range(2)]
+    assert why_withdrawn(below).endswith("a constant predictor")
+    at = [run(c, s, 0.0 if s else 1e-8) for c in "AB" for s in range(2)]
+    assert why_withdrawn(at) == ""
+    apart = [run(c, s, 0.5 if s else 0.52) for c in "AB" for s in range(2)]
+    assert why_withdrawn(apart) == ""
+
+
+def test_a_constant_predictor_is_judged_only_when_the_plan_says_so():
+    four = [run(c, s, 0.192) for c in "AB" for s in range(2)]
+    plan = replace(LedgerPlan(), degeneracy=Degeneracy(constant_predictor=False, worst5_at_zero=True))
+    assert why_withdrawn(four, plan) == ""
+
+
+def test_worst_clients_at_zero_in_four_runs_withdraw_the_benchmark_with_its_counts_and_span():
+    runs = [floored(c, s, 0.3 + 0.01 * s + (0.02 if c == "A" else 0.0)) for c in "AB" for s in range(2)]
+    runs.append(floored("C", 0, 0.25))
+    assert why_withdrawn(runs) == ("the worst 5 % of clients are at 0 % in all 5 runs of its 3 configurations; "
+                                   "mean client accuracy 25.0-33.0 %: a degenerate benchmark")
+    assert why_withdrawn(runs[:3]) == ""  # three runs are too few
+    four = runs[:4]
+    assert why_withdrawn(four).startswith("the worst 5 % of clients are at 0 % in all 4 runs of its 2 configurations")
+
+
+def test_worst_clients_at_zero_must_hold_in_every_run():
+    runs = [floored(c, s, 0.3 + 0.01 * s) for c in "AB" for s in range(2)]
+    one_above = runs[:3] + [floored("B", 1, 0.31, worst5=0.01)]
+    assert why_withdrawn(one_above) == ""
+    one_unlogged = runs[:3] + [floored("B", 1, 0.31, worst5=None)]
+    assert why_withdrawn(one_unlogged) == ""
+
+
+def test_worst_clients_at_zero_is_judged_only_when_the_plan_says_so():
+    runs = [floored(c, s, 0.3 + 0.01 * s) for c in "AB" for s in range(2)]
+    plan = replace(LedgerPlan(), degeneracy=Degeneracy(constant_predictor=True, worst5_at_zero=False))
+    assert why_withdrawn(runs, plan) == ""
+
+
+def test_worst_clients_at_zero_without_a_mean_accuracy_names_no_span():
+    runs = []
+    for c in "AB":
+        for s in range(2):
+            record = floored(c, s, 0.3)
+            del record.histories["test_acc_mean"]
+            record.metrics.pop("test_acc_mean")
+            runs.append(record)
+    assert why_withdrawn(runs) == ("the worst 5 % of clients are at 0 % in all 4 runs of its 2 configurations: "
+                                   "a degenerate benchmark")
+
+
+def test_the_degeneracy_rule_reads_the_plans_primary_point():
+    # every run ends at 50 %, but the mean of the last three evaluations differs: at last3 it ranks
+    runs = [run(c, s, [0.1 * (s + 1), 0.2 + 0.1 * s, 0.3, 0.5]) for c in "AB" for s in range(2)]
+    assert why_withdrawn(runs).endswith("ends at 50.00 %: a constant predictor")
+    assert why_withdrawn(runs, replace(LedgerPlan(), primary_point="last3")) == ""
+
+
+# --- what a comparison's cell says (results.difference_text and its parts) ---------------------------
+
+from leaderboard.claims.results import ComparisonResult, level_text, unpaired_text  # noqa: E402
+from leaderboard.claims.spec import Comparison, Side  # noqa: E402
+from leaderboard.stats import CONTRADICTED, INCONCLUSIVE, REPRODUCED, TOO_FEW, PairedResult  # noqa: E402
+
+CLAIM = ledger.parse_claims(claim_spec([{"treatment": "A", "baseline": "B"}]), "x", "x/claims.yaml")[0]
+
+
+def comparison(quantity: str = "mean", direction: str = "greater", margin: float = 0.0,
+               paper: tuple[float, ...] = (), threshold: float | None = None) -> Comparison:
+    baseline = None if threshold is not None else Side("B", BENCH, quantity)
+    return Comparison(Side("A", BENCH, quantity), baseline, threshold, direction, margin, paper)
+
+
+def decided(mean: float = 2.17, low: float | None = 1.41, high: float | None = 2.93, n: int = 10,
+            verdict: str = REPRODUCED, level: float = 0.975) -> PairedResult:
+    return PairedResult(n, mean, 1.0, low, high, level, 0.001, 0.002, verdict, 0.9)
+
+
+def cell(entry: ComparisonResult) -> str:
+    return ledger.difference_text(entry, CLAIM)
+
+
+@pytest.mark.parametrize(("level", "text"), [
+    (0.95, "95 %"), (0.975, "97.5 %"), (0.9833333, "98.3 %"), (0.9, "90 %"), (1.0, "100 %"), (0.5, "50 %"),
+])
+def test_a_confidence_level_is_labelled_in_percent_without_trailing_zeros(level, text):
+    assert level_text(level) == text
+
+
+def test_unpaired_seeds_are_grouped_by_why_in_the_order_given():
+    assert unpaired_text({"4": "B has no run of it"}) == "seed 4 left out: B has no run of it"
+    assert unpaired_text({"2": "A's rho is undefined", "4": "B has no run of it", "6": "A's rho is undefined"}) == (
+        "seeds 2, 6 left out: A's rho is undefined; seed 4 left out: B has no run of it")
+    assert unpaired_text({}) == ""
+
+
+def test_a_withdrawn_or_unpaired_comparison_says_so_instead_of_a_number():
+    entry = ComparisonResult(comparison(), SUITE, decided(), {}, {}, withdrawn="every run ends at 10 %")
+    assert cell(entry) == "withdrawn: every run ends at 10 %"
+    assert cell(ComparisonResult(comparison(), SUITE, None, {}, {})) == "no paired runs"
+
+
+def test_a_cell_reads_mean_interval_level_and_seeds():
+    entry = ComparisonResult(comparison(), SUITE, decided(), {}, {})
+    assert cell(entry) == "+2.17 pp [+1.41, +2.93] (97.5 % CI), 10 seeds"
+
+
+def test_a_cell_in_another_unit_uses_its_unit_and_decimals():
+    angle = ComparisonResult(comparison("angle"), SUITE, decided(0.1234, 0.05, 0.2, level=0.95), {}, {})
+    assert cell(angle) == "+0.123 rad [+0.050, +0.200] (95 % CI), 10 seeds"
+    rho = ComparisonResult(comparison("rho", threshold=50.0), SUITE, decided(-3.5, -5.0, -2.0, level=0.95), {}, {})
+    assert cell(rho) == "-3.50 [-5.00, -2.00] (95 % CI), 10 seeds"  # no unit
+
+
+def test_one_seed_without_an_interval_and_seeds_left_out_say_of_how_many():
+    entry = ComparisonResult(comparison(), SUITE, decided(low=None, high=None, n=1, verdict=TOO_FEW), {}, {},
+                             unpaired={"1": "B has no run of it", "2": "B has no run of it"})
+    assert cell(entry) == "+2.17 pp, 1 seed of 3 with runs (seeds 1, 2 left out: B has no run of it)"
+    only_low = ComparisonResult(comparison(), SUITE, decided(high=None), {}, {})
+    assert cell(only_low) == "+2.17 pp, 10 seeds"
+
+
+def test_an_inconclusive_cell_names_the_detectable_effect_of_its_test():
+    entry = ComparisonResult(comparison(), SUITE, decided(0.3, -0.2, 0.8, verdict=INCONCLUSIVE), {}, {},
+                             detectable=1.2345)
+    assert cell(entry) == "+0.30 pp [-0.20, +0.80] (97.5 % CI), 10 seeds; detectable ≥ 1.23"
+    equal = ComparisonResult(comparison(direction="equal", margin=0.2), SUITE,
+                             decided(0.3, -0.2, 0.8, verdict=INCONCLUSIVE, level=0.9), {}, {}, detectable=0.456)
+    assert cell(equal) == ("+0.30 pp [-0.20, +0.80] (90 % CI), 10 seeds; "
+                           "equivalence detectable within ±0.46 (margin 0.2)")
+    reproduced = ComparisonResult(comparison(), SUITE, decided(), {}, {}, detectable=1.2345)
+    assert "detectable" not in cell(reproduced)
+
+
+def test_a_comparison_holm_did_not_reach_shows_no_interval_and_no_detectable_effect():
+    entry = ComparisonResult(comparison(), SUITE, decided(0.8, 0.1, 1.5, verdict=INCONCLUSIVE), {}, {},
+                             detectable=1.0, holm_not_reached=True)
+    assert cell(entry) == ("+0.80 pp (no interval: not reached by Holm, which stopped at an earlier comparison "
+                           "of the claim), 10 seeds")
+
+
+@pytest.mark.parametrize(("direction", "paper", "words"), [
+    ("greater", (60.0, 50.0), "beyond our interval in the claimed direction: ours is weaker"),
+    ("greater", (51.0, 50.0), "short of our interval in the claimed direction: ours is stronger"),
+    ("greater", (52.0, 50.0), "inside our interval"),
+    ("less", (40.0, 50.0), "beyond our interval in the claimed direction: ours is weaker"),
+    ("less", (55.0, 50.0), "short of our interval in the claimed direction: ours is stronger"),
+    ("equal", (60.0, 50.0), "above our interval"),
+    ("equal", (40.0, 50.0), "below our interval"),
+])
+def test_a_cell_places_the_papers_effect_in_words(direction, paper, words):
+    margin = 1.0 if direction == "equal" else 0.0
+    entry = ComparisonResult(comparison(direction=direction, margin=margin, paper=paper), SUITE, decided(), {}, {})
+    sign = "+" if paper[0] > paper[1] else "-"
+    assert cell(entry) == (f"+2.17 pp [+1.41, +2.93] (97.5 % CI), 10 seeds; paper {sign}{abs(paper[0] - paper[1]):.2f}"
+                           f" ({words})")
+
+
+def test_a_papers_effect_without_our_interval_is_quoted_unplaced():
+    entry = ComparisonResult(comparison(paper=(60.0, 50.0)), SUITE, decided(low=None, high=None), {}, {})
+    assert cell(entry) == "+2.17 pp, 10 seeds; paper +10.00"
+
+
+def test_a_cell_names_knife_edge_seeds_unconverged_runs_the_extension_and_mixed_versions():
+    entry = ComparisonResult(comparison(), SUITE, decided(), {}, {}, convergence={"converged": 16, "unconverged": 4},
+                             versions=("v1", "v2"), knife_edge=("3", "9"),
+                             extension=decided(2.0, 1.5, 2.5, n=20, verdict=REPRODUCED))
+    assert cell(entry) == (
+        "+2.17 pp [+1.41, +2.93] (97.5 % CI), 10 seeds; knife-edge: leaving out seeds 3, 9 alone changes the "
+        "verdict; 4 of 20 runs unconverged; extension beyond the plan: 20 seeds +2.00 → reproduced (not the "
+        "verdict); ⚠ runs of 2 code versions")
+    one = ComparisonResult(comparison(), SUITE, decided(), {}, {}, convergence={"converged": 20},
+                           versions=("v1",), knife_edge=("3",))
+    assert cell(one) == ("+2.17 pp [+1.41, +2.93] (97.5 % CI), 10 seeds; knife-edge: leaving out seed 3 alone "
+                         "changes the verdict")
+
+
+# --- the verdict at a sensitivity point -------------------------------------------------------------
+
+def test_a_comparison_without_a_verdict_at_a_point_counts_its_primary_verdict_there():
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), paired_runs(NARROW))
+    assert result.verdict == REPRODUCED
+    entry = result.comparisons[0]
+    entry.at_points.clear()
+    assert result.verdict_at("last3") == REPRODUCED and not result.fragile
+    entry.at_points["last3"] = CONTRADICTED
+    assert result.verdict_at("last3") == CONTRADICTED and result.fragile_points == [("last3", CONTRADICTED)]

@@ -231,3 +231,45 @@ def test_a_comparison_without_a_verdict_at_a_point_counts_its_primary_verdict_th
     assert result.verdict_at("last3") == REPRODUCED and not result.fragile
     entry.at_points["last3"] = CONTRADICTED
     assert result.verdict_at("last3") == CONTRADICTED and result.fragile_points == [("last3", CONTRADICTED)]
+
+
+# --- the reading rule: every quantity read at the plan's point or reading ----------------------------
+
+from leaderboard.claims.quantities import over_rounds_value  # noqa: E402
+
+
+def series_run(**series: list[tuple[int, float]]) -> RunRecord:
+    record = run("A", 0, 0.5)
+    record.histories.update(series)
+    return record
+
+
+def test_a_series_is_read_over_every_round_unless_a_reading_is_named():
+    record = series_run(conflicts_model=[(1, 1.0), (2, 2.0), (3, 3.0), (4, 6.0)])
+    assert over_rounds_value(record, "conflicts_model") == 3.0
+    assert over_rounds_value(record, "conflicts_model", "final") == 6.0
+    assert over_rounds_value(record, "missing") is None
+
+
+def test_the_second_half_starts_at_half_the_last_logged_round():
+    # the last round is 20: the second half is rounds 10 on (not from half the round before it, 10 / 2)
+    record = series_run(conflicts_model=[(1, 1.0), (2, 2.0), (6, 6.0), (10, 10.0), (20, 30.0)])
+    assert over_rounds_value(record, "conflicts_model", "second_half") == 20.0
+    # values unlike their rounds: the cut is by round, not by value
+    record = series_run(conflicts_model=[(2, 100.0), (4, 1.0), (6, 2.0), (8, 0.0)])
+    assert over_rounds_value(record, "conflicts_model", "second_half") == 1.0
+
+
+def test_server_time_is_in_milliseconds_and_absent_without_a_series():
+    record = series_run(server_time_s=[(1, 0.5), (2, 0.7)])
+    assert ledger.quantity_value(record, "server_time") == pytest.approx(600.0)
+    assert ledger.quantity_value(record, "server_time", 1, "final") == pytest.approx(700.0)
+    assert ledger.quantity_value(series_run(), "server_time") is None
+
+
+def test_a_per_agent_quantity_is_read_at_the_point_or_reading_asked():
+    record = series_run(**{"cgsv_r/2": [(10, 0.1), (20, 0.2), (30, 0.6)],
+                           "cgsv_psi/1": [(1, 0.1), (2, 0.2), (3, 0.6)]})
+    assert ledger.quantity_value(record, "agent_r:2", 3) == pytest.approx(0.3)
+    assert ledger.quantity_value(record, "agent_psi:1", 1, "final") == pytest.approx(0.6)
+    assert ledger.quantity_value(record, "agent_psi:1", 1, "second_half") == pytest.approx(0.4)

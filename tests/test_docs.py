@@ -242,6 +242,8 @@ def known_flags() -> frozenset[str]:
         flags |= help_flags(lambda c=command: benchmarks_main(c))
     flags |= help_flags(lambda: leaderboard_main(["build", "--help"]))
     flags |= help_flags(lambda: leaderboard_main(["export", "--help"]))
+    flags |= help_flags(lambda: leaderboard_main(["register", "--help"]))
+    flags |= set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", (ROOT / "benchmarks" / "timing.py").read_text()))
     flags |= help_flags(lambda: replay_main(["--help"]))
     for script in (ROOT / "benchmarks" / "perf").glob("*.py"):  # the speed benchmarks' own flags, read from
         flags |= set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", script.read_text()))  # the source (no torch import)

@@ -273,3 +273,107 @@ def test_a_per_agent_quantity_is_read_at_the_point_or_reading_asked():
     assert ledger.quantity_value(record, "agent_r:2", 3) == pytest.approx(0.3)
     assert ledger.quantity_value(record, "agent_psi:1", 1, "final") == pytest.approx(0.6)
     assert ledger.quantity_value(record, "agent_psi:1", 1, "second_half") == pytest.approx(0.4)
+
+
+# --- the claim's row: effect summary, scale, convergence per arm, its notes (export.py) --------------
+
+from leaderboard.claims import export as claims_export  # noqa: E402
+from leaderboard.claims.results import ClaimResult  # noqa: E402
+
+
+def placed(paper: tuple[float, ...], label: str = "A") -> ComparisonResult:
+    """A comparison whose interval is [+1.41, +2.93] and the paper's effect ``paper``."""
+    entry = ComparisonResult(comparison(paper=paper), SUITE, decided(), {}, {})
+    return replace(entry, comparison=replace(entry.comparison, treatment=replace(entry.comparison.treatment,
+                                                                                  config=label)))
+
+
+def test_the_effect_summary_counts_each_side_most_common_first():
+    inside, weaker, stronger = (52.0, 50.0), (60.0, 50.0), (50.5, 50.0)
+    assert ledger.effect_summary(ClaimResult(CLAIM, [placed(())])) == ""
+    assert ledger.effect_summary(ClaimResult(CLAIM, [placed(weaker)])) == "weaker than the paper's effect"
+    assert ledger.effect_summary(ClaimResult(CLAIM, [placed(weaker), placed(weaker)])) == (
+        "weaker than the paper's effect (2 of 2)")
+    mixed = ClaimResult(CLAIM, [placed(inside), placed(stronger), placed(inside), placed(())])
+    assert ledger.effect_summary(mixed) == "paper's effect: inside 2 of 3, ours stronger 1 of 3"
+
+
+def test_the_scale_names_the_dataset_and_model_of_the_offline_benchmark_and_the_papers():
+    assert claims_export.scale_text(CLAIM) == "offline scale: mnist5k, fl_mlp"
+    paper = replace(CLAIM, paper_scale=replace(CLAIM.offline, benchmark="cifar10/dir-0.5/full/fl_ffn"))
+    assert claims_export.scale_text(paper) == "offline scale: mnist5k, fl_mlp (the paper: cifar10, fl_ffn)"
+    assert claims_export.scale_text(replace(CLAIM, offline=None)) == ""
+
+
+def test_the_tally_scale_names_every_dataset_and_model_of_the_claims_with_comparisons():
+    other = replace(CLAIM, offline=replace(CLAIM.offline, benchmark="synthetic/iid/full/fl_logreg"))
+    untested = replace(CLAIM, offline=replace(CLAIM.offline, benchmark="cifar10/iid/full/fl_ffn"))
+    results = [ClaimResult(CLAIM, [placed(())]), ClaimResult(other, [placed(())]), ClaimResult(untested, []),
+               ClaimResult(replace(CLAIM, offline=None), [placed(())])]
+    assert claims_export.tally_scale(results) == "offline scale (mnist5k, synthetic; fl_logreg, fl_mlp)"
+    assert claims_export.tally_scale([ClaimResult(untested, [])]) == ""
+
+
+def test_convergence_per_arm_counts_a_run_shared_by_two_comparisons_once():
+    first = replace(placed(()), convergence_arms={"treatment": {"a0": "converged", "a1": "unconverged"},
+                                                  "baseline": {"b0": "converged", "b1": "too short to judge"}})
+    second = replace(placed((), "C"), convergence_arms={"treatment": {"c0": "converged"},
+                                                        "baseline": {"b0": "converged", "b1": "too short to judge"}})
+    assert claims_export.convergence_by_arm([first, second]) == [
+        ("treatment", "2 converged, 1 unconverged, 0 too short to judge"),
+        ("baseline", "1 converged, 0 unconverged, 1 too short to judge")]
+    assert claims_export.convergence_by_arm([placed(())]) == []
+
+
+def row_of(result: ClaimResult, plan: LedgerPlan | None = None) -> claims_export.ClaimRow:
+    return ledger.claim_rows([result], [], {}, plan)[0]
+
+
+def test_a_claims_notes_name_fragile_points_knife_edge_seeds_holm_and_the_runs_read():
+    first = replace(placed((), "A"), knife_edge=("3", "9"), at_points={"last3": CONTRADICTED}, planned_seeds=10,
+                    convergence_arms={"treatment": {"a0": "converged"}, "baseline": {"b0": "unconverged"}})
+    second = replace(placed((), "C"), result=decided(0.5, -0.1, 1.1, verdict=INCONCLUSIVE), knife_edge=("4",),
+                     holm_not_reached=True, at_points={"last3": INCONCLUSIVE}, planned_seeds=10)
+    result = ClaimResult(CLAIM, [first, second], plan=LedgerPlan())
+    row = row_of(result, LedgerPlan())
+    assert row.verdict == INCONCLUSIVE and row.verdict_detail == "1/2 comparisons reproduced"
+    assert row.badges == ("fragile", "knife-edge")
+    assert row.notes == (
+        "Fragile: at the final evaluation it is inconclusive; at the mean of the last 3 evaluations contradicted.",
+        "Knife-edge: A − B: leaving out seeds 3, 9 alone changes its verdict; C − B: leaving out seed 4 alone "
+        "changes its verdict.",
+        "Not reached by Holm: C − B (Holm's step-down stopped at an earlier comparison, so these are inconclusive "
+        "and their own intervals are not shown).",
+        "Runs read: treatment: 1 converged, 0 unconverged, 0 too short to judge; "
+        "baseline: 0 converged, 1 unconverged, 0 too short to judge.")
+
+
+def test_a_row_counts_by_construction_comparisons_apart_and_a_single_comparison_has_no_count():
+    assert row_of(ClaimResult(CLAIM, [placed(())])).verdict_detail == ""
+    built = replace(placed((), "C"), comparison=replace(placed((), "C").comparison, by_construction="C is B"))
+    assert row_of(ClaimResult(CLAIM, [placed(()), built])).verdict_detail == "1 more by construction, not counted"
+    three = ClaimResult(CLAIM, [placed(()), placed((), "D"), built])
+    assert row_of(three).verdict_detail == "2/2 comparisons reproduced; 1 more by construction, not counted"
+    untested = replace(CLAIM, not_tested="no Shapley sampling here")
+    assert row_of(ClaimResult(untested, [placed(()), placed((), "D")])).verdict_detail == "no Shapley sampling here"
+
+
+@pytest.mark.parametrize(("n", "note"), [(1, "Only 1 paired seeds of the plan's 10."), (9, "Only 9 paired seeds "
+                                         "of the plan's 10."), (10, None)])
+def test_a_row_says_when_fewer_seeds_than_the_plans_star_minimum_were_paired(n, note):
+    entry = replace(placed(()), result=decided(n=n), planned_seeds=10)
+    notes = row_of(ClaimResult(CLAIM, [entry]), LedgerPlan()).notes
+    assert [n for n in notes if n.startswith("Only")] == ([note] if note else [])
+    assert not [n for n in row_of(ClaimResult(CLAIM, [entry])).notes if n.startswith("Only")]  # no plan, no note
+    none = replace(placed(()), result=None, planned_seeds=10)
+    assert not [n for n in row_of(ClaimResult(CLAIM, [none]), LedgerPlan()).notes if n.startswith("Only")]
+
+
+def test_a_timing_claim_without_runs_read_has_no_runs_note():
+    timing = ledger.parse_claims(claim_spec([{"treatment": "A", "baseline": "B"}], direction="less",
+                                            quantity="server_time"), "x", "x/claims.yaml")[0]
+    assert not [n for n in row_of(ClaimResult(timing, [placed(())])).notes if n.startswith("Runs read")]
+    read = replace(placed(()), convergence_arms={"treatment": {"a0": "too short to judge"},
+                                                 "baseline": {"b0": "too short to judge"}})
+    assert [n for n in row_of(ClaimResult(timing, [read])).notes if n.startswith("Runs read")] == [
+        "Runs read: 2 timing runs (a timing run measures steady-state rounds: the convergence rule does not judge it)."]

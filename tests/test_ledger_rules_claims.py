@@ -377,3 +377,27 @@ def test_a_timing_claim_without_runs_read_has_no_runs_note():
                                                  "baseline": {"b0": "too short to judge"}})
     assert [n for n in row_of(ClaimResult(timing, [read])).notes if n.startswith("Runs read")] == [
         "Runs read: 2 timing runs (a timing run measures steady-state rounds: the convergence rule does not judge it)."]
+
+
+def test_a_rows_labels_say_retired_amended_by_construction_stand_ins_extension_and_versions():
+    from leaderboard.claims.spec import Retirement
+    from leaderboard.registration import Amendment
+    claim = replace(CLAIM, retired=Retirement("2026-11-30", "the paper's own reading."),
+                    by_construction="A is B plus one.", not_implemented="no FedLF here.")
+    amendments = (Amendment("A7", "2026-11-28", "c1", "x", "margin 0.5 pp", "why", False),
+                  Amendment("A9", "2026-11-29", "c1", "y", "seeds 0-19", "why", True))
+    entry = replace(placed(()), versions=("v1", "v2"), planned_seeds=10,
+                    extension=decided(2.0, 1.5, 2.5, n=20, verdict=CONTRADICTED))
+    row = row_of(ClaimResult(claim, [entry], amendments=amendments))
+    assert row.badges == ("retired", "amended", "by construction")
+    assert row.notes == (
+        "Retired 2026-11-30: the paper's own reading. Its verdict on today's runs is still shown, and not counted "
+        "in the tally.",
+        "Amended: A7 (2026-11-28): margin 0.5 pp; A9 (2026-11-29): seeds 0-19",
+        "Holds by construction: A is B plus one.",
+        "Not implemented: no FedLF here. The project's stand-ins are the ablations below, never the verdict.",
+        "Seeds beyond the plan's 10 give contradicted; an extension, not the verdict.",
+        "⚠ Paired runs come from 2 code versions.")
+    stand_in = row_of(ClaimResult(replace(CLAIM, not_testable="the paper's baseline is not logged."), [entry]))
+    assert "Not testable as stated: the paper's baseline is not logged. The project's stand-ins are the ablations " \
+           "below." in stand_in.notes

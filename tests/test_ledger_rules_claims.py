@@ -401,3 +401,85 @@ def test_a_rows_labels_say_retired_amended_by_construction_stand_ins_extension_a
     stand_in = row_of(ClaimResult(replace(CLAIM, not_testable="the paper's baseline is not logged."), [entry]))
     assert "Not testable as stated: the paper's baseline is not logged. The project's stand-ins are the ablations " \
            "below." in stand_in.notes
+
+
+# --- the unpaired-seed rule: a verdict rests on the planned seeds both arms have ---------------------
+
+from leaderboard.claims.evaluation import knife_edge_seeds  # noqa: E402
+
+
+def test_the_values_a_verdict_rests_on_are_the_planned_seeds_of_each_arm():
+    runs = [run(c, s, 0.8 + (0.02 if c == "A" else 0.0) + 0.001 * s) for c in "AB" for s in range(20)]
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    planned_seeds = {str(s) for s in range(10)}
+    assert set(entry.treatment_values) == planned_seeds and set(entry.baseline_values) == planned_seeds
+    csv_seeds = {row["seed"] for row in claims_export.export_rows([evaluate(
+        claim_spec([{"treatment": "A", "baseline": "B"}]), runs)])}
+    assert csv_seeds == planned_seeds
+
+
+def test_convergence_and_code_versions_count_only_the_paired_runs():
+    runs = paired_runs(NARROW)
+    for record in runs:
+        record.known_code_version = "v1"
+    runs = [r for r in runs if not (r.config == "B" and r.seed == "4")]
+    unpaired = next(r for r in runs if r.config == "A" and r.seed == "4")
+    unpaired.known_code_version = "v2"
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert sum(entry.convergence.values()) == 18  # 9 pairs; A's run of seed 4 has no partner
+    assert entry.versions == ("v1",) and "code versions" not in ledger.difference_text(entry, CLAIM)
+    assert len(entry.convergence_arms["treatment"]) == 9 and len(entry.convergence_arms["baseline"]) == 9
+
+
+def test_unpaired_seeds_are_listed_in_numeric_order():
+    plan = replace(LedgerPlan(), default_seeds=12)
+    runs = [run(c, s, 0.8 + (0.02 if c == "A" else 0.0) + 0.001 * s) for c in "AB" for s in range(12)
+            if not (c == "B" and s in (2, 10))]
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs, plan).comparisons[0]
+    assert list(entry.unpaired) == ["2", "10"]
+    assert "(seeds 2, 10 left out: B has no run of it)" in ledger.difference_text(entry, CLAIM)
+
+
+def test_an_arm_with_no_run_at_all_leaves_every_seed_out_saying_so():
+    runs = [run("A", s, 0.8) for s in range(3)]
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.verdict == ledger.NO_RUNS
+    assert entry.unpaired == dict.fromkeys(["0", "1", "2"], "B has no run of it")
+
+
+def test_a_seed_whose_quantity_is_undefined_without_a_known_cause_says_only_that():
+    runs = paired_runs(NARROW)
+    for record in runs:
+        if record.config == "A" and record.seed == "3":
+            record.histories["test_acc_mean"] = []
+            record.metrics.pop("test_acc_mean")
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.unpaired == {"3": "A's mean client accuracy is undefined in its run"}
+
+
+def test_knife_edge_seeds_are_listed_in_numeric_order():
+    comparisons = [Comparison(Side("A", BENCH, "mean"), Side("B", BENCH, "mean"), None, "greater", 0.0)]
+    seeds = [str(s) for s in range(12)]
+    differences = [0.45 + (1.0 if k % 2 else -1.0) for k in range(12)]
+    differences[2] += 1.0
+    differences[10] += 1.0
+    flips = knife_edge_seeds(comparisons, [(dict(zip(seeds, differences)), dict.fromkeys(seeds, 0.0))], 0.05)[0]
+    assert flips == ["1", "2", "3", "5", "7", "9", "10", "11"]
+
+
+def test_worst_clients_and_the_accuracy_span_are_read_at_the_plans_primary_point():
+    # worst 5 % at 0 at the final evaluation, not over the last three; the span is of the last three's mean
+    runs = []
+    for c in "AB":
+        for s in range(2):
+            record = run(c, s, [0.2, 0.3, 0.4 + 0.1 * s, 0.5])
+            record.histories["test_acc_worst5"] = [(10, 0.1), (20, 0.1), (30, 0.1), (40, 0.0)]
+            runs.append(record)
+    worst_only = Degeneracy(constant_predictor=False)
+    assert why_withdrawn(runs, replace(LedgerPlan(), degeneracy=worst_only)).endswith(
+        "mean client accuracy 50.0-50.0 %: a degenerate benchmark")
+    assert why_withdrawn(runs, replace(LedgerPlan(), primary_point="last3", degeneracy=worst_only)) == ""
+    for record in runs:
+        record.histories["test_acc_worst5"] = [(10, 0.0), (20, 0.0), (30, 0.0), (40, 0.0)]
+    assert why_withdrawn(runs, replace(LedgerPlan(), primary_point="last3")).endswith(
+        "mean client accuracy 40.0-43.3 %: a degenerate benchmark")

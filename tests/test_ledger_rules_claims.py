@@ -483,3 +483,138 @@ def test_worst_clients_and_the_accuracy_span_are_read_at_the_plans_primary_point
         record.histories["test_acc_worst5"] = [(10, 0.0), (20, 0.0), (30, 0.0), (40, 0.0)]
     assert why_withdrawn(runs, replace(LedgerPlan(), primary_point="last3")).endswith(
         "mean client accuracy 40.0-43.3 %: a degenerate benchmark")
+
+
+# --- Holm's family and the plan's settings inside evaluate_family -----------------------------------
+
+from leaderboard.registration import Convergence  # noqa: E402
+from tests.test_ledger_rules import family_runs, gap_with_p  # noqa: E402
+
+TWO = claim_spec([{"treatment": "A", "baseline": "B"}, {"treatment": "C", "baseline": "B"}])
+
+
+def test_holm_walks_from_the_smallest_p_whatever_the_order_of_the_comparisons():
+    # the comparison listed first has the larger p: judged second, at alpha / 1, it still holds
+    result = evaluate(TWO, family_runs({"A": gap_with_p(0.04), "C": gap_with_p(0.001)}))
+    assert [c.verdict for c in result.comparisons] == [REPRODUCED, REPRODUCED]
+    assert [c.result.level for c in result.comparisons] == pytest.approx([0.95, 0.975])
+    assert not any(c.holm_not_reached for c in result.comparisons)
+
+
+def test_a_comparison_alone_is_decided_at_the_plans_alpha():
+    plan = replace(LedgerPlan(), alpha=0.10)
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), family_runs({"A": gap_with_p(0.07)}), plan)
+    assert result.verdict == REPRODUCED and result.comparisons[0].result.level == pytest.approx(0.90)
+    assert evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]),
+                    family_runs({"A": gap_with_p(0.07)})).verdict == INCONCLUSIVE
+
+
+def test_holm_judges_equivalence_against_the_claims_margin():
+    # two "equal" comparisons, both within 0.05 pp of B: equivalent within 1 pp, not within 0.01 pp
+    tiny = {"A": [0.0005 * ((-1) ** k) for k in range(10)], "C": [0.0004 * ((-1) ** k) for k in range(10)]}
+    pairs = [{"treatment": "A", "baseline": "B"}, {"treatment": "C", "baseline": "B"}]
+    wide = evaluate(claim_spec(pairs, direction="equal", margin=1.0), family_runs(tiny))
+    assert [c.verdict for c in wide.comparisons] == [REPRODUCED, REPRODUCED]
+    narrow = evaluate(claim_spec(pairs, direction="equal", margin=0.01), family_runs(tiny))
+    assert REPRODUCED not in [c.verdict for c in narrow.comparisons]
+
+
+def test_an_inconclusive_comparison_in_a_family_names_its_detectable_effect():
+    result = evaluate(TWO, family_runs({"A": gap_with_p(0.001), "C": gap_with_p(0.3)}))
+    entry = result.comparisons[1]
+    assert entry.verdict == INCONCLUSIVE and not entry.holm_not_reached
+    assert entry.detectable == pytest.approx(entry.result.mde) and entry.result.sd == pytest.approx(1.0)
+    assert f"; detectable ≥ {entry.result.mde:.2f}" in ledger.difference_text(entry, CLAIM)
+
+
+def test_two_seeds_are_too_few_to_decide_but_their_detectable_effect_is_reported():
+    runs = [r for r in paired_runs(NARROW) if int(r.seed) < 2]
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.verdict == TOO_FEW and entry.result.n == 2
+    assert entry.detectable is not None and entry.detectable == pytest.approx(entry.result.mde)
+
+
+def test_a_suites_own_seed_count_in_the_plan_picks_its_planned_seeds():
+    plan = replace(LedgerPlan(), suite_seeds={SUITE: 5})
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), paired_runs(NARROW), plan)
+    entry = result.comparisons[0]
+    assert entry.result.n == 5 and entry.planned_seeds == 5 and set(entry.treatment_values) == set("01234")
+    assert result.extension_verdict == REPRODUCED  # seeds 5-9 are beyond this suite's plan
+
+
+def long_run(config: str, seed: int, level: float, rise: float) -> RunRecord:
+    """Twelve evaluations at ``level``, the last three ``rise`` (a fraction) higher."""
+    return run(config, seed, [level] * 9 + [level + rise] * 3)
+
+
+def test_convergence_is_judged_with_the_plans_threshold():
+    runs = [long_run(c, s, 0.8 + SEED_EFFECT[s] + (0.02 + 0.001 * s if c == "A" else 0.0), 0.02)
+            for c in "AB" for s in range(10)]
+    spec = claim_spec([{"treatment": "A", "baseline": "B"}])
+    strict = evaluate(spec, runs).comparisons[0]
+    assert strict.convergence == {"unconverged": 20}  # a 2-point change against the default 1 point
+    loose = evaluate(spec, runs, replace(LedgerPlan(), convergence=Convergence(3, 5.0))).comparisons[0]
+    assert loose.convergence == {"converged": 20}
+    assert set(loose.convergence_arms["treatment"].values()) == {"converged"}
+    assert set(loose.convergence_arms["baseline"].values()) == {"converged"}
+
+
+def test_paired_runs_of_two_code_versions_are_flagged():
+    runs = paired_runs(NARROW)
+    for record in runs:
+        record.known_code_version = "v2" if record.seed == "0" else "v1"
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.versions == ("v1", "v2")
+    assert ledger.difference_text(entry, CLAIM).endswith("; ⚠ runs of 2 code versions")
+
+
+def test_a_row_with_fewer_paired_seeds_than_planned_names_the_plans_count():
+    runs = [r for r in paired_runs(NARROW) if int(r.seed) < 7]
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)
+    assert "Only 7 paired seeds of the plan's 10." in row_of(result, LedgerPlan()).notes
+    assert claims_export.export_rows([result])[0]["suite"] == SUITE
+
+
+def test_sensitivity_points_are_read_on_the_planned_seeds_only():
+    # seeds 0-9 (planned): A above B; seeds 10-19: A far below B. Read on every seed, last3 would flip
+    runs = [run(c, s, 0.8 + (0.02 + 0.001 * (s % 10) if c == "A" else 0.0) - (0.1 if c == "A" and s >= 10 else 0.0))
+            for c in "AB" for s in range(20)]
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)
+    assert result.verdict == REPRODUCED and result.comparisons[0].at_points == {"last3": REPRODUCED}
+    assert not result.fragile
+
+
+def test_a_withdrawn_benchmark_is_withdrawn_at_every_point_too():
+    runs = [run(c, s, 0.192) for c in "AB" for s in range(10)]
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs)
+    assert result.comparisons[0].at_points == {"last3": ledger.WITHDRAWN} and not result.fragile
+
+
+def test_an_extension_needs_more_paired_seeds_than_the_plan():
+    spec = claim_spec([{"treatment": "A", "baseline": "B"}])
+    # seed 15 in one arm only: nothing pairs beyond the plan
+    extra = evaluate(spec, paired_runs(NARROW) + [run("A", 15, 0.9)])
+    assert extra.comparisons[0].extension is None and extra.extension_verdict == ""
+    # only unplanned seeds pair: no verdict, and no extension beside it
+    late = [run(c, s, 0.8 + (0.02 + 0.001 * s if c == "A" else 0.0)) for c in "AB" for s in range(10, 15)]
+    result = evaluate(spec, late)
+    assert result.verdict == ledger.NO_RUNS and result.comparisons[0].extension is None
+    # one arm only, beyond the plan too: nothing pairs anywhere
+    alone = evaluate(spec, [run("A", s, 0.8 + 0.001 * s) for s in range(12)])
+    assert alone.verdict == ledger.NO_RUNS and alone.comparisons[0].extension is None
+
+
+def test_a_not_tested_claim_shows_no_comparison_even_when_it_lists_some():
+    result = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}], not_tested="the paper's data"),
+                      paired_runs(NARROW))
+    assert result.verdict == ledger.NOT_TESTED and result.comparisons == []
+
+
+def test_ablations_are_decided_under_the_plan():
+    runs = paired_runs(NARROW)
+    runs += [run(r.config, int(r.seed), r.final("test_acc_mean"), suite="abl") for r in paired_runs(NARROW)]
+    spec = claim_spec([{"treatment": "A", "baseline": "B"}],
+                      ablations=[{"suite": "abl", "benchmark": BENCH, "factor": "the paper's rounds"}])
+    plan = replace(LedgerPlan(), suite_seeds={"abl": 4})
+    result = evaluate(spec, runs, plan)
+    assert result.ablations[0].comparisons[0].result.n == 4 and result.comparisons[0].result.n == 10

@@ -618,3 +618,69 @@ def test_ablations_are_decided_under_the_plan():
     plan = replace(LedgerPlan(), suite_seeds={"abl": 4})
     result = evaluate(spec, runs, plan)
     assert result.ablations[0].comparisons[0].result.n == 4 and result.comparisons[0].result.n == 10
+
+
+def test_a_retirement_reason_loses_only_its_final_full_stop():
+    from leaderboard.claims.spec import Retirement
+    row = row_of(ClaimResult(replace(CLAIM, retired=Retirement("2026-11-30", "superseded by Table X.")),
+                             [placed(())]))
+    assert row.notes[0].startswith("Retired 2026-11-30: superseded by Table X. Its verdict")
+
+
+def test_several_fragile_points_and_several_unreached_comparisons_are_listed_in_one_note_each():
+    plan = replace(LedgerPlan(), sensitivity_points=("last3", "last5"))
+    first = replace(placed((), "A"), at_points={"last3": CONTRADICTED, "last5": INCONCLUSIVE})
+    second = replace(placed((), "C"), holm_not_reached=True, at_points={"last3": REPRODUCED, "last5": REPRODUCED})
+    third = replace(placed((), "D"), holm_not_reached=True, at_points={"last3": REPRODUCED, "last5": REPRODUCED})
+    row = row_of(ClaimResult(CLAIM, [first, second, third], plan=plan), plan)
+    assert row.notes[0] == ("Fragile: at the final evaluation it is reproduced; at the mean of the last 3 "
+                            "evaluations contradicted; at the mean of the last 5 evaluations inconclusive.")
+    assert row.notes[1].startswith("Not reached by Holm: C − B, D − B (Holm's step-down")
+
+
+def test_a_row_carries_the_claims_words_its_evidence_pages_and_the_commands_that_rerun_it():
+    from types import SimpleNamespace
+
+    from leaderboard.claims.spec import SuiteFile
+    abl_bench = BENCH + "/attacked"
+    spec = claim_spec([{"treatment": "A", "baseline": "B"}], quote="A is better.", bar="A above B.",
+                      reason="Because.", paper_scale={"suite": "paper-scale", "benchmark": "cifar10/iid/full/fl_ffn"},
+                      ablations=[{"suite": "abl", "benchmark": abl_bench, "factor": "the attack"},
+                                 {"suite": SUITE, "benchmark": BENCH, "factor": "same suite again"}])
+    spec["name"], spec["citation"] = "Paper (X et al.)", "X et al. 2021"
+    runs = paired_runs(NARROW) + [run(r.config, int(r.seed), r.final("test_acc_mean"), benchmark=abl_bench,
+                                      suite="abl") for r in paired_runs(NARROW)]
+    result = evaluate(spec, runs)
+    tables = [SimpleNamespace(suite=SUITE, benchmark=BENCH, main=True, slug="main-page"),
+              SimpleNamespace(suite="abl", benchmark=abl_bench, main=True, slug="abl-page")]
+    suites = {SUITE: SuiteFile(SUITE, "x/offline", (BENCH,)), "abl": SuiteFile("abl", "x/abl", (abl_bench,)),
+              "paper-scale": SuiteFile("paper-scale", "x/paper", ("cifar10/iid/full/fl_ffn",))}
+    row = ledger.claim_rows([result], tables, suites)[0]
+    assert (row.paper, row.citation, row.where, row.claim, row.quote, row.bar, row.claim_id) == (
+        "Paper (X et al.)", "X et al. 2021", "Table 1", "A beats B", "A is better.", "A above B.", "c1")
+    assert row.effect == ledger.effect_summary(result) and row.reason == result.reason and "Because." in row.reason
+    assert row.evidence == (claims_export.Link(BENCH, "benchmarks/main-page.html"),)
+    assert row.commands == ("fl-benchmarks run x/offline --jobs 2", "fl-benchmarks run x/abl --jobs 2",
+                            "fl-benchmarks run x/paper   # paper scale: needs the data and a GPU")
+    assert [(factor, page) for factor, _, _, page, _ in row.ablations] == [
+        ("the attack", claims_export.Link(abl_bench, "benchmarks/abl-page.html")),
+        ("same suite again", claims_export.Link(BENCH, "benchmarks/main-page.html"))]
+
+
+def test_a_shared_model_tested_on_the_shared_set_reads_its_global_accuracy_as_the_clients():
+    from fl_lightning.run_schema import Tag
+    record = run("A", 0, 0.5)
+    del record.histories["test_acc_mean"]
+    record.metrics.pop("test_acc_mean")
+    record.tags[Tag.CLIENT_TEST] = "global"
+    record.histories["global_test_acc"] = [(10, 0.6), (20, 0.7)]
+    record.metrics["global_test_acc"] = 0.7
+    assert ledger.quantity_value(record, "mean") == pytest.approx(70.0)
+    assert ledger.quantity_value(record, "mean", 2) == pytest.approx(65.0)
+
+
+def test_a_quantity_is_named_by_what_precedes_its_first_colon():
+    from leaderboard.claims.quantities import quantity_of
+    assert quantity_of("agent_r:1:2").label == "reputation r"
+    with pytest.raises(KeyError, match="nope:1"):
+        quantity_of("nope:1")

@@ -684,3 +684,9 @@ def test_a_quantity_is_named_by_what_precedes_its_first_colon():
     assert quantity_of("agent_r:1:2").label == "reputation r"
     with pytest.raises(KeyError, match="nope:1"):
         quantity_of("nope:1")
+
+
+def test_an_agents_sparsity_without_its_series_is_undefined():
+    record = series_run(**{"cgsv_density/1": [(1, 0.2), (2, 0.4)]})
+    assert ledger.quantity_value(record, "agent_sparsity:1") == pytest.approx(70.0)
+    assert ledger.quantity_value(record, "agent_sparsity:5") is None

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import jinja2
+import markupsafe
 import mlflow
 
 from fl_lightning.machine import cpu_model
@@ -145,6 +146,7 @@ def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
                            task_lines=task_lines, versions_text=versions_text, short_name=short_name,
                            replay_text=replay_text)
     html.filters["anchor"] = anchor
+    html.filters["subscripts"] = subscripts
     markdown.filters["md_table"] = markdown_table
     return html, markdown
 
@@ -214,6 +216,13 @@ EXPLORATORY = ("Every verdict on this page is exploratory: it rests on seeds tha
 PENDING = {True: ("Plan version {version} registers fresh seeds for a confirmatory pass (registration {hash}); "
                   "no confirmatory run is read here yet."),
            False: "The plan is not registered yet: no confirmatory pass can run."}
+
+
+def subscripts(text: str) -> markupsafe.Markup:
+    """A quote escaped for HTML, with the papers' own subscripts (``<sub>...</sub>``, as the claims files
+    transcribe them) kept as subscripts: 'q-FedAvg<sub>|q=5.0</sub>' reads q-FedAvg with |q=5.0 below."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(escaped.replace("&lt;sub&gt;", "<sub>").replace("&lt;/sub&gt;", "</sub>"))
 
 
 def exploratory_text(plan: LedgerPlan, runs: list) -> str:

@@ -256,3 +256,10 @@ def test_a_timing_claim_counts_timing_runs_without_judging_their_convergence():
     assert "Runs read: 20 timing runs (a timing run measures steady-state rounds: the convergence rule does not " \
            "judge it)." in notes
     assert not any("too short to judge" in note for note in notes)
+
+
+def test_a_quotes_subscripts_render_as_subscripts_and_nothing_else_as_html():
+    from leaderboard.site import subscripts
+
+    assert str(subscripts("q-FedAvg<sub>|q=5.0</sub> & <b>x</b>")) == \
+        "q-FedAvg<sub>|q=5.0</sub> &amp; &lt;b&gt;x&lt;/b&gt;"

@@ -48,7 +48,8 @@ def test_fl_benchmarks_help_shows_the_defaults(tmp_path):
     top = flat(run_outside(tmp_path, runner, "--help").stdout)
     assert top.startswith("usage: fl-benchmarks ") and "{run,list,ledger}" in top
     ledger = flat(run_outside(tmp_path, runner, "ledger", "--help").stdout)
-    assert "(default: ledger_exports/ in the working folder; ledger_confirmatory_exports/ with --confirmatory)" in ledger
+    assert ("(default: ledger_exports/ in the working folder; ledger_confirmatory_exports/ with --confirmatory)"
+            in ledger)
     assert "(default: 1)" in ledger
     run = flat(run_outside(tmp_path, runner, "run", "--help").stdout)
     assert run.startswith("usage: fl-benchmarks run ")

@@ -23,7 +23,7 @@ from leaderboard.stats import (
     TOO_FEW,
     holm_adjust,
 )
-from tests.test_claims import SEED_EFFECT, SUITE, claim_spec, paired_runs, run
+from tests.test_claims import SEED_EFFECT, claim_spec, paired_runs, run
 
 SEEDS = 10
 # a fixed pattern with mean 0 and sample sd 1: differences m + s * Z have sd s and a t of m sqrt(n) / s
@@ -417,9 +417,9 @@ from leaderboard.convergence import (  # noqa: E402
     TOO_SHORT,
     UNCONVERGED,
     accuracy_history,
+    converged,
     convergence_change,
     convergence_status,
-    converged,
     still_improving,
     value_at,
 )

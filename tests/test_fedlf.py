@@ -350,3 +350,22 @@ def test_full_batch_signal_is_the_clients_gradient_at_w(data):
 def test_bad_hyper_parameters_are_rejected(kwargs):
     with pytest.raises(ValueError):
         FedLF(backbone="fl_logreg", num_classes=2, input_shape=(1,), **kwargs)
+
+
+def test_a_layer_qp_that_stops_at_max_iter_is_logged_as_a_fallback(monkeypatch):
+    """The batched solver's QPs left above their tolerance at max_iter are feasible but not certified
+    optimal: FedLF logs them in fedlf_qp_fallbacks (was 0 whatever happened) and the solve warns."""
+    import fl_lightning.algorithms.fedlf as fedlf_module
+    from fl_lightning.algorithms.qp import solve_min_norm_batch
+
+    sizes = [6, 3, 8]
+    g, losses = random_round(7, 5, sizes)
+    module = fedlf(slices_of(sizes), qp_solver="batched")
+    certified = module.propose(payload(g, losses))
+    assert certified.metrics["fedlf_qp_fallbacks"] == 0.0
+    monkeypatch.setattr(fedlf_module, "solve_min_norm_batch",
+                        lambda grams: solve_min_norm_batch(grams, max_iter=1, tol=1e-14))
+    with pytest.warns(RuntimeWarning, match="did not reach tol"):
+        stopped = fedlf(slices_of(sizes), qp_solver="batched").propose(payload(g, losses))
+    assert stopped.metrics["fedlf_qp_fallbacks"] >= 1.0
+    assert stopped.qp_fallbacks == stopped.metrics["fedlf_qp_fallbacks"]

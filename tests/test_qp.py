@@ -548,3 +548,18 @@ def test_batched_any_psd_grams_give_finite_simplex_weights(grams):
     for gram, w in zip(batch, weights):
         assert_feasible(w)
         assert_kkt(gram, w, tol=1e-6)
+
+
+def test_solve_min_norm_batch_counts_the_qps_stopped_at_max_iter():
+    from fl_lightning.algorithms.qp import solve_min_norm_batch
+
+    generator = torch.Generator().manual_seed(3)
+    vectors = torch.randn(4, 6, 40, generator=generator, dtype=torch.float64)
+    grams = vectors @ vectors.transpose(-1, -2)
+    done = solve_min_norm_batch(grams)
+    assert done.unconverged == 0 and done.largest_gap <= 1e-8 and done.iterations >= 1
+    assert torch.equal(done.weights, batched_min_norm_simplex(grams))
+    with pytest.warns(RuntimeWarning, match="of 4 QPs did not reach tol"):
+        stopped = solve_min_norm_batch(grams, max_iter=1, tol=1e-14)
+    assert 1 <= stopped.unconverged <= 4 and stopped.largest_gap > 1e-14 and stopped.iterations == 1
+    assert torch.allclose(stopped.weights.sum(-1), torch.ones(4, dtype=torch.float64))  # feasible

@@ -38,16 +38,16 @@ def recorded_grams(size: str, m: int, device: torch.device) -> tuple[list[torch.
     module = build("FedLF", ALGORITHMS["FedLF"], size, m, data).to(device)
     generator = torch.Generator().manual_seed(0)
     batches: list[torch.Tensor] = []
-    solver = fedlf.batched_min_norm_simplex
+    solver = fedlf.solve_min_norm_batch
 
-    def recording(grams: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    def recording(grams: torch.Tensor, *args, **kwargs):
         batches.append(grams.detach().clone())
         return solver(grams, *args, **kwargs)
 
     with torch.no_grad():
         server_step(module, random_round(module, data, m, 0, generator, device))
         payload = random_round(module, data, m, 1, generator, device)
-        fedlf.batched_min_norm_simplex = recording
+        fedlf.solve_min_norm_batch = recording
         try:
             synchronize(device)
             start = time.perf_counter()
@@ -55,7 +55,7 @@ def recorded_grams(size: str, m: int, device: torch.device) -> tuple[list[torch.
             synchronize(device)
             seconds = time.perf_counter() - start
         finally:
-            fedlf.batched_min_norm_simplex = solver
+            fedlf.solve_min_norm_batch = solver
     return batches, seconds
 
 

@@ -13,7 +13,7 @@ import torch
 from pydantic import Field
 
 from fl_lightning.algorithms.client_signal import GradientSignal, full_batch_gradients
-from fl_lightning.algorithms.qp import batched_min_norm_simplex, min_norm_simplex
+from fl_lightning.algorithms.qp import min_norm_simplex, solve_min_norm_batch
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.gram import layer_combination, layer_grams
@@ -62,7 +62,9 @@ class FedLF(FederatedModule):
 
     Logged per round: ``fedlf_fair_used`` (g_P in the QP), ``fedlf_absent_added``,
     ``fedlf_tau``, ``fedlf_layers_merged`` (layers inside merged groups),
-    ``fedlf_zero_layers`` (layers left with d_l = 0), ``fedlf_qp_fallbacks`` (cvxopt only).
+    ``fedlf_zero_layers`` (layers left with d_l = 0), ``fedlf_qp_fallbacks`` (QPs whose solver
+    failed: cvxopt's, answered by the torch solver, or the batched solver's stopped at ``max_iter``
+    above its tolerance, answered with feasible but uncertified weights).
     The final layer groups, with whether their d_l is 0, are the step's ``details["groups"]``.
 
     Args:
@@ -213,8 +215,9 @@ class FedLF(FederatedModule):
 
     def solve(self, grams: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Problem (3) for every gram in (B, n, n): λ (B, n) and the number of QP fallbacks."""
-        if self.hparams.qp_solver == "batched":
-            return batched_min_norm_simplex(grams), 0
+        if self.hparams.qp_solver == "batched":  # a QP stopped at max_iter uncertified counts as a fallback
+            batch = solve_min_norm_batch(grams)
+            return batch.weights, batch.unconverged
         results = [min_norm_simplex(gram, solver="cvxopt", reltol=1e-6) for gram in grams]
         return torch.stack([r.weights for r in results]), sum(r.fallback is not None for r in results)
 

@@ -310,6 +310,44 @@ def _accelerated_projected_gradient(
     return _TorchSolve(weights=answer, gap=answer_gap, iterations=iterations)
 
 
+@dataclass(frozen=True)
+class BatchedQPResult:
+    """The weights of B min-norm QPs solved at once, and how the solve ended."""
+
+    weights: torch.Tensor  # (B, n)
+    unconverged: int  # QPs still above tol after max_iter iterations: feasible, not certified optimal
+    largest_gap: float  # the largest certified suboptimality bound, relative to max|G|
+    iterations: int  # iterations of the batch (it waits for its slowest problem)
+
+
+def solve_min_norm_batch(
+    grams: torch.Tensor, max_iter: int = _DEFAULT_MAX_ITER, tol: float = _DEFAULT_TOL
+) -> BatchedQPResult:
+    """``batched_min_norm_simplex`` with how the solve ended: a QP that stops at ``max_iter``
+    above ``tol`` is counted (FedLF logs it as a fallback) and warned about, never silent."""
+    grams = _as_gram_tensor(grams, "grams")
+    if grams.ndim != 3:
+        raise ValueError(f"grams must have shape (B, n, n), got {tuple(grams.shape)}")
+    _check_grams(grams, "every gram in grams")
+    out_dtype = grams.dtype if grams.dtype.is_floating_point else torch.get_default_dtype()
+    if grams.shape[0] == 0:
+        return BatchedQPResult(torch.empty(grams.shape[:2], dtype=out_dtype, device=grams.device), 0, 0.0, 0)
+    if max_iter < 1 or not tol > 0:
+        raise ValueError(f"max_iter must be >= 1 and tol > 0, got max_iter={max_iter}, tol={tol}")
+    solve = _accelerated_projected_gradient(grams, max_iter=max_iter, tol=tol)
+    unconverged = int((solve.gap > tol).sum())
+    largest = float(solve.gap.max())
+    if unconverged:
+        warnings.warn(
+            f"batched_min_norm_simplex: {unconverged} of {grams.shape[0]} QPs did not reach "
+            f"tol={tol:g} in {max_iter} iterations (largest suboptimality bound {largest:.3g} of max|G|); "
+            "their weights are feasible but not optimal: raise max_iter or tol",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return BatchedQPResult(solve.weights.to(out_dtype), unconverged, largest, solve.iterations)
+
+
 def batched_min_norm_simplex(
     grams: torch.Tensor, max_iter: int = _DEFAULT_MAX_ITER, tol: float = _DEFAULT_TOL
 ) -> torch.Tensor:
@@ -342,26 +380,7 @@ def batched_min_norm_simplex(
     still above tol after ``max_iter`` iterations are returned as they are, with a warning.
 
     All-zero grams give uniform weights; n = 1 gives [1.0]. Same dtype (floating) and
-    device as ``grams``; no gradient flows through the solve.
+    device as ``grams``; no gradient flows through the solve. ``solve_min_norm_batch`` also
+    returns how many QPs stopped at ``max_iter`` and the iterations.
     """
-    grams = _as_gram_tensor(grams, "grams")
-    if grams.ndim != 3:
-        raise ValueError(f"grams must have shape (B, n, n), got {tuple(grams.shape)}")
-    _check_grams(grams, "every gram in grams")
-    out_dtype = grams.dtype if grams.dtype.is_floating_point else torch.get_default_dtype()
-    if grams.shape[0] == 0:
-        return torch.empty(grams.shape[:2], dtype=out_dtype, device=grams.device)
-    if max_iter < 1 or not tol > 0:
-        raise ValueError(f"max_iter must be >= 1 and tol > 0, got max_iter={max_iter}, tol={tol}")
-    solve = _accelerated_projected_gradient(grams, max_iter=max_iter, tol=tol)
-    unconverged = solve.gap > tol
-    if bool(unconverged.any()):
-        warnings.warn(
-            f"batched_min_norm_simplex: {int(unconverged.sum())} of {grams.shape[0]} QPs did not reach "
-            f"tol={tol:g} in {max_iter} iterations (largest suboptimality bound "
-            f"{solve.gap.max().item():.3g} of max|G|); "
-            "their weights are feasible but not optimal: raise max_iter or tol",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    return solve.weights.to(out_dtype)
+    return solve_min_norm_batch(grams, max_iter, tol).weights

@@ -48,6 +48,15 @@ def registration_hash(root: Path = LEDGER_ROOT) -> str:
     return digest.hexdigest()
 
 
+def with_recorded_hash(plan_text: str, digest: str) -> str:
+    """The plan's text recording ``digest`` as its ``registered_hash:`` line (replacing the line it
+    has, else appended); nothing else of the text changes, so the hash still covers it."""
+    line = f"{HASH_KEY}: {digest}\n"
+    if _HASH_LINE.search(plan_text):
+        return _HASH_LINE.sub(line, plan_text)
+    return (plan_text if plan_text.endswith("\n") or not plan_text else plan_text + "\n") + line
+
+
 def recorded_hash(root: Path = LEDGER_ROOT) -> str:
     """The ``registered_hash:`` the plan records ("" when it records none)."""
     path = Path(root) / PLAN_FILE

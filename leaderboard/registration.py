@@ -31,7 +31,6 @@ from pydantic import (
 
 from fl_lightning.choices import unknown_key_message
 from fl_lightning.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
-    _HASH_LINE,
     AMENDMENTS_FILE,
     CONFIRMATORY,
     HASH_KEY,
@@ -42,6 +41,7 @@ from fl_lightning.registration import (  # noqa: F401  (the registration, re-exp
     registered_files,
     registration_hash,
     registration_problem,
+    with_recorded_hash,
 )
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import LeaderboardError
@@ -372,12 +372,7 @@ def register(root: Path = DEFAULT_ROOT, again: bool = False) -> tuple[str, bool]
         raise RegistrationError(
             f"{path} records another registration ({recorded[:12]}; the files now hash to {digest[:12]}): record "
             f"the change in {AMENDMENTS_FILE} and register again with --again")
-    text = path.read_text()
-    line = f"{HASH_KEY}: {digest}\n"
-    text = _HASH_LINE.sub(line, text) if recorded else (text if text.endswith("\n") else text + "\n") + line
-    if _HASH_LINE.sub("", text) != _HASH_LINE.sub("", path.read_text()):  # the hash never covers its own line
-        raise RegistrationError(f"{path}: its `{HASH_KEY}:` line could not be written apart from the plan")
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
+    partial.write_text(with_recorded_hash(path.read_text(), digest))
     partial.replace(path)
     return digest, True

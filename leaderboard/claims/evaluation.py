@@ -189,14 +189,15 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
         benchmark = comparison.treatment.benchmark
         if benchmark not in withdrawn:
             withdrawn[benchmark] = degenerate(index, suite, benchmark, plan)
-        statuses = Counter(convergence_status(run, plan.convergence.window, plan.convergence.change_pp)
-                           for run in used)
         common = set(treatment) & set(baseline)
         arms_read = {"treatment": comparison.treatment, "baseline": comparison.baseline}
         convergence_arms = {
             arm: {run.run_id: convergence_status(run, plan.convergence.window, plan.convergence.change_pp)
                   for seed, run in index.get((suite, side.benchmark, side.config), {}).items() if seed in common}
             for arm, side in arms_read.items() if side is not None}
+        # both arms, each run once (the runs ``used``): one status per run id
+        statuses = Counter({run_id: status for arm in convergence_arms.values()
+                            for run_id, status in arm.items()}.values())
         results.append(ComparisonResult(
             comparison, suite, result, treatment, baseline, dict(statuses), withdrawn[benchmark],
             tuple(sorted({run.code_version for run in used})), planned_seeds=count,

@@ -367,19 +367,16 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                 f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
                 f"still shown, and not counted in the tally."
             )
-        over_rounds = claim.comparisons and all(quantity_of(c.treatment.quantity).over_rounds
-                                                for c in claim.comparisons)
-        plan_of_claim = result.plan or LedgerPlan()
-        over = bool(over_rounds)
-
-        def label(point: str, plan_of_claim: LedgerPlan = plan_of_claim, over: bool = over) -> str:
-            return plan_of_claim.reading_label(point, over)
-
+        quantities = [quantity_of(c.treatment.quantity) for c in claim.comparisons]
+        over_rounds = bool(quantities) and all(q.over_rounds for q in quantities)
+        timing = bool(quantities) and all(q.timing for q in quantities)
+        reading = result.plan or LedgerPlan()
         if result.fragile:
             badges.append("fragile")
-            notes.append("Fragile: at the " + label(plan_of_claim.primary_point)
+            notes.append("Fragile: at the " + reading.reading_label(reading.primary_point, over_rounds)
                          + f" it is {result.data_verdict}; "
-                         + "; ".join(f"at the {label(p)} {v}" for p, v in result.fragile_points) + ".")
+                         + "; ".join(f"at the {reading.reading_label(p, over_rounds)} {v}"
+                                     for p, v in result.fragile_points) + ".")
         knife = [(entry.comparison.label, entry.knife_edge) for entry in result.comparisons if entry.knife_edge]
         if knife and not claim.not_testable:
             badges.append("knife-edge")
@@ -391,7 +388,7 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
             notes.append("Not reached by Holm: " + ", ".join(not_reached) + " (Holm's step-down stopped at an "
                          "earlier comparison, so these are inconclusive and their own intervals are not shown).")
         arms = convergence_by_arm(result.comparisons)
-        if arms and over_rounds and all(quantity_of(c.treatment.quantity).timing for c in claim.comparisons):
+        if arms and timing:
             runs_read = sum(len(s) for entry in result.comparisons for s in entry.convergence_arms.values())
             notes.append(f"Runs read: {runs_read} timing runs (a timing run measures steady-state rounds: "
                          "the convergence rule does not judge it).")

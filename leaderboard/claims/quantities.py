@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from fl_lightning.run_schema import Metric
 from leaderboard.convergence import value_at
+from leaderboard.registration import OVER_ROUNDS_LABELS
 from leaderboard.runs import RunRecord
 from leaderboard.tables import headline_value
 
@@ -33,7 +34,7 @@ def _at(metric: str) -> Callable[[RunRecord, int, str], float | None]:
     return lambda run, window, over: value_at(run, metric, window)
 
 
-OVER_ROUNDS_READINGS = ("all", "second_half", "final")
+OVER_ROUNDS_READINGS = tuple(OVER_ROUNDS_LABELS)
 """How a quantity that the paper averages over a run's rounds is read: ``all`` its mean over every
 logged round (the papers' reduction), ``second_half`` its mean over the rounds in the second half of
 the run, ``final`` its last logged value. The plan fixes the primary reading and the sensitivity ones."""

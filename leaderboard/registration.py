@@ -373,6 +373,11 @@ def register(root: Path = DEFAULT_ROOT, again: bool = False) -> tuple[str, bool]
             f"{path} records another registration ({recorded[:12]}; the files now hash to {digest[:12]}): record "
             f"the change in {AMENDMENTS_FILE} and register again with --again")
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(with_recorded_hash(path.read_text(), digest))
-    partial.replace(path)
+    try:
+        partial.write_text(with_recorded_hash(path.read_text(), digest))
+        partial.replace(path)
+    except OSError as error:  # a full disk: the plan stays as it was, our partial copy goes
+        partial.unlink(missing_ok=True)
+        raise RegistrationError(f"{path}: could not record the hash ({error.strerror or error}); "
+                                "the plan is unchanged: free space and register again") from None
     return digest, True

@@ -99,3 +99,15 @@ def test_the_repository_plan_is_registered_over_its_current_files():
     a claim, a suite, the plan or an amendment after registration fails here until registered again)."""
     assert recorded_hash(BENCHMARKS), "benchmarks/ledger_plan.yaml records no registered_hash"
     assert registration_problem(BENCHMARKS) == ""
+
+
+def test_a_failed_write_leaves_the_plan_as_it_was_and_no_partial_copy(root, monkeypatch):
+    before = (root / PLAN_FILE).read_bytes()
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "replace", full_disk)
+    with pytest.raises(RegistrationError, match="No space left on device.*the plan is unchanged"):
+        register(root)
+    assert (root / PLAN_FILE).read_bytes() == before and not list(root.glob(".*.partial"))

@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="a job's time limit in minutes (--cluster; default: %(default)s, one day)")
     run.add_argument("--cpus-per-job", type=int, help="cores of a job, and its OpenMP/MKL threads (--cluster; "
                                                       "default: this machine's cores / --jobs); a run's torch "
-                                                      "threads are its model.threads (1 by default)")
+                                                      "threads are its model.threads (by default auto: "
+                                                      "these cores)")
     run.add_argument("--confirmatory", action="store_true",
                      help="the claims ledger's confirmatory pass: refused unless the registered files (plan, "
                           "amendments, ledger_confirmatory.yaml, claims, suites) match the plan's registered_hash; "

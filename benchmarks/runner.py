@@ -207,8 +207,8 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     log_dir.mkdir(parents=True, exist_ok=True)
     from fl_lightning.machine import available_cores
 
-    # the cores this process may use, shared by the jobs: the workers' OpenMP/MKL defaults (a run's
-    # own intra-op count is its setting, model.threads, whatever --jobs is)
+    # the cores this process may use, shared by the jobs: each worker's OMP_NUM_THREADS, which a
+    # run's model.threads "auto" (the default) resolves to and logs; a suite that sets a count keeps it
     threads = max(1, available_cores() // jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()

@@ -134,6 +134,7 @@ class Metric:
     ``fl_lightning.metrics.fairness.fairness_summary``."""
 
     TRAIN_LOSS: Final = "train_loss"
+    TRAIN_ACC: Final = "train_acc"
     TEST_ACC_PREFIX: Final = "test_acc_"
     TEST_ACC_MEAN: Final = "test_acc_mean"
     TEST_ACC_STD: Final = "test_acc_std"

@@ -9,7 +9,14 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    import os
+
     from tests import accelerator
+
+    # a fit's threads "auto" is the cores it is given: in the tests, one (xdist's workers share
+    # the machine's cores, and tiny models are several times slower when two threads fight);
+    # tests of the rule itself set their own
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     accelerator.ACCELERATOR = config.getoption("accelerator")
     if accelerator.ACCELERATOR == "gpu":

@@ -54,6 +54,7 @@ DOCUMENTED_HOOKS = {
 # Declared requirements: class attributes an algorithm sets to tell the engine what it needs.
 DECLARED_REQUIREMENTS = {
     "needs_every_client",  # AFL: fraction < 1 is refused when the module is built
+    "reads_training_losses",  # every round computes the losses before training (payload.training_losses())
 }
 
 # Engine methods some algorithms override today, each with why; each is to become a declared
@@ -77,6 +78,9 @@ NOT_COMPARED = {
     # aggregate could log there is caught by the patched log methods and by ``round_log``,
     # which is compared.
     "_trainer",
+    # the sample positions of the last clients evaluated: a cache, rebuilt whenever the clients
+    # differ (``KeptPositions.of`` compares them), so it changes no answer
+    "_kept_positions",
 }
 
 LOG_METHODS = ("log", "log_dict", "log_round")

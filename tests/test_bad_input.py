@@ -350,7 +350,7 @@ CASES = [
     case("cli-unknown-choice-of-an-algorithm", lambda tmp: cli_main(["fit", "--model", "FedFV", "--model.order", "up", "--trainer.logger", "false"]),
          SystemExit, r"error: unknown order 'up'; valid: 'loss', 'random', 'reverse'\n?$", "stderr"),
     case("cli-old-threads-flag", lambda tmp: cli_main(["fit", "--threads", "two", "--trainer.logger", "false"]),
-         SystemExit, r"error: --threads is now the run's own setting --model.threads N \(default 1\)", "stderr"),
+         SystemExit, r"error: --threads is now the run's own setting --model.threads N \(default auto: the cores the fit is given\)", "stderr"),
     case("cli-bad-threads", lambda tmp: cli_main(["fit", "--model.threads", "0", "--trainer.logger", "false"]),
          SystemExit, r"error: .*threads.*>= 1", "stderr"),
     case("cli-missing-config-file", lambda tmp: cli_main(["fit", "--config", str(tmp / "nope.yaml")]),

@@ -55,7 +55,9 @@ def test_fit_logs_a_complete_run(store, capsys):
 
     client = MlflowClient(tracking_uri=store)
     run_id = run["run_id"]
-    assert [m.step for m in client.get_metric_history(run_id, "train_loss")] == [1, 2, 3]
+    assert [m.step for m in client.get_metric_history(run_id, "clients_aggregated")] == [1, 2, 3]
+    # the clients' losses before training: in the rounds that evaluate (FedProx does not read them)
+    assert [m.step for m in client.get_metric_history(run_id, "train_loss")] == [2, 3]
     assert [m.step for m in client.get_metric_history(run_id, "test_acc_mean")] == [2, 3]
     for name in ("client_time_s", "server_time_s", "test_acc_jain", "test_acc_angle", "test_acc_worst5"):
         assert client.get_metric_history(run_id, name), name

@@ -81,7 +81,7 @@ def test_killed_fit_keeps_its_history_and_resumes_into_the_same_run(tmp_path, mo
     (run,) = experiment_runs(uri)
     run_id = run.info.run_id
     assert run.info.status == "RUNNING"  # nobody marked it finished (or failed)
-    logged = steps(uri, run_id, "train_loss")
+    logged = steps(uri, run_id, "clients_aggregated")
     assert len(logged) >= 3 and logged == list(range(1, len(logged) + 1)) and len(logged) < rounds
     evaluated = steps(uri, run_id, "test_acc_mean")  # every 5 rounds (round n+1's may precede its loss)
     assert evaluated == list(range(5, len(logged) + 1, 5)) or evaluated == list(range(5, len(logged) + 2, 5))
@@ -101,7 +101,7 @@ def test_killed_fit_keeps_its_history_and_resumes_into_the_same_run(tmp_path, mo
     fit_main(command[1:])
     (resumed,) = experiment_runs(uri)
     assert resumed.info.run_id == run_id and resumed.info.status == "FINISHED"
-    assert steps(uri, run_id, "train_loss") == list(range(1, rounds + 1))
+    assert steps(uri, run_id, "clients_aggregated") == list(range(1, rounds + 1))
     assert steps(uri, run_id, "test_acc_mean") == list(range(5, rounds + 1, 5))
 
 
@@ -118,4 +118,4 @@ def test_two_fits_into_one_fresh_sqlite_store_both_land(tmp_path):
     assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
     for run in runs:
         assert run.info.status == "FINISHED"
-        assert steps(uri, run.info.run_id, "train_loss") == list(range(1, rounds + 1))
+        assert steps(uri, run.info.run_id, "clients_aggregated") == list(range(1, rounds + 1))

@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:You ar
 SEEDS = (3, 4)
 # the main job's data and model (mnist5k, the 784-200-200-10 MLP): shapes on which MKL rounds
 # differently at 1 and 2 threads
+# (threads: one count for every route; "auto" would resolve to each route's share of the cores,
+# a logged setting of its own: see test_the_runner_gives_each_job_its_share_of_the_cores)
 MODEL = {"backbone": "fl_mlp", "num_rounds": 4, "eval_every": 2, "fraction": 0.5, "batch_size": 10, "lr": 0.05,
-         "local_epochs": 1}
+         "local_epochs": 1, "threads": 1}
 DATA = {"source": "mnist5k", "num_clients": 20, "partition": "dirichlet", "test_mode": "local",
         "local_test_fraction": 0.2}
 TIMES = ("client_time_s", "server_time_s")
@@ -96,3 +98,25 @@ def test_cli_trainer_script_and_runner_at_one_and_two_jobs_give_the_same_bits(tm
         script = histories_of_trainer_script(seed)
         for key in common(runner_1, script):
             assert runner_1[key] == script[key], (seed, key)
+
+
+def test_the_runner_gives_each_job_its_share_of_the_cores(tmp_path, monkeypatch):
+    """threads "auto" (the default) resolves in each worker to cores // --jobs, and is logged as that number."""
+    from benchmarks.command_line import main as run_suite
+    from fl_lightning.machine import available_cores
+
+    monkeypatch.chdir(tmp_path)
+    model = {"backbone": "fl_logreg", "num_rounds": 1, "eval_every": 1, "fraction": 0.5, "batch_size": 10}
+    suite = {"suite": "share-offline", "paper": "fedfv", "scale": "offline", "description": "share", "seeds": [3],
+             "base": {"trainer": {"enable_checkpointing": False}, "model": {"init_args": model},
+                      "data": {"source": "synthetic", "num_clients": 10}},
+             "benchmarks": [{"name": "synthetic/natural/p0.5/fl_logreg"}],
+             "algorithms": [{"class_path": "fl_lightning.algorithms.FedAvg"}]}
+    path = tmp_path / "share.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    for jobs in (1, 2):
+        uri = f"sqlite:///{tmp_path / f'jobs{jobs}.db'}"
+        assert run_suite(["run", str(path), "--tracking-uri", uri, "--jobs", str(jobs)]) == 0
+        client = mlflow.tracking.MlflowClient(uri)
+        [run] = client.search_runs([client.get_experiment_by_name("share-offline").experiment_id])
+        assert run.data.params["threads"] == str(max(1, available_cores() // jobs)), jobs

@@ -465,7 +465,7 @@ def test_a_stopped_suite_ends_the_cell_in_flight_killed_prints_the_summary_and_a
     assert "KILLED" in out and "suite tiny-offline stopped" in out and "mean acc" in out  # the summary
     (run,) = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
     assert run.info.status == "KILLED"
-    done_before = len(client.get_metric_history(run.info.run_id, "train_loss"))
+    done_before = len(client.get_metric_history(run.info.run_id, "clients_aggregated"))
     assert 0 < done_before < 1000
 
     # again: the same run continues from its checkpoint, every round logged once
@@ -473,7 +473,7 @@ def test_a_stopped_suite_ends_the_cell_in_flight_killed_prints_the_summary_and_a
     assert rerun.returncode == 0, rerun.stderr
     (again,) = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "clients_aggregated")]
     assert sorted(steps) == list(range(1, 1001))
     log = next((tmp_path / "benchmark_logs" / "tiny-offline").glob("*.log")).read_text()
     assert "Resuming from" in log

@@ -134,7 +134,7 @@ def test_the_cli_names_the_new_setting_when_given_the_old_flag(capsys):
         main(["fit", "--threads", "2"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--model.threads N (default 1)" in err[0]
+    assert len(err) == 1 and "--model.threads N (default auto: the cores the fit is given)" in err[0]
 
 
 def test_a_cli_refusal_after_the_count_was_set_puts_the_process_count_back(tmp_path, monkeypatch, capsys):
@@ -148,3 +148,53 @@ def test_a_cli_refusal_after_the_count_was_set_puts_the_process_count_back(tmp_p
         main(["fit", "--trainer.logger=false", "--data.num_clients=100000"])
     assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: ")
     assert torch.get_num_threads() == 2
+
+
+# ------------------------------------------------------------------ "auto": the cores given (issue 49)
+def test_auto_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
+    from fl_lightning.core import threads as threads_module
+
+    monkeypatch.setattr(threads_module, "available_cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads_module.resolve_threads("auto") == 8
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads_module.resolve_threads("auto") == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")  # more than the process may use: the affinity
+    assert threads_module.resolve_threads("auto") == 8
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")
+    assert threads_module.resolve_threads("auto") == 8
+    assert threads_module.resolve_threads(5) == 5  # a number is the number, whatever the machine
+
+
+def test_a_module_records_the_resolved_count_as_its_setting(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(60,))
+    assert module.hparams.threads == 2 and module.hparams_initial.threads == 2  # what loggers and checkpoints get
+    assert module.fit_threads.threads == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(60,), threads=2).hparams.threads == 2
+
+
+@pytest.mark.integration
+def test_auto_is_logged_as_a_number_and_a_resume_keeps_it(store, capsys, monkeypatch):
+    """Started where it was given 2 cores, stopped, resumed where it is given 1: the run keeps 2
+    (the checkpoint's setting), logs 2 (never "auto"), and its config.yaml, which replay reads, says 2."""
+    from mlflow.tracking import MlflowClient
+    from test_resume_cli import interrupted_fit
+
+    from fl_lightning.cli import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    run, command = interrupted_fit(store, capsys, monkeypatch)
+    client = MlflowClient(store)
+    assert client.get_run(run.info.run_id).data.params["threads"] == "2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    main(command[1:])
+    assert f"continuing MLflow run {run.info.run_id}" in capsys.readouterr().out
+    resumed = client.get_run(run.info.run_id)
+    assert resumed.info.status == "FINISHED" and resumed.data.params["threads"] == "2"
+    config = client.download_artifacts(run.info.run_id, "config.yaml")
+    import yaml
+
+    with open(config) as handle:
+        assert yaml.safe_load(handle)["model"]["init_args"]["threads"] == 2

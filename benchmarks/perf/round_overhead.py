@@ -8,7 +8,8 @@ E = 1, B = 10, lr 0.01, at 10 % and 100 % participation. Two ways, same process:
   (``benchmarks.perf.cell.RoundTimer``), after ``--warmup`` rounds.
 * ``engine``: the engine's own round on the same module and the same rounds' clients: only
   ``EngineRunner.train_across_ranks`` (local training of the sampled clients from the global
-  model), with the shards, the batch order and the SGD settings built beforehand.
+  model), with the shards, the batch order and the SGD settings built beforehand, at the fit's
+  own thread count (``threads``; its default ``auto`` is the cores the process is given).
 
 The ratio ``fit / engine`` is what Lightning's loop, the callbacks, the clients' loss before
 training, the server step and the round's bookkeeping add to the training itself.
@@ -59,6 +60,7 @@ def engine_rounds(module, rounds: int, warmup: int) -> list[float]:
     """Seconds of the engine's own round for the same rounds' clients, from the fitted module
     (the engine's internals, called as the module calls them: what the round costs inside them)."""
     seconds = []
+    torch.set_num_threads(module.fit_threads.threads)  # the fit's own count (the fit put the process's back)
     for t in range(warmup + rounds):
         context = module.round_context(t)
         shards = context.client_shards(module.sample_clients(context))
@@ -92,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
             "module_client_time_s": statistics.median(client),
             "engine_seconds_per_round": statistics.median(engine),
             "fit_over_engine": statistics.median(fit) / statistics.median(engine),
+            "fit_threads": module.fit_threads.threads,
         }
         results.append(entry)
         print(f"fraction {fraction:.1f}: fit round {entry['fit_seconds_per_round'] * 1e3:.2f} ms, "
-              f"engine round {entry['engine_seconds_per_round'] * 1e3:.2f} ms "
+              f"engine round {entry['engine_seconds_per_round'] * 1e3:.2f} ms at {entry['fit_threads']} thread(s) "
               f"(fit / engine = {entry['fit_over_engine']:.2f}x; the module's client_time_s "
               f"{entry['module_client_time_s'] * 1e3:.2f} ms)", flush=True)
     measurement = {"label": args.label, "machine": describe_machine(torch.device("cpu")),

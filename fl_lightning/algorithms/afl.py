@@ -40,6 +40,7 @@ class AFL(FederatedModule):
     """
 
     needs_every_client = True
+    reads_training_losses = True  # F_k(w), the domains' losses
 
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     averaged_model: torch.Tensor
@@ -76,7 +77,7 @@ class AFL(FederatedModule):
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:
         losses = torch.zeros_like(self.mixture)
-        losses[payload.clients] = payload.losses.to(losses.dtype)  # F, indexed by client id
+        losses[payload.clients] = payload.training_losses().to(losses.dtype)  # F, indexed by client id
         self.mixture.copy_(simplex_projection(self.mixture + self.hparams.lr_lambda * losses))
         self.num_averaged += 1  # w̄_t = w̄_{t-1} + (w_t - w̄_{t-1}) / t
         self.averaged_model += (

@@ -40,6 +40,8 @@ class DRFL(FederatedModule):
         num_candidates: d, the candidates of ``"loss_aware"`` (m <= d <= K); None: 2m, at most K.
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     def __init__(
         self,
         *args: Any,
@@ -80,6 +82,6 @@ class DRFL(FederatedModule):
         return candidates[order[:m]].sort().values
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
-        weights = payload.losses.double().clamp(min=1e-10) ** self.hparams.q  # F_i^q
+        weights = payload.training_losses().double().clamp(min=1e-10) ** self.hparams.q  # F_i^q
         weights = weights / weights.sum()  # p_i
         return weights.to(payload.updates.dtype) @ payload.updates  # w - Σ_i p_i w_i = Σ_i p_i g_i

@@ -47,6 +47,8 @@ class FedFa(FederatedModule):
         momentum: the clients' SGD momentum; None (the default) = γ, as the paper's clients use.
     """
 
+    reads_training_losses = True  # the clients' accuracies at w before local training
+
     # registered buffers and per-client state (typed for the checker; nn.Module holds them)
     server_momentum: torch.Tensor
     # shared settings whose default is derived from one of the algorithm's own (the run's label
@@ -75,7 +77,7 @@ class FedFa(FederatedModule):
     def aggregate(self, payload: RoundPayload) -> ServerStep:
         participation = self.participation.clone()
         participation[payload.clients] += 1  # f_i counts this round too
-        weights = self.client_weights(payload.accuracies, participation[payload.clients])  # p_i
+        weights = self.client_weights(payload.training_accuracies(), participation[payload.clients])  # p_i
         dw = -(weights.to(payload.updates.dtype) @ payload.updates)  # w_new - w = -Σ_i p_i g_i
         gamma = self.hparams.gamma
         # m <- γ m + (1 - γ) dw

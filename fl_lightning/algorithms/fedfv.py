@@ -63,6 +63,8 @@ class FedFV(FederatedModule):
             starts one round earlier, at t + 1 >= τ).
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     def __init__(
         self,
         *args: Any,
@@ -83,8 +85,8 @@ class FedFV(FederatedModule):
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         t, updates = payload.round, payload.updates
         G = gram(updates)  # G_ij = g_i · g_j
-        order = self.projection_order(payload.losses, t)  # line 5: PO_t
-        keep = self.keeps_original(payload.losses)
+        order = self.projection_order(payload.training_losses(), t)  # line 5: PO_t
+        keep = self.keeps_original(payload.training_losses())
         coeffs = self.mitigate_internal(G, order, keep).mean(dim=0)  # Alg. 2: g^t = (1/m) Σ_i g'_i
         gt = self.mitigate_external(combine(coeffs, updates), payload)  # Alg. 3
         target_norm = G.sum().clamp(min=0).sqrt() / updates.shape[0]  # ||(1/m) Σ_i g_i||

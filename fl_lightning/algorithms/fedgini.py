@@ -51,6 +51,8 @@ class FedGini(FederatedModule):
             only with ``weighting="reference"``.
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     # Shown under FedGini's rows on the leaderboard (logged as the run tag algorithm_interpretation): the method as read
     # from secondary sources (the module docstring), not checked against its paper.
     interpretation = INTERPRETATIONS["FedGini"]
@@ -69,9 +71,9 @@ class FedGini(FederatedModule):
 
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
         if self.hparams.weighting == "gini":
-            weights = self.gini_weights(payload.losses)
+            weights = self.gini_weights(payload.training_losses())
         else:
-            weights = self.reference_weights(payload.losses)
+            weights = self.reference_weights(payload.training_losses())
         return weights.to(payload.updates.dtype) @ payload.updates
 
     def gini_weights(self, losses: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,8 @@ class FedLF(FederatedModule):
             (g_{P,l} = Σ q_i V_{i,l}, from the rescaled slices, as the authors' code).
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     def __init__(
         self,
         *args: Any,
@@ -131,7 +133,7 @@ class FedLF(FederatedModule):
     def aggregate(self, payload: RoundPayload) -> ServerStep:
         t, m = payload.round, payload.num_clients
         g = self.client_gradients(payload)  # step 1
-        q = fair_coefficients(payload.losses)  # step 2
+        q = fair_coefficients(payload.training_losses())  # step 2
         absent, tau = self.absent_clients(payload)  # step 3
         X = torch.cat([g, self.history_rows(absent, g)])  # raw vectors [g_i; H_k]
         grams = layer_grams(X, payload.context.layer_slices)

@@ -92,6 +92,8 @@ class FedMDFG(FederatedModule):
             "search for a smaller step size".
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     def __init__(
         self,
         *args: Any,
@@ -139,11 +141,12 @@ class FedMDFG(FederatedModule):
         if not live.any():
             return ServerStep(torch.zeros_like(payload.updates[0]), metrics=stats)
         payload = payload.select(live)
-        d, guided, qp_fallbacks = self.descent_direction(g_hat, payload.losses, self.history_rows(absent, g_hat))
+        losses = payload.training_losses()
+        d, guided, qp_fallbacks = self.descent_direction(g_hat, losses, self.history_rows(absent, g_hat))
         eta, evaluations = self.line_search(payload, g_hat, d, guided, same_clients=len(absent) == 0)
         return ServerStep(-eta * d, qp_fallbacks=qp_fallbacks, metrics=stats | {
             "fedmdfg_guided": float(guided),
-            "fedmdfg_fairness_angle": fairness_angle(payload.losses),
+            "fedmdfg_fairness_angle": fairness_angle(losses),
             "fedmdfg_line_search_evals": float(evaluations),
             "fedmdfg_step_size": eta,
         })
@@ -186,7 +189,7 @@ class FedMDFG(FederatedModule):
         s = self.hparams.line_search_steps
         first = s if self.hparams.larger_steps and same_clients else 0
         candidates = [base * 2.0**k for k in range(first, -s - 1, -1)]
-        shards, before = payload.shards, payload.losses
+        shards, before = payload.shards, payload.training_losses()
         descent = -(g_hat @ d)  # −ĝ_i·d > 0: client i's first-order decrease per unit step
         w, model = payload.context.global_vector, copy.deepcopy(self.model)
         tried: list[tuple[float, float]] = []

@@ -27,6 +27,8 @@ class QFedAvg(FederatedModule):
         lipschitz: L > 0, or None for L = 1 / (this round's local lr), as the q-FFL code does.
     """
 
+    reads_training_losses = True  # the clients' losses at w before local training
+
     def __init__(
         self,
         *args: Any,
@@ -42,7 +44,7 @@ class QFedAvg(FederatedModule):
         q = self.hparams.q
         L = self.hparams.lipschitz or 1.0 / payload.context.lr
         updates = payload.updates
-        F = payload.losses.double() + 1e-10  # F_k(w^t)
+        F = payload.training_losses().double() + 1e-10  # F_k(w^t)
         squared_norms = L**2 * updates.double().pow(2).sum(dim=1)  # ||Δw_k||² = ||L g_k||²
         h = q * F ** (q - 1) * squared_norms + L * F**q  # h_k
         coefficients = L * F**q / h.sum()  # Δ_k / Σ h = (F_k^q L / Σ h) g_k

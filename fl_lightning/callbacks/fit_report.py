@@ -173,9 +173,14 @@ class FitReport(FitSummary):
 
 
 class MLflowSaveConfig(SaveConfigCallback):
-    """Logs the resolved config as the run artifact ``config.yaml`` (not into a shared folder)."""
+    """Logs the resolved config as the run artifact ``config.yaml`` (not into a shared folder),
+    with the thread count the run resolved (``threads: auto`` becomes the number it used)."""
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
+        config = self.config.clone()
+        init_args = config.get("model.init_args")
+        if init_args is not None and "threads" in init_args and "threads" in pl_module.hparams:
+            init_args["threads"] = pl_module.hparams["threads"]  # "auto" resolved: the count the run used
+        text = self.parser.dump(config, skip_none=False)
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_text(logger.run_id, text, "config.yaml")

@@ -123,10 +123,11 @@ def algorithm_defaults(module_class: type) -> dict[str, Any]:
 # task holds the rounds, participation, batch size, local epochs, model and attack): two runs that
 # differ in one of them are two configurations, never one (issue 33: FedAvg at lr 0.01 and 0.2).
 # Left out: the seed (its own tag), when metrics are computed (eval_every), measurement switches
-# (track_*) and memory knobs that give the same bits (engine_memory_budget_gb, clients_per_chunk,
-# history_device).
+# (track_*), memory knobs that give the same bits (engine_memory_budget_gb, clients_per_chunk,
+# history_device) and the thread count (it changes only the rounding of the products, like the
+# seed changes only the draws: a logged param, resolved from "auto" to the cores a fit is given).
 CONFIGURATION_SETTINGS = ("backbone_kwargs", "lr", "momentum", "weight_decay", "lr_decay", "engine",
-                          "layer_grouping", "local_autocast", "history_dtype", "threads")
+                          "layer_grouping", "local_autocast", "history_dtype")
 
 
 def shared_defaults(module_class: type) -> dict[str, Any]:

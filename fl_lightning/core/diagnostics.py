@@ -150,6 +150,8 @@ class ImprovementShare(Callback):
     increase after the step (Hu et al., FedMGDA+, IEEE TNSE 2022, footnote 6); costs one more
     evaluation of their training data per round."""
 
+    reads_training_losses = True  # every round computes the losses before training for it
+
     @torch.no_grad()
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         outcome = round_outcome(outputs)
@@ -161,4 +163,4 @@ class ImprovementShare(Callback):
         losses_after, _ = payload.context.evaluator.shared(
             pl_module.model, (shards.x, shards.y, shards.index, shards.sizes)
         )
-        _log(pl_module, {Metric.IMPROVED_FRACTION: float((losses_after <= payload.losses).float().mean())})
+        _log(pl_module, {Metric.IMPROVED_FRACTION: float((losses_after <= payload.training_losses()).float().mean())})

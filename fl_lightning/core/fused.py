@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fl_lightning.core.kernels import softmax_last
 from fl_lightning.models.mlp import FeedForwardNet
 
 MEAN_CROSS_ENTROPY = "mean_cross_entropy"  # the attribute that marks a plain cross-entropy objective
@@ -97,7 +98,7 @@ class FeedForwardGradients:
             h = affine(bias, h, transposed)
             if len(inputs) < len(views):
                 h = torch.relu(h)
-        delta = torch.addcmul(negative_targets, torch.softmax(h, dim=-1), weights)  # (p - onehot(y)) · weights
+        delta = torch.addcmul(negative_targets, softmax_last(h), weights)  # (p - onehot(y)) · weights
         grads: list[torch.Tensor] = list(params)  # each entry replaced below
         for depth in reversed(range(len(self.layers))):
             w, b = self.layers[depth]

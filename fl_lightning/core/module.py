@@ -123,15 +123,22 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         attack_strength: the bias it adds or the factor it applies.
         threads: the fit's intra-op CPU threads (``core.threads``). Part of the run's numbers
             (MKL's products round differently at another count), so a setting of the run: fixed
-            from its start, logged, kept by a resume; 1 by default, so fits side by side do not
-            fight over the cores.
+            when the module is built, logged as a number, kept by a resume, taken by a replay.
+            ``"auto"`` (the default): the cores the fit is given (its CPU affinity, or
+            ``OMP_NUM_THREADS``, which the benchmark runner sets to each job's share).
 
     Declared requirements (class attributes an algorithm sets instead of overriding the engine):
         needs_every_client: the algorithm treats each client as a domain and needs all of them
             in every round (AFL); a ``fraction`` below 1 is refused when the module is built.
+        reads_training_losses: ``aggregate`` reads the clients' training losses at the global
+            model before local training (``payload.losses``: q-FFL's F_k(w), FedFV's order,
+            ...), so every round computes them. Otherwise they are computed only in the rounds
+            that evaluate (and logged there as ``train_loss`` / ``train_acc``), and
+            ``payload.losses`` / ``payload.accuracies`` are None in the others.
     """
 
     needs_every_client: ClassVar[bool] = False
+    reads_training_losses: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -161,10 +168,11 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         attack: settings.OptionalAttack = None,
         attack_client: settings.ClientId = 0,
         attack_strength: settings.FiniteNumber = 10.0,
-        threads: settings.Count = 1,
+        threads: settings.Threads = "auto",
     ) -> None:
         super().__init__()
         self._resolved_seed = run_seed(seed, "model.seed")  # hparams.seed: the seed's one home, from here on
+        self.fit_threads = FitThreads(threads)  # checks the count and resolves "auto" now, before anything is built
         self.save_hyperparameters()
         # the settings in groups, each checked by its fields' types (``core.settings``); the
         # federation's are read from ``hparams`` (Lightning's home for them, saved in checkpoints)
@@ -176,7 +184,6 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk,
                                                        local_autocast)
         self.history_settings = settings.HistorySettings(history_dtype, history_device)
-        self.fit_threads = FitThreads(threads)  # checks the count now, before anything is built
         attacker = simulation.MaliciousClient(attack, attack_client, attack_strength)
         self.attacker = None if attack is None else attacker
         torch.manual_seed(self.hparams.seed)
@@ -205,7 +212,8 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
-        private_api.record_hparams(self, {"seed": self._resolved_seed})
+        # the seed used and the thread count resolved: what the run logs and a replay takes
+        private_api.record_hparams(self, {"seed": self._resolved_seed, "threads": self.fit_threads.threads})
         settings.check_settings(type(self), self.hparams, base=FederatedModule)  # the base's: by its groups
 
     # ----------------------------------------------------------------- hooks to override
@@ -367,7 +375,10 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         self._sync()
         started = time.perf_counter()
         shards = self._client_shards(answered)
-        losses, accuracies = self._evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+        losses, accuracies = (
+            self._evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+            if self._computes_training_losses(t) else (None, None)
+        )
         updates = self.train_clients(context, shards)
         self._sync()
         client_time = time.perf_counter() - started
@@ -387,13 +398,13 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             # kept, but algorithms must not divide by their norm (tests/test_faults.py)
             "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
-            Metric.TRAIN_LOSS: losses.mean(),
-            "train_acc": accuracies.mean(),
             "client_time_s": client_time,
             "engine_vectorised": float(self._engines.engine_used == "vectorised"),
             "chunk_size": float(self._engines.last_chunk_size or 0),
             "oom_retries": float(self._engines.oom_retries),
         }
+        if losses is not None and accuracies is not None:
+            metrics |= {Metric.TRAIN_LOSS: losses.mean(), Metric.TRAIN_ACC: accuracies.mean()}
         if payload.num_clients == 0:
             self.log_round(metrics)
             return outcome
@@ -412,6 +423,20 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         after = self._commit_round(payload, step)
         self.log_round(self._joined("on_round_end", after, metrics | {"server_step_norm": step.direction.norm()}))
         return replace(outcome, direction=step.direction)
+
+    def _computes_training_losses(self, t: int) -> bool:
+        """Whether round t computes its clients' training losses before local training: every
+        round where the algorithm (``reads_training_losses``) or a callback of the fit reads them
+        (one with that attribute set, e.g. ``ImprovementShare``, or one that monitors
+        ``train_loss`` / ``train_acc``, e.g. an ``EarlyStopping``), else the rounds that evaluate.
+        The losses cost a forward pass over every sampled client's data (a fifth of a FedAvg
+        round of logistic regression)."""
+        if self.reads_training_losses or self._evaluates_after(t + 1):
+            return True
+        callbacks = getattr(private_api.attached_trainer(self), "callbacks", None) or []
+        return any(getattr(callback, "reads_training_losses", False)
+                   or getattr(callback, "monitor", None) in (Metric.TRAIN_LOSS, Metric.TRAIN_ACC)
+                   for callback in callbacks)
 
     def _joined(self, hook: str, added: Mapping[str, Any], metrics: Mapping[str, Any],
                 reserved: tuple[str, ...] = ()) -> dict[str, Any]:

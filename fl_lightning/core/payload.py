@@ -119,8 +119,10 @@ class RoundPayload:
     round: int
     clients: torch.Tensor  # (m,) client ids
     updates: torch.Tensor  # (m, d) g_i = w - w_i
-    losses: torch.Tensor  # (m,) training loss at w, before local training
-    accuracies: torch.Tensor  # (m,) training accuracy at w, before local training
+    # (m,) training loss and accuracy at w, before local training; None in a round that does not
+    # compute them (an algorithm that reads them sets ``reads_training_losses``)
+    losses: torch.Tensor | None
+    accuracies: torch.Tensor | None
     num_samples: torch.Tensor  # (m,) n_i
     shards: ClientShards | None = None  # the clients' training data (for extra evaluations)
     _context: RoundContext | None = None  # set by the module; read it as ``context``
@@ -128,6 +130,20 @@ class RoundPayload:
     @property
     def num_clients(self) -> int:
         return int(self.clients.shape[0])
+
+    def training_losses(self) -> torch.Tensor:
+        """(m,) each client's training loss at the global model w, before local training."""
+        return self._before_training(self.losses, "losses")
+
+    def training_accuracies(self) -> torch.Tensor:
+        """(m,) each client's training accuracy at the global model w, before local training."""
+        return self._before_training(self.accuracies, "accuracies")
+
+    def _before_training(self, values: torch.Tensor | None, what: str) -> torch.Tensor:
+        if values is None:
+            raise RuntimeError(f"round {self.round + 1} did not compute the clients' training {what}: an algorithm "
+                               "that reads them sets the class attribute reads_training_losses = True")
+        return values
 
     @property
     def context(self) -> RoundContext:
@@ -146,8 +162,8 @@ class RoundPayload:
             self.round,
             self.clients[keep],
             self.updates[keep],
-            self.losses[keep],
-            self.accuracies[keep],
+            None if self.losses is None else self.losses[keep],
+            None if self.accuracies is None else self.accuracies[keep],
             self.num_samples[keep],
             None if self.shards is None else self.shards.select(keep),
             self._context,

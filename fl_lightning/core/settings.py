@@ -58,6 +58,9 @@ BatchSize = Annotated[
 ChunkSize = Annotated[
     Annotated[int, Field(ge=1)] | Literal["auto"] | None,
     Field(description="an integer >= 1, 'auto' or null (all at once)")]
+Threads = Annotated[
+    Annotated[int, Field(ge=1)] | Literal["auto"],
+    Field(description="an integer >= 1 or 'auto' (the cores the fit is given)")]
 CountOrZero = Annotated[int, Field(ge=0, description="an integer >= 0")]  # FedFV's τ, line-search steps: 0 = none
 Proportion = Annotated[float, Field(ge=0, le=1, description="in [0, 1]")]  # a weight or share, both ends allowed
 Scale = Annotated[float, Field(gt=0, allow_inf_nan=False, description="> 0")]  # a formula's constant: Γ, sinh's α, L

@@ -98,11 +98,14 @@ class MaliciousClient(SettingsGroup):
         row = payload.clients == self.client
         if not bool(row.any()):
             return payload
-        losses = payload.losses.clone()
+        # a round that did not compute the losses (an algorithm that does not read them) has none to lie about
+        losses = None if payload.losses is None else payload.losses.clone()
         if self.kind == "bias":
-            losses[row] += self.strength
+            if losses is not None:
+                losses[row] += self.strength
             return replace(payload, losses=losses)
-        losses[row] *= self.strength
+        if losses is not None:
+            losses[row] *= self.strength
         updates = payload.updates
         updates[row] *= self.strength  # J is this round's own tensor: scaled in place
         return replace(payload, losses=losses, updates=updates)

@@ -6,17 +6,46 @@ at 2 threads MKL's small matrix products in client training (a 10 x 200 batch ti
 weight) and its matrix-vector products, Gram matrices and batched Cholesky solves on the server
 round differently than at 1 thread, so the default FedAvg fit drifts from its fourth round. No
 choice of operations makes MKL's products invariant to the count, so the count is a setting of
-the run (``threads``, default 1): fixed when the fit starts, logged with the other settings, kept
-by a resume, and the same whatever else runs on the machine. Fits side by side then do not fight
-over the cores either: each uses its own count, one by default.
+the run (``threads``): fixed when the module is built, logged with the other settings (its
+``config.yaml`` and MLflow params hold the number), kept by a resume and taken by a replay, and the
+same whatever else runs on the machine.
+
+The default, ``"auto"``, is the cores the fit is given, resolved once when the module is built
+(``cores_given``): the CPU affinity of the process, or fewer where ``OMP_NUM_THREADS`` says so. A
+lone fit uses the machine; the benchmark runner gives each of its ``--jobs`` its share of the
+cores through ``OMP_NUM_THREADS``, so fits side by side do not fight over them.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback
+
+from fl_lightning.machine import available_cores
+
+AUTO = "auto"
+
+
+def cores_given() -> int:
+    """The cores this process may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` when that
+    holds a positive integer (how the runner gives each job its share)."""
+    cores = available_cores()
+    limit = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if limit.isdigit() and int(limit) >= 1:
+        cores = min(cores, int(limit))
+    return max(1, cores)
+
+
+def resolve_threads(threads: Any) -> int:
+    """The run's count: ``threads`` itself, or ``cores_given()`` for ``"auto"``."""
+    if threads == AUTO:
+        return cores_given()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1 or 'auto', got {threads!r}")
+    return threads
 
 
 def set_threads(threads: int) -> None:
@@ -29,10 +58,8 @@ class FitThreads(Callback):
     """Holds the fit's intra-op threads at the run's setting from its setup to its end, setting it
     again at every round in case other code changed it, and puts the process's count back after."""
 
-    def __init__(self, threads: int) -> None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-        self.threads = threads
+    def __init__(self, threads: int | str) -> None:
+        self.threads = resolve_threads(threads)
         self.previous: int | None = None
 
     def start(self) -> None:

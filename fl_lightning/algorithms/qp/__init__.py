@@ -12,16 +12,18 @@ build G once (``fl_lightning.core.flat``) and form the direction as ``weights @ 
 - ``min_norm_simplex``: one QP with cvxopt's interior-point solver (the papers' choice),
   falling back to a torch solver, with a warning, when cvxopt fails (:mod:`.min_norm`).
 - ``batched_min_norm_simplex``: many independent small QPs at once in torch (FedLF's
-  per-layer QPs), with a certified stopping rule (:mod:`.torch_solver`);
-  ``solve_min_norm_batch`` also says how many stopped at ``max_iter`` uncertified.
+  per-layer QPs): a batched interior-point method finished on the optimal face, with a
+  certified stopping rule (:mod:`.interior_point`), falling back to accelerated projected
+  gradient (:mod:`.torch_solver`); ``solve_min_norm_batch`` also says how many stopped at
+  ``max_iter`` uncertified.
 - ``simplex_projection`` and ``box_around``: the pieces, also used on their own (AFL's λ step;
   :mod:`.projections`).
 """
 
+from fl_lightning.algorithms.qp.interior_point import BatchedQPResult, batched_min_norm_simplex, solve_min_norm_batch
 from fl_lightning.algorithms.qp.min_norm import min_norm_simplex
 from fl_lightning.algorithms.qp.problem import QPResult
 from fl_lightning.algorithms.qp.projections import box_around, simplex_projection
-from fl_lightning.algorithms.qp.torch_solver import BatchedQPResult, batched_min_norm_simplex, solve_min_norm_batch
 
 __all__ = [
     "BatchedQPResult",

@@ -103,10 +103,10 @@ def min_norm_simplex(
     ``reltol``, its answer projected exactly onto the feasible set. It is an interior-point
     method: the objective is accurate to about 1e-7·max|G| (cvxopt's abstol), but weights
     that should be 0 come out between 1e-7 and, near degenerate optima, 1e-3.
-    solver="torch": the projected-gradient solver of ``batched_min_norm_simplex`` for this
-    one problem, with the box (its projection is exact for the box too); certified to
-    1e-8·max|G| and exact on the optimal face; ``reltol`` is not used. Prefer it when the
-    weights themselves must be accurate.
+    solver="torch": the accelerated projected-gradient solver of
+    ``torch_solver._accelerated_projected_gradient`` for this one problem, with the box (its
+    projection is exact for the box too); certified to 1e-8·max|G| and exact on the optimal
+    face; ``reltol`` is not used. Prefer it when the weights themselves must be accurate.
 
     Fallbacks, each with a ``warnings.warn`` and recorded in ``status``/``fallback``:
     cvxopt failing (status not 'optimal', ArithmeticError/ValueError, non-finite answer)

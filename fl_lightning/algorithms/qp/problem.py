@@ -29,8 +29,8 @@ class QPResult:
     status: "optimal", or what went wrong with the primary solver.
     fallback: None when the primary solver's answer is returned; otherwise the method that
         produced ``weights``: "projected_gradient" (the torch solver, see
-        ``batched_min_norm_simplex``) or "centre" (the feasible point nearest the box's
-        midpoint, uniform weights without a box).
+        ``torch_solver._accelerated_projected_gradient``) or "centre" (the feasible point
+        nearest the box's midpoint, uniform weights without a box).
     """
 
     weights: torch.Tensor

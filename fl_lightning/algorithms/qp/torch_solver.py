@@ -1,11 +1,11 @@
-"""Many small min-norm QPs at once in torch (FedLF's per-layer QPs, Pan et al., AAAI 2024, App. A.1):
-accelerated projected gradient with a certified stopping rule (the Frank-Wolfe gap bounds the
-suboptimality), then a polish on the active face."""
+"""Min-norm QPs over the simplex (∩ a box) in torch, by accelerated projected gradient: FedMGDA+'s
+and FedMDFG's fallback and ``min_norm_simplex(solver="torch")``, and the batched interior-point
+method's fallback (:mod:`.interior_point`). Also the pieces both share: the certified stopping rule
+(the Frank-Wolfe gap bounds the suboptimality) and the polish on the active face."""
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -14,8 +14,6 @@ from fl_lightning.algorithms.qp.problem import (
     _CHECK_EVERY,
     _DEFAULT_MAX_ITER,
     _DEFAULT_TOL,
-    _as_gram_tensor,
-    _check_grams,
     _work_dtype,
 )
 from fl_lightning.algorithms.qp.projections import (
@@ -33,14 +31,17 @@ def _frank_wolfe_gap(
     weights: torch.Tensor,
     lower: torch.Tensor | None,
     upper: torch.Tensor | None,
+    product: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """max_{s feasible} ∇f(λ)ᵀ(λ − s) for f = λᵀGλ: an upper bound on f(λ) − f(λ*), zero at λ*.
 
     Without a box the best vertex is e_j with j = argmin (Gλ)_j, so gap = 2(λᵀGλ − min_j (Gλ)_j);
     with a box, s starts at lower and fills the remaining mass 1 − Σ lower up to upper in
-    order of increasing gradient.
+    order of increasing gradient. ``product``: Gλ where the caller has it.
     """
-    grad = 2 * (gram @ weights.unsqueeze(-1)).squeeze(-1)
+    if product is None:
+        product = (gram @ weights.unsqueeze(-1)).squeeze(-1)
+    grad = 2 * product
     at_weights = (grad * weights).sum(-1)
     if lower is None or upper is None:
         return at_weights - grad.min(-1).values
@@ -63,8 +64,9 @@ def _suboptimality_bound(
     The second matters when the hull contains 0 (Pareto-stationary, f* = 0): there the gap
     shrinks only like sqrt(f(λ)), so it alone would demand ||Σλv|| below the tolerance.
     """
-    objective = (weights * (gram @ weights.unsqueeze(-1)).squeeze(-1)).sum(-1)
-    return torch.minimum(_frank_wolfe_gap(gram, weights, lower, upper), objective)
+    product = (gram @ weights.unsqueeze(-1)).squeeze(-1)
+    objective = (weights * product).sum(-1)
+    return torch.minimum(_frank_wolfe_gap(gram, weights, lower, upper, product), objective)
 
 
 class _Slots:
@@ -104,30 +106,80 @@ class _Slots:
         return torch.cholesky_solve(packed_right, packed_factor)[self.place]
 
 
+def _solve_with_factor(right: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """(L Lᵀ)⁻¹ right for a batch of lower Cholesky factors L: two triangular solves (on the
+    CPU 20x faster than ``torch.cholesky_solve`` for (50, 101, 101), which copies the factors)."""
+    lower = torch.linalg.solve_triangular(factor, right, upper=False)
+    return torch.linalg.solve_triangular(factor.mT, lower, upper=True)
+
+
 def _face_minimiser(
-    gram: torch.Tensor, weights: torch.Tensor, free: torch.Tensor, slots: _Slots | None = None
+    gram: torch.Tensor,
+    weights: torch.Tensor,
+    free: torch.Tensor,
+    slots: _Slots | None = None,
+    refinements: int = 3,
 ) -> torch.Tensor:
     """Minimiser of λᵀGλ over the affine hull of a face: free coordinates move, others stay.
 
-    KKT on the face: G_FF λ_F + (G λ_held)_F = μ1 and Σλ = 1, one batched Cholesky solve with
-    H = G_FF + 1e-12·diag(G_FF) (so a rank-deficient G_FF still factors). Returns ``weights``
-    where the solve fails. The result may leave the box; see ``_polish_on_face``. ``slots``:
-    where these problems sat in the batch they came from (see ``_Slots``).
+    KKT on the face: G_FF λ_F + (G λ_held)_F = ν1 and Σλ = 1. One batched Cholesky factor of
+    H = G_FF + 1e-12·diag(G_FF) (so a rank-deficient G_FF still factors) solves it; the ridge
+    alone would move the answer by up to 1e-12/κ, κ the face's smallest eigenvalue relative to
+    its diagonal (1.8e-5 for κ = 2.9e-9). So ``refinements`` steps of iterative refinement
+    follow (Golub & Van Loan, Matrix Computations, 4th ed., §3.5.3): the residual of the
+    unridged KKT system, solved with the same factor, corrects λ_F and ν; each step contracts
+    the ridge's error by about 1e-12/(κ + 1e-12). A step is kept only for a problem whose
+    residual (max over the face) it lowers, so a singular G_FF, where refinement would not
+    converge, keeps the ridged answer. The weights are then exact on the face to the
+    rounding of a solve with condition ~1/κ (about 1e-16/κ).
+
+    Returns ``weights`` where the factorisation fails. The result may leave the box; see
+    ``_polish_on_face``. ``slots``: where these problems sat in the batch they came from
+    (see ``_Slots``).
     """
     mask = free.to(weights.dtype)
     held = weights * (1 - mask)
     ridge = 1e-12 * torch.diagonal(gram, dim1=-2, dim2=-1) + 1e-200
-    hessian = gram * mask.unsqueeze(-1) * mask.unsqueeze(-2) + torch.diag_embed(1 - mask + ridge)
+    hessian = gram * (mask.unsqueeze(-1) * mask.unsqueeze(-2))
+    hessian.diagonal(dim1=-2, dim2=-1).add_(1 - mask + ridge)
     factor, info = torch.linalg.cholesky_ex(hessian)
-    right = torch.stack([mask, -mask * (gram @ held.unsqueeze(-1)).squeeze(-1)], dim=-1)
-    solved = torch.cholesky_solve(right, factor) if slots is None else slots.cholesky_solve(right, factor)
+
+    def solve(right: torch.Tensor) -> torch.Tensor:
+        return _solve_with_factor(right, factor) if slots is None else slots.cholesky_solve(right, factor)
+
+    def matvec(vector: torch.Tensor) -> torch.Tensor:
+        return (gram @ vector.unsqueeze(-1)).squeeze(-1)
+
+    solved = solve(torch.stack([mask, -mask * matvec(held)], dim=-1))
     towards_one, offset = solved[..., 0], solved[..., 1]
     mass = towards_one.sum(-1, keepdim=True)
-    multiplier = (1 - held.sum(-1, keepdim=True) - offset.sum(-1, keepdim=True)) / torch.where(
-        mass > 0, mass, torch.ones_like(mass)
-    )
+    mass = torch.where(mass > 0, mass, torch.ones_like(mass))
+    # λ_F = offset + ν·towards_one, with ν such that Σλ = 1
+    multiplier = (1 - held.sum(-1, keepdim=True) - offset.sum(-1, keepdim=True)) / mass
     minimiser = held + mask * (offset + multiplier * towards_one)
-    usable = (info == 0) & (mass.squeeze(-1) > 0) & torch.isfinite(minimiser).all(-1)
+
+    def residual(point: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+        return mask * (matvec(point) - nu)  # the unridged face KKT rows; Σλ = 1 holds by ν
+
+    rows = residual(minimiser, multiplier)
+    size = rows.abs().amax(-1)
+    for _ in range(refinements):
+        # the same system for the correction: H δ_F = −r + δν·1, Σδ_F = 1 − Σλ
+        correction = solve(-rows.unsqueeze(-1)).squeeze(-1)
+        shortfall = 1 - minimiser.sum(-1, keepdim=True)
+        step_multiplier = (shortfall - correction.sum(-1, keepdim=True)) / mass
+        refined = minimiser + mask * (correction + step_multiplier * towards_one)
+        refined_multiplier = multiplier + step_multiplier
+        refined_rows = residual(refined, refined_multiplier)
+        refined_size = refined_rows.abs().amax(-1)
+        better = (refined_size < size) & torch.isfinite(refined).all(-1)
+        minimiser = torch.where(better[:, None], refined, minimiser)
+        multiplier = torch.where(better[:, None], refined_multiplier, multiplier)
+        rows = torch.where(better[:, None], refined_rows, rows)
+        size = torch.where(better, refined_size, size)
+        if not bool(better.any()):  # a problem that did not improve would not on a repeat
+            break
+    usable = (info == 0) & (towards_one.sum(-1) > 0) & torch.isfinite(minimiser).all(-1)
     return torch.where(usable[:, None], minimiser, weights)
 
 
@@ -146,20 +198,26 @@ def _polish_on_face(
     (ratio test; that weight then leaves the face). The objective never increases and the
     weights stay feasible. Once the iterates are on the optimal face this lands on the
     solution in one step instead of converging to it; the caller keeps the result only
-    where it certifies a smaller suboptimality.
+    where it certifies a smaller suboptimality. A problem that arrives (no weight blocked)
+    stays: its face, and so its minimiser, would not change; the steps end when all have.
     """
     low = torch.zeros_like(weights) if lower is None else lower
     high = torch.ones_like(weights) if upper is None else upper
+    arrived = torch.zeros(weights.shape[:-1], dtype=torch.bool, device=weights.device)
     for _ in range(steps):
         free = (weights > low) & (weights < high)
         direction = _face_minimiser(gram, weights, free, slots) - weights
         room = torch.where(direction < 0, weights - low, high - weights)
         ratio = torch.where(free & (direction != 0), room / direction.abs(), torch.inf)
         step = ratio.amin(-1, keepdim=True).clamp(max=1.0)
-        weights = weights + step * direction
+        moved = weights + step * direction
         blocked = free & (ratio <= step)
-        weights = torch.where(blocked & (direction < 0), low, weights)
-        weights = torch.where(blocked & (direction > 0), high, weights)
+        moved = torch.where(blocked & (direction < 0), low, moved)
+        moved = torch.where(blocked & (direction > 0), high, moved)
+        weights = torch.where(arrived[:, None], weights, moved)
+        arrived = arrived | ~blocked.any(-1)
+        if bool(arrived.all()):
+            break
     return _project(weights, lower, upper)
 
 
@@ -218,16 +276,35 @@ def _accelerated_projected_gradient(
     max_iter: int = _DEFAULT_MAX_ITER,
     tol: float = _DEFAULT_TOL,
     drop_finished: bool | None = None,
+    start: torch.Tensor | None = None,
 ) -> _TorchSolve:
     """Jacobi-preconditioned FISTA with adaptive restart on min λᵀGλ over the simplex (∩ box).
 
-    grams (B, n, n) finite; lower/upper (B, n) feasible bounds or None. Each problem is scaled
-    by its max|G| (the minimiser does not change), so ``tol`` and the returned gaps are
-    relative. See ``batched_min_norm_simplex`` for the method. ``drop_finished``: a problem
-    leaves the batch once certified. On the CPU (the default there) this gives the same
-    answers to the bit with less work per iteration (4x on FedLF's NF-ResNet-18 layers). On a
-    GPU (off by default) an iteration costs its kernel launches whatever the batch, so it
-    saves nothing, and CUDA's batched kernels round by batch layout: answers would change.
+    grams (B, n, n) finite; lower/upper (B, n) feasible bounds or None; ``start`` (B, n): where
+    to begin (projected onto the feasible set; uniform weights by default). Each problem is
+    scaled by its max|G| (the minimiser does not change), so ``tol`` and the returned gaps are
+    relative. ``drop_finished``: a problem leaves the batch once certified. On the CPU (the
+    default there) this gives the same answers to the bit with less work per iteration (4x on
+    FedLF's NF-ResNet-18 layers). On a GPU (off by default) an iteration costs its kernel
+    launches whatever the batch, so it saves nothing, and CUDA's batched kernels round by
+    batch layout: answers would change.
+
+    Method: accelerated projected gradient (FISTA) with gradient-based adaptive restart
+    (O'Donoghue & Candès, Found. Comput. Math. 2015), in the Jacobi-scaled variables
+    μ_j = ||v_j|| λ_j (so vectors of very different norms do not make it ill-conditioned),
+    step 1/L with L = 2 λ_max of the scaled Gram restricted to the constraint hyperplane, and
+    an exact sort-based projection onto the (scaled) simplex ∩ box: per iteration one batched
+    mat-vec and one sort. Every 10 iterations, six active-set steps from the current iterate
+    (``_polish_on_face``) are kept where they certify better: once the optimal face is in
+    sight this finishes exactly instead of converging. Each check certifies every problem
+    by ``_suboptimality_bound``; a problem stops once that is ≤ ``tol``. Why not Frank-Wolfe:
+    its rate is sublinear (linear only with away steps, at a rate set by the simplex's
+    pyramidal width, poor for n ≈ 50); a convex quadratic over a polytope grows quadratically
+    away from its solutions, where restarted FISTA converges linearly. Measured on random
+    problems (n = 2..100, rank-deficient, near-parallel, norms spread over 10^±1.5): 10-250
+    iterations to tol = 1e-8; on FedLF's NF-ResNet-18 layer QPs 10-980
+    (``benchmarks/perf/layer_qps.py``), which is why FedLF's batches now use the
+    interior-point method of ``batched_min_norm_simplex``.
     """
     if drop_finished is None:
         drop_finished = grams.device.type == "cpu"
@@ -254,9 +331,10 @@ def _accelerated_projected_gradient(
     tangent = torch.eye(n, dtype=dtype, device=gram.device) - along_normal
     lipschitz = 2 * torch.linalg.eigvalsh(tangent @ correlation @ tangent)[..., -1].clamp(min=1e-12)
 
-    start = torch.full((batch, n), 1.0 / n, dtype=dtype, device=gram.device)
+    if start is None:
+        start = torch.full((batch, n), 1.0 / n, dtype=dtype, device=gram.device)
     problem = _Problems(gram, norms, inverse_norms, correlation, unit_normal, lipschitz, lower, upper)
-    mu = problem.project(start * norms)
+    mu = problem.project(start.to(gram) * norms)
     state = _Iterates(
         mu=mu,
         extrapolated=mu.clone(),
@@ -308,79 +386,3 @@ def _accelerated_projected_gradient(
                     break
     answer[active], answer_gap[active] = state.best, state.best_gap  # the last iteration was a check
     return _TorchSolve(weights=answer, gap=answer_gap, iterations=iterations)
-
-
-@dataclass(frozen=True)
-class BatchedQPResult:
-    """The weights of B min-norm QPs solved at once, and how the solve ended."""
-
-    weights: torch.Tensor  # (B, n)
-    unconverged: int  # QPs still above tol after max_iter iterations: feasible, not certified optimal
-    largest_gap: float  # the largest certified suboptimality bound, relative to max|G|
-    iterations: int  # iterations of the batch (it waits for its slowest problem)
-
-
-def solve_min_norm_batch(
-    grams: torch.Tensor, max_iter: int = _DEFAULT_MAX_ITER, tol: float = _DEFAULT_TOL
-) -> BatchedQPResult:
-    """``batched_min_norm_simplex`` with how the solve ended: a QP that stops at ``max_iter``
-    above ``tol`` is counted (FedLF logs it as a fallback) and warned about, never silent."""
-    grams = _as_gram_tensor(grams, "grams")
-    if grams.ndim != 3:
-        raise ValueError(f"grams must have shape (B, n, n), got {tuple(grams.shape)}")
-    _check_grams(grams, "every gram in grams")
-    out_dtype = grams.dtype if grams.dtype.is_floating_point else torch.get_default_dtype()
-    if grams.shape[0] == 0:
-        return BatchedQPResult(torch.empty(grams.shape[:2], dtype=out_dtype, device=grams.device), 0, 0.0, 0)
-    if max_iter < 1 or not tol > 0:
-        raise ValueError(f"max_iter must be >= 1 and tol > 0, got max_iter={max_iter}, tol={tol}")
-    solve = _accelerated_projected_gradient(grams, max_iter=max_iter, tol=tol)
-    unconverged = int((solve.gap > tol).sum())
-    largest = float(solve.gap.max())
-    if unconverged:
-        warnings.warn(
-            f"batched_min_norm_simplex: {unconverged} of {grams.shape[0]} QPs did not reach "
-            f"tol={tol:g} in {max_iter} iterations (largest suboptimality bound {largest:.3g} of max|G|); "
-            "their weights are feasible but not optimal: raise max_iter or tol",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return BatchedQPResult(solve.weights.to(out_dtype), unconverged, largest, solve.iterations)
-
-
-def batched_min_norm_simplex(
-    grams: torch.Tensor, max_iter: int = _DEFAULT_MAX_ITER, tol: float = _DEFAULT_TOL
-) -> torch.Tensor:
-    """Solve B independent QPs argmin_λ λᵀ G_b λ over the simplex at once: (B, n, n) -> (B, n).
-
-    For FedLF's per-layer QPs (Pan et al., AAAI 2024, App. A.1 Problem (3), one per layer l). In torch, on
-    the grams' device (float64 inside, MPS float32), no Python loop over B.
-
-    Algorithm: accelerated projected gradient (FISTA) with gradient-based adaptive restart
-    (O'Donoghue & Candès 2015), in the Jacobi-scaled variables μ_j = ||v_j|| λ_j (so vectors
-    of very different norms do not make it ill-conditioned), step 1/L with L = 2 λ_max of the
-    scaled Gram restricted to the constraint hyperplane, and an exact sort-based projection
-    onto the (scaled) simplex: per iteration one batched mat-vec and one sort. Every 10
-    iterations, six active-set steps from the current iterate (exact minimiser on the
-    current face by a batched Cholesky solve, ratio test) are kept where they certify
-    better: once the optimal face is in sight this finishes exactly instead of converging.
-    Why not Frank-Wolfe: its rate is sublinear (linear only with away steps, at a rate set
-    by the simplex's pyramidal width, poor for n ≈ 50), thousands of iterations for 1e-5;
-    a convex quadratic over a polytope grows quadratically away from its solutions, where
-    restarted FISTA converges linearly. Measured on random problems (n = 2..100,
-    rank-deficient, near-parallel, norms spread over 10^±1.5): 10-250 iterations to
-    tol = 1e-8, objective within 1e-7 · max|G| of cvxopt (tests/test_qp.py).
-
-    Stopping rule, batched: every 10 iterations each problem's suboptimality is bounded by
-    min(Frank-Wolfe gap, f(λ)) ≥ f(λ) − f(λ*), with gap = 2(λᵀGλ − min_j (Gλ)_j) (and
-    f(λ) because f* ≥ 0, which is what certifies Pareto-stationary problems, where the hull
-    contains 0); iteration stops when the bound is ≤ tol · max|G_b| for every b. Where the
-    gap is the bound, it also certifies (Gλ)_j ≥ λᵀGλ − tol·max|G|/2 for all j: the min-norm
-    point d = Σλ_j v_j has d·v_j ≥ ||d||² − that, FedLF's no-conflict guarantee. Problems
-    still above tol after ``max_iter`` iterations are returned as they are, with a warning.
-
-    All-zero grams give uniform weights; n = 1 gives [1.0]. Same dtype (floating) and
-    device as ``grams``; no gradient flows through the solve. ``solve_min_norm_batch`` also
-    returns how many QPs stopped at ``max_iter`` and the iterations.
-    """
-    return solve_min_norm_batch(grams, max_iter, tol).weights

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["OMP_NUM_THREADS"] = "1"  # a --jobs 2 worker's share on 2 cores: threads auto = 1
     import torch
 
-    from benchmarks.perf.machine import describe_machine
+    from benchmarks.perf.machine import append_measurement, describe_machine
 
     torch.set_num_threads(1)
     chosen = [ROWS[i] for i in args.rows] if args.rows else ROWS
@@ -166,13 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     entry = {"label": args.label, "library": str(Path.cwd()), "machine": describe_machine(torch.device("cpu")),
              "load_average_1min_before": load_before, "load_average_1min_after": os.getloadavg()[0],
              "rows": results}
-    existing = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "ledger_rows",
-                                                                           "measurements": []}
-    existing["measurements"].append(entry)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".json.partial")
-    partial.write_text(json.dumps(existing, indent=2))
-    partial.replace(args.out)
+    append_measurement(args.out, "ledger_rows", entry)
     print(f"written to {args.out}")
     return 0
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -35,3 +37,14 @@ def proc_kib_as_mib(path: str, key: str) -> float | None:
     except OSError:
         pass
     return None
+
+
+def append_measurement(path: Path, benchmark: str, measurement: dict) -> None:
+    """Adds ``measurement`` to the ``measurements`` of the results file ``path`` (created with
+    ``benchmark`` as its name), written to a partial file and renamed."""
+    existing = json.loads(path.read_text()) if path.exists() else {"benchmark": benchmark, "measurements": []}
+    existing["measurements"].append(measurement)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(existing, indent=2))
+    partial.replace(path)

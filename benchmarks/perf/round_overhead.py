@@ -20,7 +20,6 @@ training, the server step and the round's bookkeeping add to the training itself
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import replace
@@ -30,7 +29,7 @@ import lightning.pytorch as pl
 import torch
 
 from benchmarks.perf.cell import RoundTimer
-from benchmarks.perf.machine import describe_machine
+from benchmarks.perf.machine import append_measurement, describe_machine
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.local import batch_order
 from fl_lightning.core.simulation import round_generator
@@ -104,14 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     measurement = {"label": args.label, "machine": describe_machine(torch.device("cpu")),
                    "torch_threads": torch.get_num_threads(), "rounds": args.rounds, "warmup": args.warmup,
                    "results": results}
-    existing = (
-        json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "round_overhead", "measurements": []}
-    )
-    existing["measurements"].append(measurement)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".json.partial")
-    partial.write_text(json.dumps(existing, indent=2))
-    partial.replace(args.out)
+    append_measurement(args.out, "round_overhead", measurement)
     print(f"written to {args.out}")
     return 0
 

@@ -15,7 +15,7 @@ from fl_lightning.algorithms.qp.problem import (
     _DEFAULT_TOL,
     _as_gram_tensor,
     _check_grams,
-    _work_dtype,
+    _scaled_grams,
 )
 from fl_lightning.algorithms.qp.projections import simplex_projection
 from fl_lightning.algorithms.qp.torch_solver import (
@@ -153,11 +153,8 @@ def _interior_point(grams: torch.Tensor, max_iter: int = _INTERIOR_MAX_ITER, tol
     weights of each problem, their bounds (relative to max|G|, inf where nothing was
     certified) and the iterations the batch took."""
     batch, n = grams.shape[0], grams.shape[-1]
-    dtype = _work_dtype(grams.device)
-    gram = grams.detach().to(dtype)
-    gram = (gram + gram.transpose(-1, -2)) / 2
-    scale = gram.abs().amax(dim=(-1, -2))
-    gram = gram / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None]
+    gram = _scaled_grams(grams)
+    dtype = gram.dtype
     norms = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=1e-12).sqrt()
     correlation = gram / norms.unsqueeze(-1) / norms.unsqueeze(-2)
 

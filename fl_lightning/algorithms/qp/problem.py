@@ -174,3 +174,12 @@ def _centre(n: int, low: torch.Tensor | None, high: torch.Tensor | None) -> torc
 
 def _work_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+
+
+def _scaled_grams(grams: torch.Tensor) -> torch.Tensor:
+    """Each Gram symmetrised and divided by its max|G| (the minimiser does not change, so
+    tolerances and gaps become relative), in the work dtype of its device."""
+    gram = grams.detach().to(_work_dtype(grams.device))
+    gram = (gram + gram.transpose(-1, -2)) / 2
+    scale = gram.abs().amax(dim=(-1, -2))
+    return gram / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None]

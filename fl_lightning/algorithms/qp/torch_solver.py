@@ -14,7 +14,7 @@ from fl_lightning.algorithms.qp.problem import (
     _CHECK_EVERY,
     _DEFAULT_MAX_ITER,
     _DEFAULT_TOL,
-    _work_dtype,
+    _scaled_grams,
 )
 from fl_lightning.algorithms.qp.projections import (
     _box_simplex_projection,
@@ -309,11 +309,8 @@ def _accelerated_projected_gradient(
     if drop_finished is None:
         drop_finished = grams.device.type == "cpu"
     batch, n = grams.shape[0], grams.shape[-1]
-    dtype = _work_dtype(grams.device)
-    gram = grams.detach().to(dtype)
-    gram = (gram + gram.transpose(-1, -2)) / 2
-    scale = gram.abs().amax(dim=(-1, -2))
-    gram = gram / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None]
+    gram = _scaled_grams(grams)
+    dtype = gram.dtype
     if lower is not None and upper is not None:
         lower, upper = lower.to(gram), upper.to(gram)
 

@@ -6,7 +6,9 @@
   fresh folder), ``parse`` (each ``fl-lightning fit`` line parsed with ``--print_config``: every flag
   exists, every value validates), ``config`` (a whole fit config, checked the same way), ``suite``
   (a whole benchmark suite, loaded by the runner), ``output`` (what a command prints) or ``skip``.
-  ``parse`` and ``skip`` say why the block is not run.
+  ``parse`` and ``skip`` say why the block is not run. An ``output`` block is either produced again
+  and compared by tests/test_docs_outputs.py, or says ``output; illustrative, <date>: <why>`` (what
+  the program printed that day, not checked: run names, paths, timings).
 - Every ``--flag`` the docs and the README name, in a block or in the prose, is one of our
   commands' flags (or one of the few other tools' flags they show).
 """
@@ -31,7 +33,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MARKER = re.compile(
-    r"^<!--\s*docs:\s*(?P<kind>run|parse|config|suite|output|skip)\s*(?:;\s*not run:\s*(?P<why>.+?))?\s*-->$"
+    r"^<!--\s*docs:\s*(?P<kind>run|parse|config|suite|output|skip)\s*"
+    r"(?:;\s*(?:not run:\s*(?P<why>.+?)|illustrative,\s*(?P<date>\d{4}-\d{2}-\d{2}):\s*(?P<note>.+?)))?\s*-->$"
 )
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 NEEDS_REASON = {"parse", "skip"}
@@ -58,6 +61,7 @@ class Block:
     kind: str | None
     why: str | None
     text: str
+    illustrative: str | None = None  # the date of an output shown as an example, not checked
 
     @property
     def id(self) -> str:
@@ -86,7 +90,8 @@ def blocks_of(path: Path) -> list[Block]:
             j += 1
         marker = MARKER.match(previous)
         found.append(Block(str(path.relative_to(DOCS)), i + 1, opening["lang"], marker["kind"] if marker else None,
-                           marker["why"] if marker else None, "\n".join(body) + "\n"))
+                           marker["why"] if marker else None, "\n".join(body) + "\n",
+                           marker["date"] if marker else None))
         previous, i = "", j + 1
     return found
 
@@ -109,6 +114,8 @@ def test_every_block_says_what_the_tests_do_with_it():
             problems.append(
                 f"{block.id}: no marker (<!-- docs: run|parse|config|suite|output|skip -->) before the block"
             )
+        elif block.illustrative and block.kind != "output":
+            problems.append(f"{block.id}: only an 'output' block can be 'illustrative, <date>: <why>'")
         elif block.kind in NEEDS_REASON and not block.why:
             problems.append(f"{block.id}: '{block.kind}' needs '; not run: <why>'")
         elif block.kind in {"parse", "run"} and block.lang not in {"bash", "sh", "python"}:

@@ -60,8 +60,13 @@ class Outcome:
 
 
 def compared(name: str) -> bool:
-    """Every metric but wall-clock times (client_time_s, server_time_s, shapley time ratios, ...)."""
-    return "time" not in name and name != "epoch"
+    """Every metric but wall-clock times (client_time_s, server_time_s, shapley time ratios, ...)
+    and the CLI's copies of the accuracy metrics for the MLflow UI's first chart section
+    (``Accuracy and fairness/test_acc_mean``: the same values as ``test_acc_mean``, which is
+    compared; a Trainer script's run has no copies)."""
+    from fl_lightning.callbacks.mlflow_ui import CHART_SECTION  # here: the package imports Lightning
+
+    return "time" not in name and name != "epoch" and not name.startswith(f"{CHART_SECTION}/")
 
 
 def histories(client: Any, run_id: str, names: Sequence[str]) -> dict[str, dict[int, float]]:

@@ -31,3 +31,60 @@ def test_the_main_jobs_clients_are_measured_on_the_shared_pool():
     module = FederatedDataModule(**data, seed=0)
     module.setup("fit")
     assert module.client_test_description().startswith("matched: 1,000-sample shared pool")
+
+
+# ------------------------------------------------------------------ issue 50: one default per setting
+def cli_printed_config(capsys, monkeypatch, tmp_path) -> dict:
+    """What ``fl-lightning fit --print_config`` shows: the values a plain CLI fit uses."""
+    import pytest
+
+    from fl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["fl-lightning"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--print_config"])
+    assert exit_.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def python_defaults(cls) -> dict:
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
+    """{setting: (the CLI's value, the Python default)} for every data and model setting where the
+    CLI's default (its default config, ``--print_config``) and a module built in Python differ."""
+    from fl_lightning.algorithms import FedAvg
+    from fl_lightning.cli_settings import DATA_LINKS
+    from fl_lightning.core.module import FederatedModule
+
+    printed = cli_printed_config(capsys, monkeypatch, tmp_path)
+    split = {}
+    for section, cls in (("data", FederatedDataModule), ("model", FedAvg)):
+        cli_values = printed[section] if section == "data" else printed[section]["init_args"]
+        defaults = python_defaults(cls) if section == "data" else python_defaults(FederatedModule) | python_defaults(cls)
+        for name, default in defaults.items():
+            if name in DATA_LINKS or name not in cli_values:
+                continue
+            if isinstance(default, tuple):
+                default = list(default)
+            if cli_values[name] != default:
+                split[f"{section}.{name}"] = (cli_values[name], default)
+    return split
+
+
+def test_the_cli_and_python_give_one_default_per_setting(capsys, monkeypatch, tmp_path):
+    """Issue 50: a setting has one default however a module is built. Known today, and not yet
+    mended, because each mend moves numbers far outside this change: ``data.test_mode`` (CLI
+    ``matched``, Python ``local``: ~30 test files and the benchmark scripts build data without a
+    test mode), ``data.partition`` (``dirichlet`` / ``iid``), ``model.lr`` (0.05 / 0.1) and
+    ``model.eval_every`` (5 / 1), the last two ``FederatedModule``'s own. The test pins that list:
+    a new split fails it, and so does a mended one (then take it out of ``KNOWN``)."""
+    known = {"data.partition": ("dirichlet", "iid"), "data.test_mode": ("matched", "local"),
+             "model.lr": (0.05, 0.1), "model.eval_every": (5, 1)}
+    assert split_defaults(capsys, monkeypatch, tmp_path) == known

@@ -104,3 +104,44 @@ def test_the_replayed_config_logs_to_the_scratch_store_and_drops_what_a_fresh_fi
     assert config["trainer"]["enable_checkpointing"] is False
     with pytest.raises(ReplayError, match="holds no model"):
         replay_config("trainer: {}\n", "sqlite:///scratch.db", tmp_path)
+
+
+# ------------------------------------------------------------------ issue 50: what the verdict misses no more
+def test_values_one_ulp_apart_diverge():
+    """No tolerance: a replay is identical bit for bit or not at all."""
+    import math
+
+    value = 0.8125
+    for other in (math.nextafter(value, 1.0), math.nextafter(value, 0.0)):
+        assert first_divergence({"test_acc_mean": {3: value}}, {"test_acc_mean": {3: other}}) == (
+            3, "test_acc_mean", value, other)
+    assert first_divergence({"x": {1: float("nan")}}, {"x": {1: float("nan")}}) is None
+
+
+def test_a_metric_only_the_replay_logs_diverges():
+    stored = {"train_loss": {1: 0.5, 2: 0.4}}
+    replayed = {"train_loss": {1: 0.5, 2: 0.4}, "test_acc_mean": {2: 0.9}}
+    assert first_divergence(stored, replayed) == (2, "test_acc_mean", None, 0.9)
+    assert first_divergence(replayed, stored) == (2, "test_acc_mean", 0.9, None)
+
+
+def test_the_ui_chart_copies_are_not_compared_but_wall_clock_times_only_are_left_out():
+    from fl_lightning.replay import compared
+
+    assert not compared("Accuracy and fairness/test_acc_mean") and not compared("client_time_s")
+    assert compared("test_acc_mean") and compared("test_acc_worst10")
+
+
+def test_a_batch_with_one_altered_run_exits_1(tmp_path, monkeypatch, capsys):
+    from fl_lightning import replay as replay_module
+    from fl_lightning.replay import Outcome
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    MlflowClient(store).search_experiments()  # the store exists
+    outcomes = {"a": Outcome("a", "a", True, 3, 5), "b": Outcome("b", "b", False, 3, 5, "round 2: x")}
+    monkeypatch.setattr(replay_module, "find_run", lambda client, key: key)
+    monkeypatch.setattr(replay_module, "replay_run", lambda client, run, record=True: outcomes[run])
+    assert replay(["a", "b", "--tracking-uri", store]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "1 of 2 runs identical"
+    assert replay(["a", "a", "--tracking-uri", store]) == 0
+    assert replay(["b", "--tracking-uri", store]) == 1

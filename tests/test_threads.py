@@ -203,3 +203,48 @@ def test_auto_is_logged_as_a_number_and_a_resume_keeps_it(store, capsys, monkeyp
     resumed = client.get_run(run.info.run_id)
     assert resumed.info.status == "FINISHED" and resumed.data.params["threads"] == "2"
     assert logged_config_threads() == 2
+
+
+# ------------------------------------------------------------------ issue 50: what the count mutants got past
+class SetsThreadsAtRoundStart(pl.Callback):
+    """Other code that sets the count when a round starts (a Trainer's callbacks run before the
+    module's)."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        torch.set_num_threads(self.count)
+
+
+def test_a_count_changed_in_round_0_is_set_back_before_its_training_and_its_evaluation(data):
+    seen = ThreadsSeen()
+    fit(data, ambient=2, callbacks=[seen, SetsThreadsAtRoundStart(3), ChangesThreads(at_round=0, count=4)],
+        eval_every=1, num_rounds=2)
+    assert len(seen.counts) == 4 and set(seen.counts) == {1}  # 2 rounds, 2 evaluations, all at the setting
+
+
+def test_the_process_count_is_put_back_after_the_fit(data):
+    assert fit(data, ambient=2, num_rounds=1)[2] == 2
+    assert fit(data, ambient=3, num_rounds=1, threads=2)[2] == 3
+
+
+def test_the_cli_builds_the_data_at_the_runs_count(tmp_path, monkeypatch):
+    """The CLI sets the run's count before the data module's setup (what it builds is part of the run)."""
+    from fl_lightning.cli import main
+
+    seen = []
+    setup = FederatedDataModule.setup
+
+    def recording(self, stage=None):
+        seen.append(torch.get_num_threads())
+        return setup(self, stage)
+
+    monkeypatch.setattr(FederatedDataModule, "setup", recording)
+    monkeypatch.setattr("sys.argv", ["fl-lightning"])
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(2)
+    main(["fit", "--trainer.logger=false", "--trainer.enable_checkpointing=false", "--model.num_rounds=1",
+          "--data.source=digits", "--data.num_clients=4", "--model.backbone=fl_logreg", "--model.threads=1"])
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2

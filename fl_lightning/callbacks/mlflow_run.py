@@ -9,6 +9,12 @@ federated split as a dataset (the UI's Dataset column). Artifacts: the partition
 (table and figure) at the start, every client's final metrics (JSON) and a figure of the
 sorted client accuracies at the end (the JSON also when the fit fails).
 
+A Trainer script's run is a run like the CLI's: a new run its logger was not given a name for is
+named by :func:`~fl_lightning.callbacks.run_identity.run_name` (not MLflow's ``chill-owl-867``),
+and, where no LightningCLI logs its config, the settings the modules were built with are logged
+as the run's ``config.yaml`` (:func:`~fl_lightning.callbacks.run_identity.script_config`), so that
+``fl-lightning replay`` fits it again.
+
 Resuming: every checkpoint records the MLflow runs its fit logs to (``CHECKPOINT_KEY``), so
 ``fl-lightning fit ... --ckpt_path last.ckpt`` continues the same run (``fit_runs`` builds the
 logger with that ``run_id``, and leaves out what the interrupted process logged past its
@@ -47,6 +53,8 @@ from fl_lightning.callbacks.run_identity import (
     dataset_input,
     effective_fraction,
     partition_params,
+    run_name,
+    script_config,
     task_tags,
 )
 from fl_lightning.callbacks.tracking_buffer import (
@@ -316,6 +324,38 @@ def outage_reporter(trainer: pl.Trainer, buffer: BufferedClient) -> Any:
     return report
 
 
+CONFIG_ARTIFACT = "config.yaml"  # the settings a replay fits again (``fl_lightning.replay``)
+
+
+def is_cli_config_saver(callback: Any) -> bool:
+    """Whether ``callback`` is LightningCLI's config saver (the CLI's run logs its own config)."""
+    return any(cls.__name__ == "SaveConfigCallback" and cls.__module__.startswith("lightning.pytorch.cli")
+               for cls in type(callback).__mro__)
+
+
+def config_text(pl_module: pl.LightningModule, datamodule: Any) -> str:
+    """:func:`~fl_lightning.callbacks.run_identity.script_config` as the YAML of a LightningCLI config."""
+    import yaml
+
+    return str(yaml.safe_dump(script_config(pl_module, datamodule), sort_keys=False))
+
+
+def name_new_runs(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    """A new run (no params, no metrics yet) whose logger was given no ``run_name``, named as the
+    CLI names its runs. Lightning creates the run before the callbacks' ``setup``, so MLflow has
+    given it a random name, which the ``mlflow.runName`` tag replaces; a run the user named, or a
+    run a resume continues, keeps its name."""
+    data = getattr(trainer, "datamodule", None)
+    for logger in mlflow_loggers(trainer):
+        if getattr(logger, "_run_name", None) or "mlflow.runName" in (logger.tags or {}) or logger.run_id is None:
+            continue  # the user's own name (given as run_name or as the tag)
+        client, run_id = logger.experiment, logger.run_id
+        run = client.get_run(run_id)
+        if run.data.params or run.data.metrics or run.info.status != "RUNNING":  # not a new run
+            continue
+        client.set_tag(run_id, "mlflow.runName", run_name(pl_module, data, logger.tags))
+
+
 class MLflowRunInfo(Callback):
     """Sets the run's tags and logs the partition and per-client artifacts; records the run in
     every checkpoint so that a resumed fit continues it. Metrics are written to the store in
@@ -329,6 +369,8 @@ class MLflowRunInfo(Callback):
         self.http_settings: set[str] = set()  # request settings this fit set (teardown removes them)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.is_global_zero:
+            name_new_runs(trainer, pl_module)
         for logger in mlflow_loggers(trainer):
             buffer = buffer_metrics(logger, self.flush_every_s)
             if buffer is None:
@@ -406,6 +448,11 @@ class MLflowRunInfo(Callback):
                 mark_dead_runs(logger.experiment, [logger.experiment_id], keep={logger.run_id})
         tags = run_tags(trainer, pl_module) | fit_tags()
         data = getattr(trainer, "datamodule", None)
+        if not any(type(callback).__name__ == "MLflowSaveConfig" or is_cli_config_saver(callback)
+                   for callback in trainer.callbacks):  # type: ignore[attr-defined]
+            config = config_text(pl_module, data)  # a Trainer script: no LightningCLI logs the config
+            for logger in loggers:
+                logger.experiment.log_text(logger.run_id, config, CONFIG_ARTIFACT)
         dataset = dataset_input(data) if data is not None else None
         for logger in loggers:
             client, run_id = logger.experiment, logger.run_id

@@ -421,3 +421,44 @@ def dataset_input(datamodule: Any) -> Any:
     dataset = Dataset(name=dataset_name(datamodule), digest=split_digest(datamodule),
                       source_type=source._get_source_type(), source=source.to_json())
     return DatasetInput(dataset=dataset, tags=[InputTag(key=MLFLOW_DATASET_CONTEXT, value=TRAIN_CONTEXT)])
+
+
+# --------------------------------------------------------------------------- a script's config
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as YAML's safe dumper takes it: tuples as lists, numpy scalars as numbers."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
+        return value.item()
+    return value
+
+
+def script_config(pl_module: pl.LightningModule, datamodule: Any = None) -> dict[str, Any]:
+    """The LightningCLI config (``seed_everything``, ``model``: class path and init args,
+    ``data``) that builds again the modules a Trainer script fitted, from their hyper-parameters:
+    what ``fl-lightning replay`` fits. The model's init args are the settings it recorded (the
+    thread count and seed as it resolved them), less those the CLI links from the data
+    (``num_classes``, ``input_shape``); the data's are its constructor's, its seed the one it
+    used (``data_seed``)."""
+    from fl_lightning.cli_settings import DATA_LINKS
+
+    model = {k: v for k, v in pl_module.hparams.items() if not str(k).startswith("_") and k not in DATA_LINKS}
+    config: dict[str, Any] = {"seed_everything": model_seed(pl_module)}
+    if config["seed_everything"] is None:
+        config["seed_everything"] = run_seed(None)
+    config["model"] = {"class_path": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
+                       "init_args": model}
+    if datamodule is not None:
+        accepted = set(inspect.signature(type(datamodule).__init__).parameters) - {"self"}
+        hparams = dict(getattr(datamodule, "hparams", {}))
+        data = {k: v for k, v in hparams.items() if k in accepted}
+        if "seed" in accepted:
+            data["seed"] = data_seed(datamodule)
+        if schema.PARTITION_PARAMS in data:
+            data[schema.PARTITION_PARAMS] = partition_params(datamodule)
+        config["data"] = data
+    return _plain(config)

@@ -132,19 +132,26 @@ class FitSummary(Callback):
             print(summary_line(trainer), flush=True)
 
 
-LIGHTNING_DEPRECATIONS = (r".*isinstance\(treespec, LeafSpec\)",)
-"""Deprecation warnings that Lightning's own code raises and no user of fl-lightning can act on:
-torch (2.14) deprecates ``LeafSpec``, which ``lightning/pytorch/utilities/_pytree.py`` (Lightning
-2.6) builds for every fit's ``CombinedLoader``."""
+LIGHTNING_DEPRECATIONS = (r".*isinstance\(treespec, LeafSpec\)", r"The pynvml package is deprecated")
+"""Deprecation warnings that Lightning's or torch's own code raises and no user of fl-lightning can
+act on: torch (2.14) deprecates ``LeafSpec``, which ``lightning/pytorch/utilities/_pytree.py``
+(Lightning 2.6) builds for every fit's ``CombinedLoader``; and where the ``pynvml`` package is
+installed (common on GPU machines), torch's use of it raises that package's own ``FutureWarning``
+("The pynvml package is deprecated. Please install nvidia-ml-py instead."), which a fit printed
+after its closing line."""
 
 
 class QuietLightningWarnings(Callback):
     """Hides :data:`LIGHTNING_DEPRECATIONS` from the fit's start on: a process-wide ``warnings``
-    filter on those messages only, as the CLI sets."""
+    filter on those messages only, as the CLI sets. A federated round is one batch, so Lightning's
+    logging interval (``log_every_n_steps``, 50 by default, which it warns is longer than the
+    epoch) is set to 1, as the CLI's Trainer has it: every round's values are logged."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for message in LIGHTNING_DEPRECATIONS:
             warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+        if trainer.log_every_n_steps > 1:
+            trainer.log_every_n_steps = 1
 
 
 def console_callbacks(trainer: pl.Trainer | None) -> list[Callback]:

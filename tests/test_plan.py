@@ -80,7 +80,7 @@ def test_a_dry_run_prints_the_missing_data_and_the_estimate(tmp_path, monkeypatc
     assert main(["run", str(path), "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path / 'runs.db'}"]) == 0
     out = capsys.readouterr().out
     assert "data missing for 2 run(s): mnist needs " in out and "train-images-idx3-ubyte" in out
-    assert "estimated time:" in out and "for 2 of 2 run(s) (2 from perf" in out
+    assert "estimated time:" in out and "for 2 of 2 run(s) (2 from costs: the measured cost table" in out
     assert not (tmp_path / "runs.db").exists()
 
 
@@ -103,9 +103,11 @@ def test_gpu_figures_are_read_by_clients_per_round_and_named(tmp_path):
     assert plan.gpu_throughput(tmp_path / "none") == ({}, None)
 
 
-def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_perf_figures(tmp_path):
+def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_perf_figures(tmp_path,
+                                                                                         no_published_runs):
     """A clean re-run's dry run reads how long the published ledger's runs of each cell took;
-    a store's own finished runs come first; a cell neither ran falls back to the perf figures."""
+    a store's own finished runs come first; a cell neither ran, of an algorithm without ledger runs
+    or a cost-table row, falls back to its benchmark's runs, then to the perf figures."""
     published = tmp_path / "runs.csv"
     published.write_text(
         "run_id,suite,status,cell,start_time,end_time\n"
@@ -130,5 +132,116 @@ def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_p
         cell_config(), plan.model_throughput()
     )
     lines = plan.plan_lines(cells, {"mnist/iid|FedProx": [7.0, 9.0, 100.0]}, 1, durations)
-    assert any("1 from store, 1 from published, 1 from benchmark, 1 from perf" in line for line in lines)
-    assert any(line.startswith("  longest rows") and "mnist/iid|FedAvg 1 x 40 s = 40 s" in line for line in lines)
+    assert any("(1 from store: this store's finished runs of the cell; 1 from published: the published ledger's "
+               "runs of the cell (leaderboard_site/runs.csv); 1 from benchmark: the same benchmark's other "
+               "configurations' runs, any algorithm; 1 from perf: a guess" in line for line in lines)
+    assert any(line.startswith("  longest rows") and "mnist/iid|FedAvg 1 x 40 s = 40 s (published)" in line
+               for line in lines)
+
+
+# issue 50: a run's cost depends on its algorithm; the dry run names where each estimate came from
+
+def algorithm_cell(label, source="mnist5k", batch_size=10, **init_args):
+    class Cell:
+        def __init__(self):
+            self.cell = f"{source}/bench|{label}"
+            self.config = cell_config(source, **({"backbone": "fl_mlp", "num_rounds": 60, "eval_every": 10,
+                                                  "batch_size": batch_size} | init_args))
+            self.config["model"]["class_path"] = f"fl_lightning.algorithms.{label.split('(')[0]}"
+    return Cell()
+
+
+def write_cost_table(path, rows):
+    path.write_text(json.dumps({"date": "2026-12-07", "machine": {"cpu": "AMD EPYC", "cpu_cores": 2},
+                                "eval_every": 10, "costs": rows}))
+    return path
+
+
+COSTS = [{"algorithm": "FedAvg", "model": "fl_mlp", "status": "ok", "per_round_s": 0.03, "start_s": 0.5,
+          "train_samples_per_round": 500.0},
+         {"algorithm": "FedLF", "model": "fl_mlp", "status": "ok", "per_round_s": 0.12, "start_s": 0.5,
+          "train_samples_per_round": 500.0},
+         {"algorithm": "FedFV", "model": "fl_mlp", "status": "failed (exit 1)"}]
+
+
+@pytest.fixture
+def no_published_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan, "PUBLISHED_RUNS", tmp_path / "no-runs.csv")
+    monkeypatch.setattr(plan, "COST_TABLE", write_cost_table(tmp_path / "costs.json", COSTS))
+
+
+def test_fedavg_and_fedlf_cells_are_estimated_from_their_own_costs_and_say_so(no_published_runs):
+    """Issue 50: the quickstart's dry run gave every cell 3 x 15 s, FedAvg's and FedLF's alike; the
+    real runs differ by 3-5 times. A cell without runs of its own takes its algorithm's measured
+    cost, and each line names the source."""
+    fedavg, fedlf = algorithm_cell("FedAvg"), algorithm_cell("FedLF")
+    (avg, avg_source), (lf, lf_source) = plan.cell_estimates([fedavg, fedlf], {}, {})
+    assert avg_source == lf_source == "costs"
+    # 100 clients x 10% of mnist5k's 5,000 samples = 500 a round, as measured: no size scaling
+    assert avg == pytest.approx(0.5 + 60 * 0.03) and lf == pytest.approx(0.5 + 60 * 0.12)
+    lines = plan.plan_lines([fedavg] * 3 + [fedlf] * 3, {}, 2, {})
+    text = "\n".join(lines)
+    assert "estimated time: 25 s with 2 job(s) for 6 of 6 run(s) (6 from costs: the measured cost table " \
+           "(2-core AMD EPYC, 2026-12-07;" in text
+    assert "by algorithm (runs x median run at --jobs 1, source): FedLF 3 x 8 s (cost table); " \
+           "FedAvg 3 x 2 s (cost table)" in text
+    # an algorithm the table could not measure falls back to the guess, named as one
+    (_, fv_source), = plan.cell_estimates([algorithm_cell("FedFV(alpha=0.1,tau=1)")], {}, {})
+    assert fv_source == "perf"
+    assert "a guess from the model's CPU throughput" in "\n".join(
+        plan.plan_lines([algorithm_cell("FedFV(alpha=0.1,tau=1)")], {}, 1, {}))
+
+
+def test_the_cost_table_is_scaled_to_the_cells_rounds_evaluations_and_samples(no_published_runs):
+    base = plan.cell_estimates([algorithm_cell("FedLF")], {}, {})[0][0] - 0.5
+    assert base == pytest.approx(60 * 0.12)
+    longer, = plan.cell_estimates([algorithm_cell("FedLF", num_rounds=120)], {}, {})
+    assert longer[0] - 0.5 == pytest.approx(2 * base)
+    every_round, = plan.cell_estimates([algorithm_cell("FedLF", eval_every=1)], {}, {})
+    assert every_round[0] - 0.5 == pytest.approx(10 * base)  # ten times the evaluations: an upper bound
+    everyone, = plan.cell_estimates([algorithm_cell("FedLF", fraction=0.2)], {}, {})
+    assert everyone[0] - 0.5 == pytest.approx(2 * base)  # twice the client samples a round
+    assert plan.cost_table_estimate(algorithm_cell("FedLF"), {}) is None
+    assert plan.cost_table(plan.COST_TABLE.parent / "missing.json") == ({}, "")
+
+
+def test_the_published_runs_of_the_same_algorithm_model_and_data_come_before_the_cost_table(
+        tmp_path, monkeypatch, no_published_runs):
+    """Another suite's published runs of FedLF on the same model and data (here 100 rounds, one
+    evaluation every 10) are rescaled to the cell's 60 rounds; a different batch size is not the
+    same data; the algorithm's class is matched where its label is not."""
+    header = ("run_id,suite,status,cell,start_time,end_time,algorithm,algorithm_config,task,params,task_model,"
+              "task_source,task_num_clients,task_fraction,task_batch_size,task_local_epochs,rounds_planned\n")
+
+    def row(algorithm, label, seconds, batch=10):
+        task = json.dumps({"partition_params": {"samples_per_client": None}, "test_mode": "global"})
+        params = json.dumps({"eval_every": "10"})
+        return (f'x,other,FINISHED,"b|{label}",2026-11-01T10:00:00,2026-11-01T10:{seconds // 60:02d}:{seconds % 60:02d},'
+                f'{algorithm},"{label}","{task.replace(chr(34), 2 * chr(34))}","{params.replace(chr(34), 2 * chr(34))}",'
+                f"fl_mlp,mnist5k,100,0.1,{batch},1,100\n")
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text(header + row("FedLF", "FedLF", 40) + row("FedLF", "FedLF", 60)
+                    + row("FedAvg", "FedAvg", 10, batch=50) + row("FedFV", "FedFV(alpha=0.5,tau=0)", 20))
+    monkeypatch.setattr(plan, "PUBLISHED_RUNS", runs)
+    plan._published_runs_by_setting.cache_clear()
+    cells = [algorithm_cell("FedLF"), algorithm_cell("FedAvg"), algorithm_cell("FedFV(alpha=0.1,tau=1)")]
+    (lf, lf_source), (avg, avg_source), (fv, fv_source) = plan.cell_estimates(cells, {}, {})
+    assert lf_source == "ledger" and lf == pytest.approx(0.6 + (50 - 0.6) * 0.6)
+    assert avg_source == "costs"  # the ledger's FedAvg ran batches of 50
+    assert fv_source == "ledger" and fv == pytest.approx(0.6 + (20 - 0.6) * 0.6)
+    assert "1 from costs" in plan.plan_lines(cells, {}, 1, {})[0]
+    # the cell's own runs come first: here, then published
+    assert plan.cell_estimates(cells[:1], {cells[0].cell: [99.0]}, {cells[0].cell: [5.0]}) == [(99.0, "store")]
+    assert plan.cell_estimates(cells[:1], {}, {cells[0].cell: [5.0]}) == [(5.0, "published")]
+    plan._published_runs_by_setting.cache_clear()
+
+
+def test_the_shipped_cost_table_gives_the_quickstart_s_fedlf_more_time_than_its_fedavg():
+    """The committed table (python -m benchmarks.perf.algorithm_costs) covers every algorithm that
+    the offline suites run on the MLP, and FedLF's round costs more than FedAvg's there."""
+    table, where = plan.cost_table()
+    assert "core" in where and table
+    cells = [cell for cell in load_suite("quickstart/offline", [0])]
+    estimates = dict(zip((cell.cell.split("|")[1] for cell in cells), plan.cell_estimates(cells, {}, {})))
+    assert estimates["FedLF"][1] in ("ledger", "costs") and estimates["FedLF"][0] > 2 * estimates["FedAvg"][0]

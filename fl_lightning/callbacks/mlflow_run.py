@@ -347,8 +347,8 @@ def name_new_runs(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
     run a resume continues, keeps its name."""
     data = getattr(trainer, "datamodule", None)
     for logger in mlflow_loggers(trainer):
-        if getattr(logger, "_run_name", None) or "mlflow.runName" in (logger.tags or {}) or logger.run_id is None:
-            continue  # the user's own name (given as run_name or as the tag)
+        if "mlflow.runName" in (logger.tags or {}) or logger.run_id is None:
+            continue  # the user's own name (MLFlowLogger keeps a run_name it is given as this tag)
         client, run_id = logger.experiment, logger.run_id
         run = client.get_run(run_id)
         if run.data.params or run.data.metrics or run.info.status != "RUNNING":  # not a new run

@@ -14,6 +14,7 @@ below, which ``tests/test_startup.py`` keeps equal to the registries).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import signal
@@ -151,6 +152,21 @@ def _help_file(kept: str = "fit") -> Path | None:
         return fit_help_file(kept)
     except (OSError, RuntimeError, ValueError):  # no home folder to hold a cache
         return None
+
+
+def leave_now() -> None:
+    """The end of the console script after a finished fit: what the exit would wait for is waited
+    for (threads still running, then the exit handlers: MLflow's, logging's flush), and the process
+    ends without the interpreter's teardown, which on a CUDA build of torch (where the objects
+    cannot be frozen, see ``freeze_unless_nanobind``) collects every object the imports made live:
+    1.8 s of silence after ``Done:`` on an idle 2-core EPYC, 5-12 s on a loaded one."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def freeze_unless_nanobind() -> None:
@@ -318,6 +334,8 @@ def main(args: list[str] | None = None) -> None:
             freeze_unless_nanobind()
     if exits_after and command_args[0] == "fit":
         keep_fit_help_after_fit()
+    if exits_after:
+        leave_now()
 
 
 if __name__ == "__main__":

@@ -150,8 +150,8 @@ class QuietLightningWarnings(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for message in LIGHTNING_DEPRECATIONS:
             warnings.filterwarnings("ignore", message=message, category=FutureWarning)
-        if trainer.log_every_n_steps > 1:
-            trainer.log_every_n_steps = 1
+        if getattr(trainer, "log_every_n_steps", 1) > 1:  # set by Lightning's logger connector, undeclared
+            setattr(trainer, "log_every_n_steps", 1)  # noqa: B010
 
 
 def console_callbacks(trainer: pl.Trainer | None) -> list[Callback]:

@@ -67,7 +67,8 @@ def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
     split = {}
     for section, cls in (("data", FederatedDataModule), ("model", FedAvg)):
         cli_values = printed[section] if section == "data" else printed[section]["init_args"]
-        defaults = python_defaults(cls) if section == "data" else python_defaults(FederatedModule) | python_defaults(cls)
+        defaults = (python_defaults(cls) if section == "data"
+                    else python_defaults(FederatedModule) | python_defaults(cls))
         for name, default in defaults.items():
             if name in DATA_LINKS or name not in cli_values:
                 continue

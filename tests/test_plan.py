@@ -216,8 +216,10 @@ def test_the_published_runs_of_the_same_algorithm_model_and_data_come_before_the
     def row(algorithm, label, seconds, batch=10):
         task = json.dumps({"partition_params": {"samples_per_client": None}, "test_mode": "global"})
         params = json.dumps({"eval_every": "10"})
-        return (f'x,other,FINISHED,"b|{label}",2026-11-01T10:00:00,2026-11-01T10:{seconds // 60:02d}:{seconds % 60:02d},'
-                f'{algorithm},"{label}","{task.replace(chr(34), 2 * chr(34))}","{params.replace(chr(34), 2 * chr(34))}",'
+        end = f"2026-11-01T10:{seconds // 60:02d}:{seconds % 60:02d}"
+        quoted_task, quoted_params = task.replace(chr(34), 2 * chr(34)), params.replace(chr(34), 2 * chr(34))
+        return (f'x,other,FINISHED,"b|{label}",2026-11-01T10:00:00,{end},'
+                f'{algorithm},"{label}","{quoted_task}","{quoted_params}",'
                 f"fl_mlp,mnist5k,100,0.1,{batch},1,100\n")
 
     runs = tmp_path / "runs.csv"

@@ -3,7 +3,8 @@
 ``python -m benchmarks.perf.algorithm_costs [--models fl_mlp fl_logreg] [--out ...]`` takes, for every
 (algorithm, model) pair that the offline suites run, the first such cell (its data, partition and
 the algorithm's own settings), and fits it twice through the runner (``fl-benchmarks run``, one job,
-one torch thread as at ``--jobs 2`` on two cores, a scratch store): ``SHORT`` and ``LONG`` rounds, evaluating every ``EVAL_EVERY``.
+one torch thread as at ``--jobs 2`` on two cores, a scratch store): ``SHORT`` and ``LONG`` rounds,
+evaluating every ``EVAL_EVERY``.
 A run's wall time is its store's (start to end, as the dry run's ``store`` source reads it), so
 
     per round = (t_long - t_short) / (LONG - SHORT)     (training, aggregation and the evaluations
@@ -78,10 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    from benchmarks.command_line import main as benchmarks_main
-    from benchmarks.plan import run_durations, training_samples
-    from benchmarks.perf.machine import describe_machine
     import torch
+
+    from benchmarks.command_line import main as benchmarks_main
+    from benchmarks.perf.machine import describe_machine
+    from benchmarks.plan import run_durations, training_samples
 
     pairs = reference_cells(tuple(args.models))
     by_algorithm: dict[str, dict[str, object]] = {}
@@ -114,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                                "start_s": round(max(short[0] - SHORT * per_round, 0.0), 3)})
             print(f"  {model}: {per_round * 1000:.1f} ms a round, start {rows[-1]['start_s']:.2f} s", flush=True)
     machine = describe_machine(torch.device("cpu"))
-    report = {"what": "seconds a round (eval every %d) and a run's start, per algorithm and model, "
-                      "from fits of %d and %d rounds through the runner (--jobs 1)" % (EVAL_EVERY, SHORT, LONG),
-              "command": "python -m benchmarks.perf.algorithm_costs " + " ".join(argv if argv is not None else sys.argv[1:]),
+    command = "python -m benchmarks.perf.algorithm_costs " + " ".join(argv if argv is not None else sys.argv[1:])
+    report = {"what": f"seconds a round (eval every {EVAL_EVERY}) and a run's start, per algorithm and model, "
+                      f"from fits of {SHORT} and {LONG} rounds through the runner (--jobs 1)",
+              "command": command,
               "date": datetime.date.today().isoformat(), "machine": machine, "eval_every": EVAL_EVERY,
               "wall_s": round(time.perf_counter() - started, 1),
               "load_1min": {"before": load_before, "after": os.getloadavg()[0]}, "costs": rows}

@@ -16,6 +16,17 @@ config). Finished runs of the same cell config are found in the store and skippe
 (:mod:`benchmarks.suite_store`), so an interrupted suite resumes where it stopped and an edited
 cell runs again; a cell that fails is recorded as a FAILED run with its error, and the rest go
 on. The command line is :mod:`benchmarks.command_line`.
+
+One runner per cell: runners of one suite on one store claim each cell before it runs (a claim
+file beside the store, :func:`benchmarks.suite_store.claims_folder`, holding the runner's host and
+process id; a claim whose runner is gone is taken over). A runner that finds a cell claimed by a
+live runner leaves it (ELSEWHERE) and, once its own cells are done, waits for that claim to go
+and then runs the cell only if it did not finish, so two runners split the cells and never
+duplicate a run, resume a live one or write the same log. The exit status tells the truth: 0
+only when every cell finished (here or by the other runner), 1 when a cell ended FAILED or
+KILLED, 128 + the signal when the suite was stopped: SIGINT, SIGTERM and SIGHUP all stop it,
+SIGINT even where the runner inherited it ignored (a background job of a script), and no cell
+starts after the stop.
 """
 
 from __future__ import annotations
@@ -42,8 +53,10 @@ from benchmarks.launchers import (
 )
 from benchmarks.suite_store import (
     check_store,
+    claims_folder,
     ensure_experiment,
     final_metric,
+    finished_runs,
     finished_runs_or_exit,
     finished_runs_read_only,
     record_failure,
@@ -58,10 +71,15 @@ from benchmarks.suites import (
     program_name,
     select_cells,
 )
+from fl_lightning.fit_lock import release_claim, try_claim
 from fl_lightning.one_line import first_line
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
 
 INTERRUPTED_EXIT_CODES = (128 + 2, 128 + 15)  # a fit stopped by SIGINT / SIGTERM (lightning_cli.run)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops the suite (see the module's docstring)
+ELSEWHERE = "ELSEWHERE"  # a cell another live runner of the store has claimed
+BAD_ENDS = ("FAILED", "KILLED")  # a cell that ended so makes the runner's exit status 1
+WAIT_S = 2.0  # how often a runner looks again at the cells another runner holds
 
 
 class SuiteStopped(KeyboardInterrupt):
@@ -98,13 +116,45 @@ def _cell_config_file(cell: Cell, tracking_uri: str, path: Path | None = None) -
     return str(Path(path).resolve())
 
 
-def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Launcher) -> tuple[Cell, str, float, str]:
+def cell_file_name(cell: Cell) -> str:
+    """The stem of the cell's log, config and claim files."""
+    return f"{cell.cell.replace('/', '_').replace('|', '__').replace(' ', '')}__seed{cell.seed}"
+
+
+def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Launcher,
+             claims: Path | None = None) -> tuple[Cell, str, float, str]:
     """Runs one (cell, seed) through ``launcher`` (:class:`WarmWorkers` or :class:`IsolatedProcesses`);
-    (cell, status, seconds, error). A cell that fails is recorded in the store as a FAILED run."""
-    safe = cell.cell.replace("/", "_").replace("|", "__").replace(" ", "")
-    log_path = log_dir / f"{safe}__seed{cell.seed}.log"
+    (cell, status, seconds, error). A cell that fails is recorded in the store as a FAILED run.
+
+    ``claims``: the store's claims folder; the cell is claimed there first, and left
+    (:data:`ELSEWHERE`) while another live runner holds it, or skipped (``SKIPPED (done)``) when it
+    finished meanwhile; its config and log are written only under the claim."""
+    if claims is None:
+        return _run_claimed_cell(cell, tracking_uri, log_dir, launcher)
+    path = claims / f"{cell_file_name(cell)}.claim"
+    try:
+        claims.mkdir(parents=True, exist_ok=True)
+        holder = try_claim(path)
+    except OSError as error:
+        return cell, "NOT-RUN", 0.0, f"cannot claim the cell in {claims} ({error.strerror or error})"
+    if holder is not None:
+        who = f"process {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+        return cell, ELSEWHERE, 0.0, f"being run by another runner of this store ({who}; claim {path})"
+    try:
+        if STOPPED.is_set():
+            return cell, "NOT-RUN", 0.0, NOT_STARTED
+        if (cell.cell, str(cell.seed), cell.config_tag) in finished_runs(tracking_uri, cell.suite):
+            return cell, "SKIPPED (done)", 0.0, ""  # another runner finished it meanwhile
+        return _run_claimed_cell(cell, tracking_uri, log_dir, launcher)
+    finally:
+        release_claim(path)
+
+
+def _run_claimed_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Launcher) -> tuple[Cell, str, float, str]:
+    safe = cell_file_name(cell)
+    log_path = log_dir / f"{safe}.log"
     # kept beside the log: the resume command the fit prints names it
-    config_path = _cell_config_file(cell, tracking_uri, log_dir / f"{safe}__seed{cell.seed}.yaml")
+    config_path = _cell_config_file(cell, tracking_uri, log_dir / f"{safe}.yaml")
     started = time.perf_counter()
     outcome = launcher.run(config_path, str(log_path))
     seconds = time.perf_counter() - started
@@ -180,6 +230,7 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
         done, durations, note = finished_runs_read_only(tracking_uri, suite)
     else:
         check_store(tracking_uri)
+        ensure_experiment(tracking_uri, suite)  # a new store: one runner makes it, the others wait
         done, note = finished_runs_or_exit(tracking_uri, suite), ""
     todo = [c for c in cells if (c.cell, str(c.seed), c.config_tag) not in done]
     print(f"suite {suite}: {len(cells)} runs ({len({c.cell for c in cells})} cells x seeds), "
@@ -202,9 +253,9 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
             print(f"  would run {cell.cell} seed {cell.seed}{length}")
         print("\n".join(plan_lines(todo, durations, jobs, published)))
         return 0
-    ensure_experiment(tracking_uri, suite)  # before the parallel jobs race to create it
     log_dir = Path("benchmark_logs") / suite
     log_dir.mkdir(parents=True, exist_ok=True)
+    claims = claims_folder(tracking_uri, suite, log_dir)
     from fl_lightning.machine import available_cores
 
     # the cores this process may use, shared by the jobs: each worker's OMP_NUM_THREADS, which a
@@ -220,34 +271,54 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
         launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
     pool = ThreadPoolExecutor(max_workers=jobs)
     STOPPED.clear()
-    futures = []
+    futures: list[Any] = []
     reported: set[Any] = set()
+    waiting: dict[tuple[str, int], str] = {}  # the cells another runner holds, and what was said of them
 
-    def report(future: Any, number: int) -> None:
-        cell, status, seconds, error = future.result()
-        outcomes[(cell.cell, cell.seed)] = (status, seconds)
-        note = f"  ({first_line(error)})" if error else ""
-        print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
+    def report(future: Any) -> Cell | None:
+        """Says how the cell ended; the cell, if another runner holds it (looked at again later)."""
         reported.add(future)
+        cell, status, seconds, error = future.result()
+        key = (cell.cell, cell.seed)
+        if status == ELSEWHERE:
+            outcomes[key] = (status, 0.0)
+            if key not in waiting:  # said once, not on every look
+                waiting[key] = error
+                print(f"[-/{len(todo)}] {status:8s} {0:6.0f}s  {cell.cell} seed {cell.seed}  ({first_line(error)}; "
+                      "waiting for it)", flush=True)
+            return cell
+        waiting.pop(key, None)
+        outcomes[key] = (status, seconds)
+        note = f"  ({first_line(error)})" if error else ""
+        number = sum(1 for value, _ in outcomes.values() if value != ELSEWHERE)
+        print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
+        return None
 
     stopped_by: int = signal.SIGINT
-    # SIGTERM (kill, a scheduler's stop, a shell's background job, which ignores SIGINT) stops the
-    # suite as Ctrl-C does, and is passed on to the workers (Ctrl-C reaches them from the terminal)
-    on_term = (
-        signal.signal(signal.SIGTERM, _stop_suite) if threading.current_thread() is threading.main_thread() else None
-    )
+    # SIGINT (Ctrl-C; also where a background job of a script inherited it ignored), SIGTERM (kill,
+    # a scheduler's stop) and SIGHUP (the terminal closed) stop the suite; after SIGTERM and SIGHUP
+    # the workers are sent SIGTERM (a fit ends its run KILLED); Ctrl-C reaches them from the
+    # terminal, and a second SIGINT would cut a fit's stop short
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {number: signal.signal(number, _stop_suite) for number in STOP_SIGNALS} if main_thread else {}
     try:
-        futures = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher) for cell in todo]
-        for future in as_completed(futures):
-            report(future, len(reported) + 1)
+        batch = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher, claims) for cell in todo]
+        futures += batch
+        while batch:
+            held = [left for left in (report(future) for future in as_completed(batch)) if left is not None]
+            if held:  # another runner's cells: looked at again until it lets them go
+                time.sleep(WAIT_S)
+            batch = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher, claims) for cell in held]
+            futures += batch
     except KeyboardInterrupt as stop:  # the cells not started are dropped, the running ones stop with their fits
         STOPPED.set()
-        if on_term is not None:  # a second SIGTERM (a scheduler's repeat) must not cut the stop short
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for number in previous:  # a second signal (a scheduler's repeat) must not cut the stop short
+            signal.signal(number, signal.SIG_IGN)
         if isinstance(stop, SuiteStopped):
             stopped_by = stop.signum
-            launcher.stop(stop.signum)
-        verb = "terminated" if stopped_by == signal.SIGTERM else "interrupted"
+        if stopped_by != signal.SIGINT:  # Ctrl-C reaches the workers from the terminal
+            launcher.stop(signal.SIGTERM)
+        verb = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(signal.Signals(stopped_by), "interrupted")
         print(
             f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
             f"`{program_name()} run {name}{' --confirmatory' if confirmatory else ''}` again runs them, "
@@ -258,23 +329,34 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()
-        if on_term is not None:
-            signal.signal(signal.SIGTERM, on_term)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     for future in futures:  # the cells that ended while the suite stopped
         if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
-            report(future, len(reported) + 1)
+            report(future)
     for cell in todo:  # dropped when the suite stopped (not "skipped": that is a run finished before)
         outcomes.setdefault((cell.cell, cell.seed), ("NOT-RUN", 0.0))
-    print(f"\nsuite {suite} {'stopped' if STOPPED.is_set() else 'done'} in {time.perf_counter() - started:.0f}s; "
+    ended = "stopped" if STOPPED.is_set() else "done" if exit_status(outcomes, None) == 0 else "ended"
+    print(f"\nsuite {suite} {ended} in {time.perf_counter() - started:.0f}s; "
           f"logs in {log_dir}\n")
     print(summary_table(cells, outcomes, final_metric(tracking_uri, suite)))
     failed = sum(1 for status, _ in outcomes.values() if status == "FAILED")
+    killed = sum(1 for status, _ in outcomes.values() if status == "KILLED")
     if failed:
         print(f"\n{failed} run(s) failed: their errors are in the store (tag '{Tag.ERROR}') and in {log_dir}")
+    if killed and not STOPPED.is_set():
+        print(f"\n{killed} run(s) were stopped by a signal to their fits: "
+              f"`{program_name()} run {name}` again resumes them")
     print(f"\nStore: {tracking_uri}\nBuild the leaderboard from it:  {leaderboard_command(tracking_uri)}", flush=True)
-    if STOPPED.is_set():
+    return exit_status(outcomes, stopped_by if STOPPED.is_set() else None)
+
+
+def exit_status(outcomes: dict[tuple[str, int], tuple[str, float]], stopped_by: int | None) -> int:
+    """128 + the signal that stopped the suite; else 1 when a cell ended FAILED or KILLED (or was
+    left unfinished to another runner that stopped), else 0."""
+    if stopped_by is not None:
         return 128 + stopped_by
-    return 1 if failed else 0
+    return 1 if any(status in BAD_ENDS or status in (ELSEWHERE, "NOT-RUN") for status, _ in outcomes.values()) else 0
 
 
 def leaderboard_command(tracking_uri: str) -> str:

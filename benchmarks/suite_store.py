@@ -1,6 +1,12 @@
 """The MLflow store as the runner sees it: which runs of a suite are finished (so a suite
-resumes where it stopped), the unfinished run a cell continues from its checkpoint, the run a
-failed or stopped cell is recorded as, and the final accuracy the summary shows."""
+resumes where it stopped), the unfinished run a cell continues from its checkpoint (never one
+whose fit still runs), the run a failed or stopped cell is recorded as, and the final accuracy
+the summary shows.
+
+Several runners may share one store: a new store and the suite's experiment are made by one of
+them at a time (:func:`ensure_experiment`, under the store's file lock, the schema copied into
+place), and each cell is claimed before it runs (:func:`claims_folder`): a runner that finds a
+cell claimed by a live runner leaves it to that runner."""
 
 from __future__ import annotations
 
@@ -96,11 +102,37 @@ def finished_runs_read_only(
 
 
 def ensure_experiment(tracking_uri: str, suite: str) -> str:
+    """The suite's experiment id, the store and the experiment made first where they do not exist:
+    one process at a time (runners and fits started together on a new store wait for each other
+    instead of both creating its tables); a store that cannot be set up is refused in one line."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name(suite)
-    return experiment.experiment_id if experiment else client.create_experiment(suite)
+    from fl_lightning.callbacks.mlflow_store import open_mlflow_experiment
+
+    try:
+        open_mlflow_experiment(tracking_uri, suite)
+    except RuntimeError as error:
+        raise SystemExit(f"cannot set up the store {tracking_uri}: {first_line(error.__cause__ or error)}") from None
+    experiment = MlflowClient(tracking_uri).get_experiment_by_name(suite)
+    if experiment is None:  # another process deleted it meanwhile
+        raise SystemExit(f"the experiment {suite!r} of the store {tracking_uri} vanished while it was set up; "
+                         "run again")
+    return str(experiment.experiment_id)
+
+
+def claims_folder(tracking_uri: str, suite: str, log_dir: Path) -> Path:
+    """Where the runners of a store claim its cells: beside a SQLite or file store (every runner of
+    that store sees it, from whatever folder it runs), else (a tracking server) in the suite's log
+    folder of this working folder."""
+    from fl_lightning.store_uri import sqlite_file
+
+    safe = suite.replace("/", "_")
+    database = sqlite_file(tracking_uri)
+    if database is not None:
+        return Path(f"{Path(database).absolute()}.claims") / safe
+    if tracking_uri.startswith("file:"):
+        return Path(tracking_uri[len("file:"):].removeprefix("//")).absolute() / ".claims" / safe
+    return log_dir / "claims"
 
 
 CHECKPOINT_ROOT = "checkpoints"  # the CLI's default_root_dir, relative to the runner's folder (its workers' too)
@@ -125,9 +157,16 @@ def latest_unfinished_run(tracking_uri: str, cell: Cell) -> Any:
 
 def resumable_checkpoint(tracking_uri: str, cell: Cell) -> str | None:
     """The ``last.ckpt`` of the cell's latest unfinished run (a suite stopped by Ctrl-C, a killed
-    worker), where the runner's fits write it: the rerun continues that run from there."""
+    worker), where the runner's fits write it: the rerun continues that run from there. A run
+    still RUNNING whose fit is alive on this host (a fit started by hand, another runner's) is
+    never resumed: the cell then starts a run of its own."""
+    from fl_lightning.fit_lock import fit_is_alive
+
     run = latest_unfinished_run(tracking_uri, cell)
     if run is None:
+        return None
+    tags = run.data.tags
+    if run.info.status == "RUNNING" and fit_is_alive(tags.get(Tag.FIT_HOST), tags.get(Tag.FIT_PID)):
         return None
     path = Path(CHECKPOINT_ROOT) / run.info.experiment_id / run.info.run_id / "checkpoints" / "last.ckpt"
     return str(path.resolve()) if path.is_file() else None

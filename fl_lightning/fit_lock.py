@@ -1,9 +1,14 @@
 """One fit per run at a time, and no run left RUNNING without a live fit.
 
-* :class:`RunLock`: a resumed fit holds ``fit.lock`` in its run's checkpoint folder (made with
-  ``O_EXCL``, holding the host, the process id and the start time) for as long as it runs; a
-  second fit resuming the same run is refused in one line while the first is alive. A lock whose
-  process is gone (killed, power lost) is stale and taken over.
+* :class:`RunLock`: every logged fit, fresh or resumed, holds ``fit.lock`` in its run's checkpoint
+  folder (made with ``O_EXCL``, holding the host, the process id and the start time) from the
+  moment its run exists for as long as it runs; a second fit of the same run (its own printed
+  resume command, run while it still runs) is refused in one line while the first is alive. A
+  lock whose process is gone (killed, power lost) is stale and taken over.
+* :func:`check_writable_folder`: a checkpoint folder that cannot be made or written is refused
+  before the fit's run is created.
+* :func:`try_claim`: the same kind of file as a claim that another process may find taken
+  (the benchmark runner's per-cell claims) without it being an error.
 * :func:`mark_dead_runs`: runs of an experiment still RUNNING whose fit (host and process logged
   in the ``fit_host``/``fit_pid`` tags) no longer runs on this host are ended KILLED, with a tag
   that says so, by the next fit, resume or benchmark run that opens the experiment.
@@ -60,9 +65,17 @@ class RunLock:
         self.path = path
 
     @classmethod
-    def acquire(cls, folder: Path) -> RunLock:
-        """Take the folder's lock, or raise ``PreflightError`` naming the live fit that holds it."""
+    def acquire(cls, folder: Path, make: bool = False) -> RunLock:
+        """Take the folder's lock, or raise ``PreflightError`` naming the live fit that holds it
+        (``make``: the folder is made first, as a fresh run's checkpoint folder is)."""
         path = folder / LOCK_NAME
+        if make:
+            check_writable_folder(folder)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise PreflightError(f"cannot make the run's checkpoint folder {folder} ({error.strerror}): "
+                                     "make its parent writable or pass --trainer.default_root_dir") from None
         record = {"host": this_host(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         for _ in range(2):
             try:
@@ -103,6 +116,54 @@ class RunLock:
         holder = read_lock(self.path)
         if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
             self.path.unlink(missing_ok=True)
+
+
+def check_writable_folder(folder: Path) -> None:
+    """Refuse (``PreflightError``, one line) a folder that cannot be written: it, or the nearest
+    folder above it that exists, is not a folder or is not writable. Creates nothing."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PreflightError(f"cannot write checkpoints into {folder}: {existing} is not a folder; "
+                             "pass another --trainer.default_root_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PreflightError(f"cannot write checkpoints into {folder}: {existing} is not writable; make it "
+                             "writable or pass another --trainer.default_root_dir")
+
+
+def try_claim(path: Path) -> dict[str, Any] | None:
+    """Take the claim file ``path`` for this process (``O_EXCL``; a claim of a process of this
+    host that is gone is taken over); None when taken, else the record of the process holding it
+    (``{}``: unreadable, e.g. being written). A folder that cannot be written raises ``OSError``."""
+    record = {"host": this_host(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for _ in range(2):
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = read_lock(path)
+            if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
+                return None
+            if fit_is_alive(holder.get("host"), holder.get("pid")) is False:
+                path.unlink(missing_ok=True)  # its process is gone
+                continue
+            return holder
+        try:
+            with os.fdopen(descriptor, "w") as file:
+                json.dump(record, file)
+        except OSError:
+            path.unlink(missing_ok=True)
+            raise
+        return None
+    return read_lock(path)
+
+
+def release_claim(path: Path) -> None:
+    """Remove the claim file ``path`` if this process holds it."""
+    holder = read_lock(path)
+    if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
+        path.unlink(missing_ok=True)
 
 
 def read_lock(path: Path) -> dict[str, Any]:

@@ -39,6 +39,8 @@ import torch
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.tracking import MlflowClient
 
 from fl_lightning.algorithms import ALGORITHMS  # also registers the classes for --model
 from fl_lightning.callbacks import LogHyperparameters, MLflowRunInfo, RoundProgressBar
@@ -67,7 +69,7 @@ from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.faults import FitFaults, fault_line, save_traceback
-from fl_lightning.fit_lock import RunLock, release_all
+from fl_lightning.fit_lock import RunLock, check_writable_folder, release_all
 from fl_lightning.parse_errors import diagnose, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
@@ -267,7 +269,26 @@ class FederatedCLI(LightningCLI):
             *defaults,
             *default_checkpoint(config.trainer.get("callbacks") or [], config.trainer.get("enable_checkpointing"),
                                 self.checkpoint_folder(config, loggers))]
-        return super().instantiate_trainer(**{"logger": loggers, **kwargs})
+        trainer = super().instantiate_trainer(**{"logger": loggers, **kwargs})
+        try:
+            hold_run_lock(trainer, self.experiment_id())
+        except PreflightError as error:
+            refuse(str(error))
+        return trainer
+
+    def experiment_id(self) -> str | None:
+        """The id of the experiment the first MLflow logger logs a new run to (its store is open by
+        now), read without creating the run; None where it cannot be told."""
+        configs = self.mlflow_setup.mlflow_configs()
+        if not configs or configs[0].init_args.get("run_id"):
+            return None
+        init_args = configs[0].init_args
+        try:
+            experiment = MlflowClient(configured_tracking_uri(init_args)).get_experiment_by_name(
+                init_args.get("experiment_name") or DEFAULT_EXPERIMENT)
+        except Exception:  # noqa: BLE001 - only the check of that one folder is left out
+            return None
+        return None if experiment is None else str(experiment.experiment_id)
 
     def checkpoint_folder(self, config: Namespace, loggers: Any) -> Path | None:
         """Where this fit's ``last.ckpt`` goes when it is not Lightning's run folder
@@ -291,6 +312,30 @@ class FederatedCLI(LightningCLI):
                     continue
                 return folder / "checkpoints"
         return None
+
+
+def hold_run_lock(trainer: Trainer, experiment_id: str | None = None) -> None:
+    """The fit's run's ``fit.lock``, taken as the run is created (fresh) or continued (resumed),
+    held until the fit ends (``fit_lock.release_all``): the fit's own printed resume command,
+    run while it runs, is refused. The checkpoint folder is checked before the run is created:
+    a fit that could not write its checkpoints creates no run. The folder is the one the
+    checkpoint callback writes to: its ``dirpath``, else Lightning's
+    ``<save_dir or default_root_dir>/<experiment id>/<run id>/checkpoints``; a fit with no
+    checkpoint callback, or whose first logger is not MLflow's, holds none."""
+    callback = trainer.checkpoint_callback
+    if callback is None or not trainer.loggers:
+        return
+    dirpath = getattr(callback, "dirpath", None)
+    if dirpath:
+        if any(isinstance(logger, MLFlowLogger) for logger in trainer.loggers):
+            RunLock.acquire(Path(dirpath), make=True)
+        return
+    first = trainer.loggers[0]
+    if not isinstance(first, MLFlowLogger):
+        return
+    root = Path(first.save_dir or trainer.default_root_dir)
+    check_writable_folder(root / experiment_id if experiment_id else root)  # before the run exists
+    RunLock.acquire(root / str(first.name) / str(first.version) / "checkpoints", make=True)
 
 
 def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:

@@ -97,6 +97,16 @@ class Provenance:
     suites: list[SuiteInfo]
     scales: list[str]
     mlflow_version: str
+    build_command: str = "python -m leaderboard build"  # as the user ran it: :func:`build_command`
+
+
+def build_command(argv0: str | None = None) -> str:
+    """The command that built the site, as the user ran it (the footer names it): ``fl-leaderboard
+    build`` from the console script, else ``python -m leaderboard build``."""
+    import sys
+
+    console = Path(argv0 or sys.argv[0]).name == "fl-leaderboard"
+    return "fl-leaderboard build" if console else "python -m leaderboard build"
 
 
 def provenance(store: StoreContents) -> Provenance:
@@ -125,6 +135,7 @@ def provenance(store: StoreContents) -> Provenance:
         suites=suites,
         scales=sorted({r.scale for r in runs} - {""}),
         mlflow_version=mlflow.__version__,
+        build_command=build_command(),
     )
 
 
@@ -183,7 +194,7 @@ def built_files(marker: Path) -> set[str] | None:
 def write_marker(staging: Path) -> None:
     """The marker file, with the manifest of every file of the build (read by ``check_output``)."""
     files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-    (staging / MARKER).write_text("built by `python -m leaderboard build`; replaced on every build. Its files:\n"
+    (staging / MARKER).write_text(f"built by `{build_command()}`; replaced on every build. Its files:\n"
                                   + "".join(f"- {name}\n" for name in files))
 
 

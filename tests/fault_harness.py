@@ -7,7 +7,9 @@ PHASE: ``store`` (while a new SQLite store is copied into place), ``round`` (in 
 ``flush`` (as round ``ROUND``'s metrics are written to the store), ``final`` (while the final
 artefacts are logged). FAULT: ``sigkill`` (the process killed outright), ``enospc`` (a full disk:
 the write raises ``ENOSPC``, or SQLite's "database or disk is full"), ``server`` (the tracking
-store stops answering from then on: every MLflow call is refused as an HTTP store refuses it).
+store stops answering from then on: every MLflow call is refused as an HTTP store refuses it),
+``hold`` (no fault: the fit waits there, alive, until the file ``$FL_HOLD_RELEASE`` exists, so that
+a test can run a second process against the live fit, e.g. its own printed resume command).
 Prints ``STRUCK <phase> <fault>`` to stderr when the fault strikes, then runs the console script.
 """
 
@@ -41,6 +43,12 @@ def strike(where: str, store_write: bool = False) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", where)
     elif FAULT == "server":
         state["server_down"] = True
+    elif FAULT == "hold":
+        import time
+
+        release, deadline = os.environ["FL_HOLD_RELEASE"], time.time() + 600
+        while not os.path.exists(release) and time.time() < deadline:
+            time.sleep(0.05)
 
 
 def install() -> None:

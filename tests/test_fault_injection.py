@@ -10,6 +10,11 @@ after each the invariants hold:
 * the printed resume command (or, with no checkpoint yet, the same command again) finishes the
   run with every round logged exactly once;
 * a fault that is not a kill ends in one line naming it, with no traceback on the terminal.
+
+And the second writer (issue 50): a fit's own printed resume command, run while the fit still
+runs, is refused in one line and changes nothing; two ``fl-benchmarks run`` of one suite started
+together, on a new store and on an existing one, split its cells: every cell one FINISHED run,
+every round logged once, one fit per cell log, no traceback.
 """
 
 from __future__ import annotations
@@ -132,3 +137,82 @@ def test_a_fault_at_any_phase_loses_nothing(phase, fault, earlier_store, tmp_pat
     if lines:  # the resume continued the same run
         assert len(runs) == 1
     assert {run_id: snapshot(client, run_id) for run_id in earlier} == earlier
+
+
+def test_a_fits_own_resume_command_run_while_it_runs_is_refused_and_changes_nothing(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    release = tmp_path / "release"
+    args = fit_args(uri, f"--model.num_rounds={ROUNDS}", "--seed_everything=5")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": uri, "FL_HOLD_RELEASE": str(release)}
+    fit = subprocess.Popen([sys.executable, str(HARNESS), "round", "hold", *args], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = ""
+        while "resume it with:" not in out:  # printed when the fit starts
+            line = fit.stdout.readline()
+            assert line, fit.stderr.read()[-3000:]
+            out += line
+        while "STRUCK round hold" not in fit.stderr.readline():  # the fit waits, alive, in round ROUND
+            assert fit.poll() is None, fit.stderr.read()[-3000:]
+        command = words(printed_line(out, "resume it with:"))[1]
+        second = subprocess.run([sys.executable, "-m", "fl_lightning.cli", *command[1:]], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+        release.touch()
+        rest, err = fit.communicate(timeout=300)
+    finally:
+        if fit.poll() is None:
+            fit.kill()
+            fit.wait()
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert len(second.stderr.strip().splitlines()) == 1 and "another fit is running this run" in second.stderr
+    assert fit.returncode == 0, err[-3000:]
+    client = MlflowClient(uri)
+    (run,) = runs_of(client)
+    assert run.info.status == "FINISHED"
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss"))
+    assert steps == list(range(1, ROUNDS + 1))  # every round once: the second process logged nothing
+    assert not list(tmp_path.rglob("fit.lock"))
+
+
+def two_runner_suite(tmp_path: Path) -> Path:
+    """Three cells of a few seconds each, with checkpoints (a rerun could resume a live run)."""
+    import yaml
+
+    from benchmarks.suites import deep_merge
+    from tests.test_runner import SUITE
+
+    base = deep_merge(SUITE["base"], {"trainer": {"enable_checkpointing": True},
+                                      "model": {"init_args": {"num_rounds": 12, "eval_every": 4}}})
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(dict(SUITE, base=base)))
+    return path
+
+
+@pytest.mark.parametrize("store", ["new", "existing"])
+def test_two_runners_of_one_suite_at_once_split_its_cells(store, tmp_path):
+    from benchmarks.suite_store import ensure_experiment
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    if store == "existing":
+        ensure_experiment(uri, "tiny-offline")
+    path = two_runner_suite(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "benchmarks", "run", str(path), "--tracking-uri", uri]
+    runners = [subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)]
+    runners.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True))
+    said = [runner.communicate(timeout=600) for runner in runners]
+    for runner, (out, err) in zip(runners, said, strict=True):
+        assert runner.returncode == 0, (out + err)[-3000:]
+        assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tiny-offline").experiment_id])
+    cells = [run.data.tags[Tag.CELL] for run in runs]
+    assert sorted(set(cells)) == sorted(cells) and len(cells) == 3, [(c, r.info.status) for c, r in zip(cells, runs)]
+    assert {run.info.status for run in runs} == {"FINISHED"}
+    for run in runs:
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "clients_aggregated"))
+        assert steps == list(range(1, 13))  # every round once
+    for log in (tmp_path / "benchmark_logs" / "tiny-offline").glob("*.log"):
+        assert log.read_text().count("resume it with:") == 1, log  # one fit per cell log

@@ -544,8 +544,7 @@ def run_durations(tracking_uri: str, suite: str) -> dict[str, list[float]]:
 
 def estimate_suite(cells: list[Cell], measured_as: list[Cell] | None = None) -> tuple[float, int]:
     """(estimated seconds at --jobs 1, runs without an estimate) as a dry run estimates a clean
-    store's runs: the published ledger's run times where it has the cell, else its benchmark's other
-    configurations' there, else the perf figures (``plan.cell_estimates``). ``measured_as``: the same
+    store's runs, by the sources of ``plan.cell_estimates`` without a store. ``measured_as``: the same
     cells at the lengths the published runs had (their times are rescaled to ``cells``' lengths)."""
     published = published_durations(cells[0].suite) if cells else {}
     if measured_as is not None:

@@ -40,7 +40,6 @@ CHECKED = {
 # here or an 'illustrative, <date>: <why>' marker. The test fails once one of them has either, so
 # that it is taken off this list.
 PENDING = {
-    "guides/suites-and-runner.md": "suite quickstart-offline: 18 runs",  # the dry run: stale (no 'benchmark:')
 }
 
 

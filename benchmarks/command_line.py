@@ -52,9 +52,9 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
     lines = [line(*header)] + [line(*row) for row in rows]
     notes = ["runs: cells x seeds. time: estimated for --jobs 1 (about time / N with --jobs N) from the",
              "published ledger's run times (leaderboard_site/runs.csv) where it ran the cell, else from its",
-             "runs of the same algorithm, model and data, else from the measured cost table",
-             "(benchmarks/perf/results/algorithm_costs_cpu.json), else from the benchmark's other",
-             "configurations' runs, else from the CPU throughput figures; a GPU is faster for large models."]
+             "runs of the same algorithm, model and data, else from the measured cost table of algorithms",
+             "and models (in benchmarks/perf/results), else from the benchmark's other configurations'",
+             "runs, else from the CPU throughput figures; a GPU is faster for the large models."]
     if partial:
         notes.append("+: at least this (some runs' models have no throughput figure); ?: no estimate.")
     notes += [f"`{prog} run SUITE --dry-run --jobs N` also counts the runs finished in your store",

@@ -17,11 +17,11 @@ from fl_lightning.callbacks.fit_runs import is_mlflow_logger_config
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.run_schema import DATA_LINKS
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")
 EVALUATION_SUBCOMMANDS = ("validate", "test", "predict")
-DATA_LINKS = ("num_classes", "input_shape")  # model settings the data module fills in (data.X -> model X)
 
 
 def config_paths(args: list[str]) -> list[str]:

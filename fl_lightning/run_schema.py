@@ -128,6 +128,11 @@ class Tag:
     TEST_MODE = TEST_MODE
 
 
+# model settings the data module fills in (data.X -> model X): a config links them, so they are not
+# the model's own settings
+DATA_LINKS: Final = ("num_classes", "input_shape")
+
+
 class Metric:
     """The metrics a fit logs that the runner, the leaderboard and the progress line read, spelled
     once for writer and reader. A client-accuracy statistic is ``TEST_ACC_PREFIX`` + a key of

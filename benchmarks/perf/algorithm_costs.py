@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from fl_lightning.store_uri import sqlite_uri
+
 SHORT, LONG, EVAL_EVERY = 10, 30, 10
 DEFAULT_MODELS = ("fl_mlp", "fl_logreg")
 OUT = Path(__file__).resolve().parent / "results" / "algorithm_costs_cpu.json"
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.algorithms is None or algorithm in args.algorithms:
             by_algorithm.setdefault(algorithm, {})[model] = cell
     scratch = Path(tempfile.mkdtemp(prefix="algorithm_costs_"))
-    uri = f"sqlite:///{scratch / 'costs.db'}"
+    uri = sqlite_uri(scratch / "costs.db")
     rows, started, load_before = [], time.perf_counter(), os.getloadavg()[0]
     for algorithm, cells in by_algorithm.items():
         spec = cost_suite(algorithm, cells)

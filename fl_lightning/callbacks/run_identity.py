@@ -444,9 +444,8 @@ def script_config(pl_module: pl.LightningModule, datamodule: Any = None) -> dict
     thread count and seed as it resolved them), less those the CLI links from the data
     (``num_classes``, ``input_shape``); the data's are its constructor's, its seed the one it
     used (``data_seed``)."""
-    from fl_lightning.cli_settings import DATA_LINKS
 
-    model = {k: v for k, v in pl_module.hparams.items() if not str(k).startswith("_") and k not in DATA_LINKS}
+    model = {k: v for k, v in pl_module.hparams.items() if not str(k).startswith("_") and k not in schema.DATA_LINKS}
     config: dict[str, Any] = {"seed_everything": model_seed(pl_module)}
     if config["seed_everything"] is None:
         config["seed_everything"] = run_seed(None)

@@ -52,11 +52,11 @@ from benchmarks.launchers import (
     WarmWorkers,
 )
 from benchmarks.suite_store import (
+    cell_finished,
     check_store,
     claims_folder,
     ensure_experiment,
     final_metric,
-    finished_runs,
     finished_runs_or_exit,
     finished_runs_read_only,
     record_failure,
@@ -143,7 +143,7 @@ def run_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: Launcher,
     try:
         if STOPPED.is_set():
             return cell, "NOT-RUN", 0.0, NOT_STARTED
-        if (cell.cell, str(cell.seed), cell.config_tag) in finished_runs(tracking_uri, cell.suite):
+        if cell_finished(tracking_uri, cell.suite, cell.cell, str(cell.seed), cell.config_tag):
             return cell, "SKIPPED (done)", 0.0, ""  # another runner finished it meanwhile
         return _run_claimed_cell(cell, tracking_uri, log_dir, launcher)
     finally:

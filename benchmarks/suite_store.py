@@ -39,6 +39,21 @@ def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
             return done
 
 
+def cell_finished(tracking_uri: str, suite: str, cell: str, seed: str, config_tag: str) -> bool:
+    """Whether the suite's experiment holds a FINISHED run of (cell, seed, cell_config): the
+    question ``finished_runs`` answers for every cell at once, asked of the runs with that config
+    digest only (a hex tag, safe in a filter), so a runner can ask it before each cell it claims."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(suite)
+    if experiment is None:
+        return False
+    runs = client.search_runs([experiment.experiment_id],
+                              f"attributes.status = 'FINISHED' and tags.{Tag.CELL_CONFIG} = '{config_tag}'")
+    return any(run.data.tags.get(Tag.CELL) == cell and run.data.tags.get(Tag.SEED, "") == seed for run in runs)
+
+
 def finished_runs_or_exit(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
     """``finished_runs``; a store MLflow cannot open (e.g. a schema it refuses to migrate) is
     reported in one line."""

@@ -309,8 +309,8 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(2)
     if command_args[0] == "fit" and any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
         print("error: --threads is now the run's own setting --model.threads N (default auto: the cores the fit "
-              "is given): the thread count "
-              "changes a run's numbers, so it is fixed when the fit starts, logged and kept on resume", file=sys.stderr)
+              "is given): the thread count changes a run's numbers, so it is fixed when the fit starts, logged "
+              "and kept on resume", file=sys.stderr)
         raise SystemExit(2)
     exits_after = args is None  # the console script: this process ends with the fit
     try:

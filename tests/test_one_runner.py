@@ -109,7 +109,20 @@ def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_sk
     assert status[1] == runner.ELSEWHERE and not launcher.calls
     assert not list(logs.glob(f"{runner.cell_file_name(cell)}*.log"))  # its log is the other runner's
     (claims / f"{runner.cell_file_name(cell)}.claim").unlink()
-    monkeypatch.setattr(runner, "finished_runs", lambda uri, suite: {(cell.cell, str(cell.seed), cell.config_tag)})
+    # another runner finished the cell meanwhile: its FINISHED run in the store (one of another seed
+    # is not it)
+    from mlflow.tracking import MlflowClient
+
+    from fl_lightning.run_schema import Tag
+
+    store = MlflowClient(uri)
+    experiment = store.get_experiment_by_name(cell.suite).experiment_id
+    for seed in (str(cell.seed + 1), str(cell.seed)):
+        assert runner.run_cell(cell, uri, logs, launcher, claims)[1] != "SKIPPED (done)"  # not done yet
+        tags = {Tag.CELL: cell.cell, Tag.SEED: seed, Tag.CELL_CONFIG: cell.config_tag}
+        done = store.create_run(experiment, tags=tags)
+        store.set_terminated(done.info.run_id, "FINISHED")
+    launcher.calls.clear()
     assert runner.run_cell(cell, uri, logs, launcher, claims)[1] == "SKIPPED (done)" and not launcher.calls
 
 

@@ -96,8 +96,8 @@ def estimate(label: str, exports: Path = Path("benchmarks/ledger_runs"), jobs: i
     import pandas as pd
     import yaml
 
-    lengths = yaml.safe_load(Path("benchmarks/ledger_confirmatory.yaml").read_text())["lengths"]
-    seeds = len(yaml.safe_load(Path("benchmarks/ledger_confirmatory.yaml").read_text())["seeds"]["values"])
+    confirmatory = yaml.safe_load(Path("benchmarks/ledger_confirmatory.yaml").read_text())
+    lengths, seeds = confirmatory["lengths"], len(confirmatory["seeds"]["values"])
     measured = [row for entry in json.loads(RESULTS.read_text())["measurements"] if entry["label"] == label
                 for row in entry["rows"]]
 

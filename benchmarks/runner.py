@@ -193,6 +193,18 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
     return "\n".join(lines)
 
 
+def threads_per_job(jobs: int, cores: int | None = None) -> int:
+    """Each of ``jobs`` workers' share of the cores this process may use (``cores``, default
+    ``fl_lightning.machine.available_cores()``), at least 1 (``--jobs`` above the core count
+    oversubscribes rather than starving a worker): its OMP_NUM_THREADS, which a run's
+    ``model.threads`` "auto" (the default) resolves to and logs; a suite that sets a count keeps it."""
+    if cores is None:
+        from fl_lightning.machine import available_cores
+
+        cores = available_cores()
+    return max(1, cores // jobs)
+
+
 def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
               tracking_uri: str = DEFAULT_TRACKING_URI, dry_run: bool = False, isolate: bool = False,
               cluster: str | None = None, job_folder: str | None = None, slurm_partition: str | None = None,
@@ -256,11 +268,7 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     log_dir = Path("benchmark_logs") / suite
     log_dir.mkdir(parents=True, exist_ok=True)
     claims = claims_folder(tracking_uri, suite, log_dir)
-    from fl_lightning.machine import available_cores
-
-    # the cores this process may use, shared by the jobs: each worker's OMP_NUM_THREADS, which a
-    # run's model.threads "auto" (the default) resolves to and logs; a suite that sets a count keeps it
-    threads = max(1, available_cores() // jobs)
+    threads = threads_per_job(jobs)
     outcomes: dict[tuple[str, int], tuple[str, float]] = {}
     started = time.perf_counter()
     launcher: Launcher

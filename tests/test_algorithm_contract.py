@@ -357,6 +357,12 @@ def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand
     assert context.layout is probe._layout and context.num_clients_total == 8
     with pytest.raises(AttributeError):
         context.lr = 1.0  # read-only
+    # issue 50: the layer lists are handed out as tuples, so a hook cannot edit the engine's own
+    slices, names = context.layer_slices, context.layer_names
+    assert type(slices) is tuple and type(names) is tuple and len(slices) == len(names) > 0
+    with pytest.raises(AttributeError):
+        slices.append(slice(0, 1))  # type: ignore[attr-defined]
+    assert context.layer_slices == slices
     with pytest.raises(RuntimeError, match="no context: call the hook through its module"):
         hand_built.context  # noqa: B018
     with pytest.raises(RuntimeError, match=r"module.propose\(payload\)"):

@@ -190,6 +190,16 @@ def test_both_gatherings_equal_sequential_and_never_train_on_padding(gathering, 
 
 
 @pytest.mark.parametrize("forward", ["auto", "vmap"])
+def test_padding_first_met_after_the_first_step_is_never_trained_on(gathering, forward):
+    """Issue 50: step 0 is full for every client (8, 6, 5 samples, batches of 4); the partial
+    batches come at step 1. Their padded positions point at a NaN sample: blanked, every model
+    stays finite (a check of step 0's padding alone would let the NaN in)."""
+    vec, seq, _ = run_both([8, 6, 5], LocalSGD(lr=0.1, epochs=2, batch_size=4), nan_padding=True, forward=forward)
+    assert torch.isfinite(vec).all() and torch.isfinite(seq).all()
+    assert torch.allclose(vec, seq, atol=1e-5)
+
+
+@pytest.mark.parametrize("forward", ["auto", "vmap"])
 def test_a_non_finite_sample_stays_in_its_own_client(gathering, forward):
     """Client 1's third sample is NaN: client 1's model goes non-finite, no other client's does
     (the padding of the other clients' partial batches points at other clients' samples)."""

@@ -248,3 +248,13 @@ def test_the_cli_builds_the_data_at_the_runs_count(tmp_path, monkeypatch):
           "--data.source=digits", "--data.num_clients=4", "--model.backbone=fl_logreg", "--model.threads=1"])
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == 2
+
+
+def test_each_job_gets_its_share_of_the_cores_and_never_zero_threads():
+    """Issue 50: ``--jobs`` above the core count oversubscribes (1 thread each) instead of giving a
+    worker 0 threads (which torch refuses); otherwise cores // jobs."""
+    from benchmarks.runner import threads_per_job
+
+    assert [threads_per_job(jobs, cores=2) for jobs in (1, 2, 3, 8)] == [2, 1, 1, 1]
+    assert [threads_per_job(jobs, cores=16) for jobs in (1, 3, 4, 5)] == [16, 5, 4, 3]
+    assert threads_per_job(1) >= 1  # the machine's own count

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,9 +111,23 @@ class LedgerPlan:
     seeds_rule: str = ""  # which seeds each pass runs, in words
     timing: str = ""  # how timing claims are measured, in words
     registered_hash: str = ""  # the registration's content hash (``registration_hash``), "" before registration
+    # the confirmatory pass's fresh seeds (``ledger_confirmatory.yaml``); set on the plan a confirmatory
+    # verdict is decided under (``for_confirmatory``), where they are every suite's planned seeds
+    fresh_seeds: tuple[int, ...] = ()
 
     def seeds_for(self, suite: str) -> int:
-        return int(self.suite_seeds.get(suite, self.default_seeds))
+        return len(self.fresh_seeds) if self.fresh_seeds else int(self.suite_seeds.get(suite, self.default_seeds))
+
+    def seed_names(self, suite: str) -> frozenset[str]:
+        """A suite's planned seeds as runs name them: the fresh seeds of a confirmatory plan, else
+        0, 1, ..., ``seeds_for(suite)`` - 1."""
+        if self.fresh_seeds:
+            return frozenset(map(str, self.fresh_seeds))
+        return frozenset(str(k) for k in range(self.seeds_for(suite)))
+
+    def for_confirmatory(self, seeds: tuple[int, ...]) -> LedgerPlan:
+        """This plan deciding on the confirmatory pass's fresh ``seeds`` (every suite)."""
+        return replace(self, fresh_seeds=tuple(seeds))
 
     def over_rounds_at(self, point: str) -> str:
         """The reading of a mean over rounds that pairs with an at-point reading of the plan: the
@@ -349,6 +363,26 @@ def load_amendments(root: Path = DEFAULT_ROOT) -> list[Amendment]:
     except yaml.YAMLError as error:
         raise RegistrationError(f"{path}: not valid YAML ({error})") from None
     return parse_amendments(raw, str(path))
+
+
+CONFIRMATORY_FILE = "ledger_confirmatory.yaml"
+
+
+def load_fresh_seeds(root: Path = DEFAULT_ROOT) -> tuple[int, ...]:
+    """The confirmatory pass's fresh seeds (``seeds.values`` of ``<root>/ledger_confirmatory.yaml``,
+    part of the registration); () where the file is missing."""
+    path = Path(root) / CONFIRMATORY_FILE
+    if not path.exists():
+        return ()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise RegistrationError(f"{path}: not valid YAML ({error})") from None
+    values = (raw.get("seeds") or {}).get("values") if isinstance(raw, Mapping) else None
+    if not (isinstance(values, list) and values and all(type(v) is int and v >= 0 for v in values)
+            and len(set(values)) == len(values)):
+        raise RegistrationError(f"{path}: `seeds.values` must list the pass's distinct seeds (integers >= 0)")
+    return tuple(values)
 
 
 def register(root: Path = DEFAULT_ROOT, again: bool = False) -> tuple[str, bool]:

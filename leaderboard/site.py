@@ -20,18 +20,19 @@ from fl_lightning.machine import cpu_model
 from fl_lightning.run_schema import Tag
 from leaderboard import claims as ledger
 from leaderboard import export, export_reading
+from leaderboard.claims.passes import ClaimPasses, evaluate_passes
+from leaderboard.claims.passes import tally as passes_tally
 from leaderboard.figures import write_figures
 from leaderboard.markdown import markdown_table
 from leaderboard.papers import DEFAULT_ROOT, load_paper_numbers
 from leaderboard.registration import (
-    CONFIRMATORY,
-    LEDGER_PASS_TAG,
     OVER_ROUNDS_LABELS,
-    PLAN_HASH_TAG,
     LedgerPlan,
     load_amendments,
+    load_fresh_seeds,
     load_plan,
     point_label,
+    registration_hash,
 )
 from leaderboard.runs import (
     LeaderboardError,
@@ -224,6 +225,9 @@ def publish(staging: Path, out: Path) -> None:
 EXPLORATORY = ("Every verdict on this page is exploratory: it rests on seeds that had been run and seen when the plan "
                "(version 1 of 2026-11-27, version {version} of {registered}), every claim, bar and margin were "
                "written, and re-running the same seeds re-measures the same numbers. {pending}")
+PARTIAL = ("The confirmatory pass of plan version {version} (registration {hash}) decides {counted} of the "
+           "{total} claims; the others are exploratory, each saying why (no confirmatory runs of its suite yet, "
+           "amended after the confirmatory runs began, ...). The tally counts confirmatory verdicts only.")
 PENDING = {True: ("Plan version {version} registers fresh seeds for a confirmatory pass (registration {hash}); "
                   "no confirmatory run is read here yet."),
            False: "The plan is not registered yet: no confirmatory pass can run."}
@@ -236,14 +240,16 @@ def subscripts(text: str) -> markupsafe.Markup:
     return markupsafe.Markup(escaped.replace("&lt;sub&gt;", "<sub>").replace("&lt;/sub&gt;", "</sub>"))
 
 
-def exploratory_text(plan: LedgerPlan, runs: list) -> str:
-    """Why the page's verdicts are exploratory ("" when every run read is a confirmatory run of this
-    plan's registration: tagged with the confirmatory pass and the plan's registered hash)."""
-    confirmatory = bool(runs) and bool(plan.registered_hash) and all(
-        run.tags.get(LEDGER_PASS_TAG) == CONFIRMATORY and run.tags.get(PLAN_HASH_TAG) == plan.registered_hash
-        for run in runs)
-    if confirmatory:
+def exploratory_text(plan: LedgerPlan, passes: list[ClaimPasses]) -> str:
+    """Why the page's verdicts are exploratory ("" when every active claim's confirmatory verdict
+    counts: read from the pass's fresh seeds, under one registration, not amended since)."""
+    active = [entry for entry in passes if entry.claim.retired is None]
+    if active and all(entry.counted for entry in active):
         return ""
+    if any(entry.confirmatory is not None for entry in active):
+        counted = sum(entry.counted for entry in active)
+        return PARTIAL.format(counted=counted, total=len(active), version=plan.version,
+                              hash=plan.registered_hash[:12] or "(none)")
     pending = PENDING[bool(plan.registered_hash)].format(version=plan.version, hash=plan.registered_hash[:12])
     return EXPLORATORY.format(version=plan.version, registered=plan.registered or "not yet registered",
                               pending=pending)
@@ -260,18 +266,33 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
     plan = load_plan(paper_root)
     amendments = load_amendments(paper_root)
     coverage = ledger.load_coverage(paper_root)
-    results = ledger.evaluate(claims, store.runs, plan, amendments, strict=strict)
+    fresh_seeds = load_fresh_seeds(paper_root)
+    changed = bool(plan.registered_hash) and registration_hash(paper_root) != plan.registered_hash
+    both = evaluate_passes(claims, store.runs, plan, amendments, fresh_seeds, changed, strict=strict)
+    results = [entry.exploratory for entry in both]
     suites = ledger.suite_files(paper_root)
     active = [r for r in results if r.claim.retired is None]
     counts = Counter(result.verdict for result in active)
+    confirmed, waiting = passes_tally(both)
     progress(f"Claims: {len(active)} from {paper_root}/*/{ledger.FILE_NAME} under plan v{plan.version}: "
              + ", ".join(f"{count} {name}" for name, count in counts.most_common())
+             + f" (exploratory); confirmatory: {sum(confirmed.values())} counted"
+             + "".join(f", {count} {name}" for name, count in confirmed.most_common())
              + f"; {sum(r.fragile for r in active)} fragile, {sum(r.amended for r in active)} amended, "
              f"{len(results) - len(active)} retired; {len(amendments)} amendments")
-    exploratory = exploratory_text(plan, store.runs)
-    rows = ledger.claim_rows(active + [r for r in results if r.claim.retired is not None], tables, suites, plan)
+    exploratory = exploratory_text(plan, both)
+    ordered = active + [r for r in results if r.claim.retired is not None]
+    by_claim = {entry.claim.id: entry for entry in both}
+    seen_seeds = ledger.seeds_text(range(plan.default_seeds))
+    fresh_text = ledger.seeds_text(fresh_seeds) if fresh_seeds else "no fresh seeds registered"
+    rows = [ledger.with_passes(row, by_claim[row.claim_id], seen_seeds, fresh_text)
+            for row in ledger.claim_rows(ordered, tables, suites, plan)]
     papers = {c.paper: c.name for c in claims}
     return dict(rows=rows, counts=counts.most_common(), active=len(active), retired_count=len(results) - len(active),
+                confirmed=confirmed.most_common(), confirmed_total=sum(confirmed.values()),
+                waiting=waiting.most_common(), any_confirmatory=any(e.confirmatory is not None for e in both),
+                seen_seeds=seen_seeds, fresh_seeds=fresh_text,
+                disagree=sum(row.agreement == "disagree" for row in rows if not row.retired),
                 fragile=sum(r.fragile for r in active), amended=sum(r.amended for r in active),
                 problems=ledger.claim_problems(claims, suites),
                 coverage_problems=ledger.coverage_problems(claims, coverage) if coverage else [],

@@ -37,6 +37,7 @@ TASK_LABELS = {
     schema.ATTACK: "attack",
     schema.ATTACK_CLIENT: "attacking client",
     schema.ATTACK_STRENGTH: "attack strength",
+    Tag.LEDGER_PASS: "ledger pass",
 }
 # MLflow params (as LightningCLI logs them) that define the task of an untagged run
 PARAM_FIELDS = (schema.SOURCE, schema.SOURCE_PARAMS, schema.PARTITION, schema.PARTITION_PARAMS, schema.NUM_CLIENTS,
@@ -106,7 +107,18 @@ def fields_from_params(params: Mapping[str, str]) -> dict[str, object]:
 
 
 def task_of(tags: Mapping[str, str], params: Mapping[str, str]) -> Task:
-    """The run's task: from its ``task`` tag, else from its params, else unrecorded."""
+    """The run's task: from its ``task`` tag, else from its params, else unrecorded; a run of the
+    ledger's confirmatory pass (``ledger_pass`` tag) has a task of its own, so that a table never
+    mixes the pass's fresh seeds with the exploratory runs of the same settings."""
+    task = _recorded_task(tags, params)
+    ledger_pass = tags.get(Tag.LEDGER_PASS)
+    if not ledger_pass:
+        return task
+    return Task(digest({"task": task.key, Tag.LEDGER_PASS: ledger_pass}), task.source,
+                {**task.fields, Tag.LEDGER_PASS: ledger_pass})
+
+
+def _recorded_task(tags: Mapping[str, str], params: Mapping[str, str]) -> Task:
     text = tags.get(Tag.TASK)
     if text:
         try:

@@ -209,22 +209,32 @@ def test_each_claim_row_counts_converged_unconverged_and_too_short_runs_per_arm(
 
 # --- the tally says whether its verdicts are exploratory ---------------------------------------------
 
-def test_the_page_is_exploratory_unless_every_run_is_a_confirmatory_run_of_the_registration():
+def test_the_page_is_exploratory_unless_every_claims_confirmatory_verdict_counts():
+    from leaderboard.claims.passes import evaluate_passes
     from leaderboard.registration import CONFIRMATORY, LEDGER_PASS_TAG, PLAN_HASH_TAG
     from leaderboard.site import exploratory_text
 
     registered = parse_plan({**PLAN_V2, "version": 2, "registered": "2026-12-06", "registered_hash": "ab" * 32})
+    claims = ledger.parse_claims(claim_spec([{"treatment": "A", "baseline": "B"}]), "x", "x/claims.yaml")
+    fresh_seeds = tuple(range(1000, 1010))
+
+    def banner(plan, runs) -> str:
+        return exploratory_text(plan, evaluate_passes(claims, runs, plan, (), fresh_seeds))
+
     runs = paired_runs(NARROW)
-    text = exploratory_text(registered, runs)
+    text = banner(registered, runs)
     assert text.startswith("Every verdict on this page is exploratory")
     assert "registration abababababab" in text and "no confirmatory run is read here yet" in text
-    for record in runs:
-        record.tags |= {LEDGER_PASS_TAG: CONFIRMATORY, PLAN_HASH_TAG: "ab" * 32}
-    assert exploratory_text(registered, runs) == ""
-    runs[0].tags[PLAN_HASH_TAG] = "cd" * 32  # one run of another registration: never mixed in silently
-    assert exploratory_text(registered, runs) != ""
+    fresh = paired_runs(NARROW)
+    for record in fresh:
+        record.run_id += "-fresh"
+        record.tags |= {LEDGER_PASS_TAG: CONFIRMATORY, PLAN_HASH_TAG: "ab" * 32, "seed": str(1000 + int(record.seed))}
+    assert banner(registered, runs + fresh) == ""
+    fresh[0].tags[PLAN_HASH_TAG] = "cd" * 32  # one run of another registration: never mixed in silently
+    text = banner(registered, runs + fresh)
+    assert "decides 0 of the 1 claims" in text and "tally counts confirmatory verdicts only" in text
     unregistered = parse_plan(PLAN_V2)
-    assert "not registered yet" in exploratory_text(unregistered, paired_runs(NARROW))
+    assert "not registered yet" in banner(unregistered, paired_runs(NARROW))
 
 
 def test_a_by_construction_comparison_stays_out_of_holms_family():

@@ -34,8 +34,10 @@ from leaderboard.claims.export import (
     export_json,
     export_rows,
     scale_text,
+    seeds_text,
     summary_rows,
     tally_scale,
+    with_passes,
 )
 from leaderboard.claims.quantities import QUANTITIES, quantity_value
 from leaderboard.claims.results import ClaimResult, difference_text
@@ -64,5 +66,6 @@ __all__ = [
     "WITHDRAWN", "Claim",
     "ClaimResult", "ClaimsError", "CoverageEntry", "SuiteFile", "claim_problems", "claim_rows", "coverage_problems",
     "difference_text", "effect_summary", "evaluate", "export_csv", "export_json", "export_rows", "load_claims",
-    "load_coverage", "parse_claims", "quantity_value", "scale_text", "suite_files", "summary_rows", "tally_scale",
+    "load_coverage", "parse_claims", "quantity_value", "scale_text", "seeds_text", "suite_files", "summary_rows",
+    "tally_scale", "with_passes",
 ]

@@ -179,7 +179,7 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
     primary = reading_of(plan, plan.primary_point)
     present = {seed for c in comparisons for side in (c.treatment, c.baseline) if side is not None
                for seed in index.get((suite, side.benchmark, side.config), {})}
-    seeds = planned(present, count)
+    seeds = planned(present, plan.seed_names(suite))
     arms = [_pairs(c, suite, index, primary, seeds) for c in comparisons]
     decided, not_reached = holm_family(comparisons, [paired_differences(t, b) for t, b, _ in arms], plan.alpha)
     flips = knife_edge_seeds(comparisons, [(t, b) for t, b, _ in arms], plan.alpha)

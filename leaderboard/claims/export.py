@@ -9,8 +9,9 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from leaderboard.claims.passes import ClaimPasses
 from leaderboard.claims.quantities import quantity_of
 from leaderboard.claims.results import ClaimResult, ComparisonResult, difference_text, judged
 from leaderboard.claims.spec import (
@@ -280,6 +281,54 @@ class ClaimRow:
     retired: bool = False
     untested: tuple[tuple[str, str], ...] = ()  # (the paper's words no comparison tests, why)
     scale: str = ""  # where the verdict was measured (``scale_text``)
+    passes: tuple[PassView, ...] = ()  # the exploratory pass, then the confirmatory one (``with_passes``)
+    agreement: str = ""  # "agree" / "disagree" where both passes have a verdict
+    difference: str = ""  # where they disagree: what differs (``passes.difference_text``)
+
+
+@dataclass(frozen=True)
+class PassView:
+    """One pass of a claim on the ledger page: its seeds, its verdict (or why it does not count),
+    its comparisons and its runs' convergence per arm."""
+
+    name: str  # "exploratory" / "confirmatory"
+    seeds: str  # "seeds 0-9"
+    verdict: str
+    verdict_class: str
+    status: str = ""  # why a confirmatory verdict is not counted ("" counted; the exploratory pass: "")
+    lines: tuple[tuple[str, str, str], ...] = ()
+    convergence: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def counted(self) -> bool:
+        return self.name == "confirmatory" and not self.status
+
+
+def seeds_text(seeds: Iterable[int]) -> str:
+    """'seeds 0-9', 'seeds 1000-1009', 'seeds 3, 7': the seeds a pass plans."""
+    values = sorted(set(seeds))
+    if not values:
+        return "no seeds"
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"seeds {values[0]}-{values[-1]}"
+    return "seed" + ("s " if len(values) > 1 else " ") + ", ".join(map(str, values))
+
+
+def with_passes(row: ClaimRow, entry: ClaimPasses, exploratory_seeds: str, fresh_seeds: str) -> ClaimRow:
+    """A claim's row with both passes: the exploratory verdict (the row's own) and the confirmatory
+    one, or why there is none that counts; whether they agree and, if not, what differs."""
+    claim = entry.claim
+    seen = PassView("exploratory", exploratory_seeds, row.verdict, row.verdict_class, lines=row.lines,
+                    convergence=tuple(convergence_by_arm(entry.exploratory.comparisons)))
+    fresh = entry.confirmatory
+    if fresh is None:
+        confirmed = PassView("confirmatory", fresh_seeds, "", "no-runs", status=entry.status)
+    else:
+        confirmed = PassView("confirmatory", fresh_seeds, fresh.verdict, VERDICT_CLASS[fresh.verdict],
+                             status=entry.status, lines=comparison_lines(fresh.comparisons, claim),
+                             convergence=tuple(convergence_by_arm(fresh.comparisons)))
+    agreement = {True: "agree", False: "disagree", None: ""}[entry.agree]
+    return replace(row, passes=(seen, confirmed), agreement=agreement, difference=entry.difference)
 
 
 def convergence_by_arm(entries: Iterable[ComparisonResult]) -> list[tuple[str, str]]:

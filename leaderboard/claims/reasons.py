@@ -119,7 +119,7 @@ def render_reason(result: ClaimResult, index: RunIndex, plan: LedgerPlan) -> str
         runs = index.get((suite, benchmark, config))
         if runs is None:
             raise ReasonNeedsRuns(f"no runs of {config!r} on {suite} / {benchmark}")
-        seeds = planned(runs, plan.seeds_for(suite))
+        seeds = planned(runs, plan.seed_names(suite))
         chosen = [runs[s] for s in sorted(seeds, key=int)]
         values = tuple(v for run in chosen if (v := quantity_value(run, quantity, window)) is not None)
         statuses = tuple(convergence_status(run, plan.convergence.window, plan.convergence.change_pp) for run in chosen)

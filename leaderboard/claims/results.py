@@ -220,9 +220,8 @@ def index_runs(runs: Iterable[RunRecord]) -> RunIndex:
     return {key: {run.seed: run for run in pick_used_runs(group)[0]} for key, group in groups.items()}
 
 
-def planned(seeds: Iterable[str], count: int) -> set[str]:
-    """The plan's seeds among ``seeds``: 0, 1, ..., count - 1."""
-    wanted = {str(k) for k in range(count)}
+def planned(seeds: Iterable[str], wanted: frozenset[str]) -> set[str]:
+    """The plan's seeds among ``seeds`` (``wanted``: ``LedgerPlan.seed_names`` of the suite)."""
     return {seed for seed in seeds if seed in wanted}
 
 

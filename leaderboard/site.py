@@ -285,13 +285,16 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
     by_claim = {entry.claim.id: entry for entry in both}
     seen_seeds = ledger.seeds_text(range(plan.default_seeds))
     fresh_text = ledger.seeds_text(fresh_seeds) if fresh_seeds else "no fresh seeds registered"
-    rows = [ledger.with_passes(row, by_claim[row.claim_id], seen_seeds, fresh_text)
+    # both passes where the ledger registers a confirmatory pass or the store holds its runs; a ledger
+    # of one's own without either keeps one verdict per claim
+    two_passes = bool(fresh_seeds) or any(e.confirmatory is not None for e in both)
+    rows = [ledger.with_passes(row, by_claim[row.claim_id], seen_seeds, fresh_text) if two_passes else row
             for row in ledger.claim_rows(ordered, tables, suites, plan)]
     papers = {c.paper: c.name for c in claims}
     return dict(rows=rows, counts=counts.most_common(), active=len(active), retired_count=len(results) - len(active),
                 confirmed=confirmed.most_common(), confirmed_total=sum(confirmed.values()),
                 waiting=waiting.most_common(), any_confirmatory=any(e.confirmatory is not None for e in both),
-                seen_seeds=seen_seeds, fresh_seeds=fresh_text,
+                seen_seeds=seen_seeds, fresh_seeds=fresh_text, two_passes=two_passes,
                 disagree=sum(row.agreement == "disagree" for row in rows if not row.retired),
                 fragile=sum(r.fragile for r in active), amended=sum(r.amended for r in active),
                 problems=ledger.claim_problems(claims, suites),

@@ -78,7 +78,8 @@ def fairness_summary(acc: np.ndarray) -> dict[str, float]:
 
 
 def log_run(client, experiment_id: str, benchmark: str, config: str, seed: int, *, status: str = "FINISHED",
-            rounds: int = ROUNDS, fairness: bool = True, error: str | None = None) -> str:
+            rounds: int = ROUNDS, fairness: bool = True, error: str | None = None,
+            extra_tags: dict[str, str] | None = None, shift: float = 0.0) -> str:
     from mlflow.entities import Metric, Param
 
     dataset, partition, participation, model = benchmark.split("/")
@@ -96,10 +97,11 @@ def log_run(client, experiment_id: str, benchmark: str, config: str, seed: int, 
             "suite_description": "Browser fixture: two benchmarks, three configurations, three seeds."}
     if error:
         tags["error"] = error
+    tags |= extra_tags or {}
     run = client.create_run(experiment_id, tags=tags)
     run_id = run.info.run_id
     final_mean, spread = CONFIGS[benchmark][config]
-    final_mean += SEED_SHIFT.get(seed, 0.0)
+    final_mean += SEED_SHIFT.get(seed % 1000, 0.0) + shift
     metrics, timestamp = [], 1_700_000_000_000
     for step in range(1, rounds + 1):
         progress = step / ROUNDS

@@ -17,6 +17,7 @@ from fl_lightning.callbacks.fit_runs import is_mlflow_logger_config
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.data.partition_registry import resolved_partition_params
 from fl_lightning.run_schema import DATA_LINKS
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
@@ -121,6 +122,22 @@ def model_help_request(words: list[str]) -> tuple[list[str], str] | None:
         if word.startswith("--model.help="):
             return words[:i], word.split("=", 1)[1]
     return None
+
+
+def fill_partition_params(data: Any) -> None:
+    """``data.partition_params`` with the partitioner's defaults filled in, as the data module
+    resolves and logs them (``{alpha: 0.5, min_size: 10, max_tries: 100}`` for the default
+    Dirichlet partition given none): what ``--print_config`` shows, the values the run uses. Left
+    as given where the partition or its parameters are not valid (the fit refuses them)."""
+    if not isinstance(data, Namespace):
+        return
+    params = data.get("partition_params")
+    if params is not None and not isinstance(params, dict):
+        return
+    try:
+        data.partition_params = resolved_partition_params(str(data.get("partition")), params or {})
+    except (ValueError, KeyError, TypeError):
+        return
 
 
 def print_config_words(words: list[str]) -> list[str]:

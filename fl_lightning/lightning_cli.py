@@ -53,6 +53,7 @@ from fl_lightning.cli_settings import (
     BASE_MODULE_PATHS,
     DATA_LINKS,
     config_paths,
+    fill_partition_params,
     fit_model_defaults,
     given_model_settings,
     given_settings,
@@ -144,11 +145,15 @@ class ReadableArgumentParser(LightningArgumentParser):
     def dump(self, namespace: Namespace, *args: Any, **kwargs: Any) -> str:
         """jsonargparse's dump; for ``--print_config`` (printed inside the parse, before
         :meth:`FederatedCLI.parse_arguments` restores the algorithm's own defaults), the config with
-        them restored, as the fit gets it (AFL's fraction 1.0, not FedAvg's 0.1 carried over)."""
+        them restored, as the fit gets it (AFL's fraction 1.0, not FedAvg's 0.1 carried over), and
+        the partitioner's defaults filled in (``fill_partition_params``): fed back as ``--config``,
+        it gives the same run."""
         given = self.printed_model_settings
-        if given is not None and isinstance(namespace, Namespace) and not namespace.get("ckpt_path"):
+        if given is not None and isinstance(namespace, Namespace):
             namespace = namespace.clone()
-            restore_own_defaults(namespace.get("model"), given)
+            if not namespace.get("ckpt_path"):
+                restore_own_defaults(namespace.get("model"), given)
+            fill_partition_params(namespace.get("data"))
         return super().dump(namespace, *args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:

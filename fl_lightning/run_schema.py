@@ -58,12 +58,13 @@ NOISE_FIELDS = (LABEL_NOISE, FEATURE_NOISE)  # in a task only when some client i
 DEFAULT_FRACTION = 0.1  # FederatedModule's ``fraction``
 DEFAULT_BACKBONE = "fl_mlp"  # FederatedModule's ``backbone``
 DEFAULT_NUM_ROUNDS = 100  # FederatedModule's ``num_rounds``
-DEFAULT_EVAL_EVERY = 1  # FederatedModule's ``eval_every``
+DEFAULT_EVAL_EVERY = 5  # FederatedModule's ``eval_every`` (the CLI's too: configs/default.yaml)
 DEFAULT_LOCAL_EPOCHS = 1  # FederatedModule's ``local_epochs``
 DEFAULT_BATCH_SIZE = 10  # FederatedModule's ``batch_size`` (core.local.LocalSGD's too)
-DEFAULT_LR = 0.1  # FederatedModule's ``lr`` (core.local.LocalSGD's too)
+DEFAULT_LR = 0.05  # FederatedModule's ``lr`` (core.local.LocalSGD's, the CLI's too)
 DEFAULT_SOURCE = "mnist5k"  # FederatedDataModule's ``source``
 DEFAULT_NUM_CLIENTS = 100  # FederatedDataModule's ``num_clients``
+DEFAULT_PARTITION = "dirichlet"  # FederatedDataModule's ``partition`` (Dir(0.5) label skew; the CLI's too)
 DEFAULT_DATA_DIR = "data"  # FederatedDataModule's ``data_dir``
 REPLAY_IDENTICAL = "identical"  # the replay_result tag of a run replayed bit for bit
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"  # the local MLflow store of the CLI, the runner and the leaderboard
@@ -71,7 +72,8 @@ DEFAULT_EXPERIMENT = "fl-lightning"  # the MLflow experiment of a plain `fl-ligh
 FULL_PARTICIPATION = 1.0  # a fraction of 1: every client every round (tag ``participation``: ``full``)
 LOCAL_TEST_MODE: Final = "local"  # the test mode in which every client keeps a share of its samples as its test set
 GLOBAL_TEST_MODE: Final = "global"  # the test mode in which one shared test set is held out
-DEFAULT_TEST_MODE: Final = LOCAL_TEST_MODE  # FederatedDataModule's ``test_mode``
+MATCHED_TEST_MODE: Final = "matched"  # the shared test set, weighted by each client's own labels
+DEFAULT_TEST_MODE: Final = MATCHED_TEST_MODE  # FederatedDataModule's ``test_mode`` (the CLI's too)
 DEFAULT_LOCAL_TEST_FRACTION = 0.2  # FederatedDataModule's ``local_test_fraction``
 
 

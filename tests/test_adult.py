@@ -74,7 +74,7 @@ def test_fedavg_fits_the_two_domains(adult_dir, tmp_path):
     datamodule = FederatedDataModule(source="adult", num_clients=2, partition="natural", test_mode="local",
                                      local_test_fraction=0.0, data_dir=str(adult_dir), seed=0)
     module = FedAvg(backbone="fl_logreg", num_classes=2, input_shape=(99,), num_rounds=2, fraction=1.0,
-                    batch_size=2, lr=0.1, seed=0)
+                    batch_size=2, lr=0.1, eval_every=1, seed=0)
     trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=datamodule)

@@ -164,11 +164,11 @@ def test_text_cnn_trains_with_dropout_in_both_vectorised_forwards(forward):
 
 @pytest.mark.filterwarnings("ignore")
 def test_fedavg_fits_mr_with_the_text_cnn(mr_dir):
-    data = FederatedDataModule(source="mr", num_clients=3, partition="iid", data_dir=str(mr_dir),
+    data = FederatedDataModule(source="mr", num_clients=3, partition="iid", test_mode="local", data_dir=str(mr_dir),
                                source_params={"max_length": 12, "max_vocab": 100}, seed=0)
     module = FedAvg(backbone="fl_text_cnn", backbone_kwargs={"vocab_size": 100, "embedding_dim": 16, "num_filters": 8},
                     num_classes=data.num_classes, input_shape=data.input_shape, num_rounds=2,
-                    fraction=1.0, batch_size=8, lr=0.1, seed=0, engine="vectorised")
+                    fraction=1.0, batch_size=8, lr=0.1, eval_every=1, seed=0, engine="vectorised")
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=data)
@@ -205,7 +205,7 @@ def test_cgsv_fits_five_power_law_agents_of_pydoc_sentences():
                                partition_params={"total_size": 1000}, test_mode="global", seed=0)
     module = CGSV(backbone="fl_text_cnn", backbone_kwargs={"vocab_size": 5000, "embedding_dim": 8, "num_filters": 4},
                   num_classes=2, input_shape=(40,), num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, gamma=1.0,
-                  track_standalone=True, seed=0)
+                  track_standalone=True, eval_every=1, seed=0)
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1000)
     trainer.fit(module, datamodule=data)

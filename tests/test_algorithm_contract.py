@@ -187,7 +187,8 @@ def check_every_aggregate(module: FederatedModule) -> list[int]:
 def make_run(case: str) -> tuple[FederatedModule, FederatedDataModule]:
     name, extra = CASES[case]
     data = FederatedDataModule(source="digits", num_clients=8, partition="dirichlet",
-                               partition_params={"alpha": 0.5, "min_size": 10}, local_test_fraction=0.2, seed=3)
+                               partition_params={"alpha": 0.5, "min_size": 10}, test_mode="local",
+                               local_test_fraction=0.2, seed=3)
     module = ALGORITHMS[name](
         backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, num_rounds=NUM_ROUNDS,
         eval_every=NUM_ROUNDS, fraction=1.0 if name in FULL_PARTICIPATION else 0.5, dropout_prob=0.2,

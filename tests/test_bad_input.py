@@ -94,7 +94,7 @@ def corrupt_cifar10(root: Path) -> str:
 
 
 def setup_data(**kwargs) -> FederatedDataModule:
-    data = FederatedDataModule(**kwargs)
+    data = FederatedDataModule(**({"partition": "iid", "test_mode": "local"} | kwargs))
     data.setup()
     return data
 
@@ -519,7 +519,7 @@ def test_fit_refuses_bad_input_in_one_line_before_any_run_or_checkpoint(extra, m
 def test_a_failed_setup_leaves_nothing_half_built_and_a_retry_succeeds(tmp_path, monkeypatch):
     """Setup fails at its very last step: no client tensor may be left behind (a half-built
     module would make the next setup() return early with test tensors missing)."""
-    data = FederatedDataModule(source="digits", num_clients=5)
+    data = FederatedDataModule(source="digits", num_clients=5, partition="iid", test_mode="local")
     original = datamodule_module.client_class_counts
     calls = []
 
@@ -543,7 +543,7 @@ def test_a_failed_setup_leaves_nothing_half_built_and_a_retry_succeeds(tmp_path,
 def test_missing_files_then_copied_in_a_retry_of_the_same_module_works(tmp_path):
     """The user's fix for the missing-files error (copy them there) works without rebuilding
     the data module: the failed setup kept no state."""
-    data = FederatedDataModule(source="mnist", num_clients=4, data_dir=str(tmp_path))
+    data = FederatedDataModule(source="mnist", num_clients=4, partition="iid", test_mode="local", data_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="copy the files there"):
         data.setup()
     assert data.train_x is None

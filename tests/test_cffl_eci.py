@@ -189,7 +189,7 @@ def test_eci_refuses_an_exact_value_over_too_many_agents(monkeypatch):
 def fit(cls, **kwargs):
     data = FederatedDataModule(source="digits", num_clients=4, partition="iid", test_mode="global", seed=0)
     module = cls(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=3, batch_size=32, lr=0.1,
-                 seed=0, fraction=1.0, **kwargs)
+                 eval_every=1, seed=0, fraction=1.0, **kwargs)
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=data)

@@ -51,7 +51,7 @@ def digits(num_clients=4, **kwargs):
 
 def fit(cls, data, callbacks=(), **kwargs):
     params = dict(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
-                  num_rounds=3, batch_size=32, lr=0.1, seed=0)
+                  num_rounds=3, batch_size=32, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     module = cls(**params)
     pl.Trainer(
@@ -285,7 +285,7 @@ def test_resuming_from_a_checkpoint_continues_the_same_run(tmp_path):
     first = fit(CGSV, data, num_rounds=2, track_standalone=True)
     first.trainer.save_checkpoint(tmp_path / "round2.ckpt")
     resumed = CGSV(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3,
-                   batch_size=32, lr=0.1, seed=0, track_standalone=True)
+                   batch_size=32, lr=0.1, eval_every=1, seed=0, track_standalone=True)
     pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, num_sanity_val_steps=0).fit(
         resumed, datamodule=data, ckpt_path=tmp_path / "round2.ckpt")

@@ -67,7 +67,7 @@ def test_conflict_counts_on_fedlf_two_layer_example():
 
 
 def test_stacked_evaluation_equals_one_model_per_client():
-    data = FederatedDataModule(source="digits", num_clients=4, partition="iid", seed=0)
+    data = FederatedDataModule(source="digits", num_clients=4, partition="iid", test_mode="local", seed=0)
     data.setup()
     model = create_fl_model("fl_mlp", 10, data.input_shape, hidden_sizes=[8])
     layout = ParameterLayout.of(model)
@@ -170,15 +170,16 @@ def _fit(module, data):
 def test_per_client_evaluation_path_matches_the_shared_one():
     results = []
     for cls in (FedAvg, PersonalCopies):
-        data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=0)
-        module = cls(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=2, fraction=1.0)
+        data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=0)
+        module = cls(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=2, fraction=1.0,
+                     lr=0.1, eval_every=1)
         results.append(_fit(module, data).callback_metrics["test_acc_mean"].item())
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
 def test_lr_decay_conflicts_and_improvement_are_logged():
-    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=0)
-    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3,
+    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=0)
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3, eval_every=1,
                     fraction=1.0, lr=0.2, lr_decay=0.5, track_improvement=True, layer_grouping="module")
     assert module._round_lr(0) == 0.2 and module._round_lr(2) == pytest.approx(0.05)
     metrics = _fit(module, data).callback_metrics

@@ -55,7 +55,7 @@ def mnist_dir(tmp_path):
 
 
 def build(**kwargs) -> FederatedDataModule:
-    data = FederatedDataModule(**kwargs)
+    data = FederatedDataModule(**({"partition": "iid", "test_mode": "local"} | kwargs))
     data.setup()
     return data
 
@@ -396,6 +396,7 @@ def test_a_partition_that_leaves_a_client_empty_fails_at_setup():
         partition="power_law",
         num_clients=200,
         partition_params={"total_size": 300},
+        test_mode="local",
     )
     with pytest.raises(ValueError, match="with partition='power_law'.*no samples.*total_size"):
         data.setup()
@@ -407,6 +408,7 @@ def test_infeasible_dirichlet_names_what_to_change():
         partition="dirichlet",
         num_clients=100,
         partition_params={"alpha": 0.01, "max_tries": 3},
+        test_mode="local",
     )
     with pytest.raises(ValueError, match="min_size.*alpha.*num_clients"):
         data.setup()

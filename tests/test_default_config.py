@@ -34,8 +34,8 @@ def test_the_main_jobs_clients_are_measured_on_the_shared_pool():
 
 
 # ------------------------------------------------------------------ issue 50: one default per setting
-def cli_printed_config(capsys, monkeypatch, tmp_path) -> dict:
-    """What ``fl-lightning fit --print_config`` shows: the values a plain CLI fit uses."""
+def printed_text(capsys, monkeypatch, tmp_path, *words: str) -> str:
+    """What ``fl-lightning fit [words] --print_config`` prints."""
     import pytest
 
     from fl_lightning.cli import main
@@ -44,9 +44,14 @@ def cli_printed_config(capsys, monkeypatch, tmp_path) -> dict:
     monkeypatch.setattr("sys.argv", ["fl-lightning"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
-        main(["fit", "--print_config"])
+        main(["fit", *words, "--print_config"])
     assert exit_.value.code in (0, None)
-    return yaml.safe_load(capsys.readouterr().out)
+    return capsys.readouterr().out
+
+
+def cli_printed_config(capsys, monkeypatch, tmp_path) -> dict:
+    """What ``fl-lightning fit --print_config`` shows: the values a plain CLI fit uses."""
+    return yaml.safe_load(printed_text(capsys, monkeypatch, tmp_path))
 
 
 def python_defaults(cls) -> dict:
@@ -58,7 +63,9 @@ def python_defaults(cls) -> dict:
 
 def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
     """{setting: (the CLI's value, the Python default)} for every data and model setting where the
-    CLI's default (its default config, ``--print_config``) and a module built in Python differ."""
+    CLI's default (its default config, ``--print_config``) and a module built in Python differ.
+    ``partition_params``: the parameters a data module built with no arguments uses (its
+    partitioner's defaults, which ``None`` stands for), as the CLI prints them."""
     from fl_lightning.algorithms import FedAvg
     from fl_lightning.cli_settings import DATA_LINKS
     from fl_lightning.core.module import FederatedModule
@@ -67,8 +74,8 @@ def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
     split = {}
     for section, cls in (("data", FederatedDataModule), ("model", FedAvg)):
         cli_values = printed[section] if section == "data" else printed[section]["init_args"]
-        defaults = (python_defaults(cls) if section == "data"
-                    else python_defaults(FederatedModule) | python_defaults(cls))
+        defaults = (python_defaults(cls) | {"partition_params": FederatedDataModule().partition_params}
+                    if section == "data" else python_defaults(FederatedModule) | python_defaults(cls))
         for name, default in defaults.items():
             if name in DATA_LINKS or name not in cli_values:
                 continue
@@ -80,12 +87,29 @@ def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
 
 
 def test_the_cli_and_python_give_one_default_per_setting(capsys, monkeypatch, tmp_path):
-    """Issue 50: a setting has one default however a module is built. Known today, and not yet
-    mended, because each mend moves numbers far outside this change: ``data.test_mode`` (CLI
-    ``matched``, Python ``local``: ~30 test files and the benchmark scripts build data without a
-    test mode), ``data.partition`` (``dirichlet`` / ``iid``), ``model.lr`` (0.05 / 0.1) and
-    ``model.eval_every`` (5 / 1), the last two ``FederatedModule``'s own. The test pins that list:
-    a new split fails it, and so does a mended one (then take it out of ``KNOWN``)."""
-    known = {"data.partition": ("dirichlet", "iid"), "data.test_mode": ("matched", "local"),
-             "model.lr": (0.05, 0.1), "model.eval_every": (5, 1)}
-    assert split_defaults(capsys, monkeypatch, tmp_path) == known
+    """Issue 50: a setting has one default however a module is built (CLI, config or Python): the
+    Dirichlet(0.5) label skew measured on the shared pool (``matched``), lr 0.05, every 5th round
+    evaluated."""
+    assert split_defaults(capsys, monkeypatch, tmp_path) == {}
+
+
+def test_print_config_shows_the_partition_parameters_the_run_uses(capsys, monkeypatch, tmp_path):
+    """The default partition's parameters are printed as numbers (not ``null``), the ones the data
+    module resolves and logs (the run's ``dirichlet(alpha=0.5)``)."""
+    data = cli_printed_config(capsys, monkeypatch, tmp_path)["data"]
+    assert data["partition"] == "dirichlet"
+    assert data["partition_params"] == {"alpha": 0.5, "min_size": 10, "max_tries": 100}
+    built = FederatedDataModule(**{k: v for k, v in data.items() if k != "partition_params"})
+    assert data["partition_params"] == built.partition_params == built.hparams["partition_params"]
+    # parameters given in part: the rest filled in
+    given = printed_text(capsys, monkeypatch, tmp_path, "--data.partition_params", "{alpha: 0.1}")
+    assert yaml.safe_load(given)["data"]["partition_params"] == {"alpha": 0.1, "min_size": 10, "max_tries": 100}
+
+
+def test_a_printed_config_gives_the_same_run(capsys, monkeypatch, tmp_path):
+    """``--print_config``'s output fed back as ``--config`` prints the same config again (the default
+    run, and one of another algorithm and partition)."""
+    for words in ([], ["--model", "AFL", "--data.partition", "shards"]):
+        first = printed_text(capsys, monkeypatch, tmp_path, *words)
+        (tmp_path / "printed.yaml").write_text(first)
+        assert printed_text(capsys, monkeypatch, tmp_path, "--config", str(tmp_path / "printed.yaml")) == first

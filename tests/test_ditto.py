@@ -16,14 +16,15 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def digits(num_clients=3, **kwargs):
-    params = dict(source="digits", num_clients=num_clients, partition="iid", local_test_fraction=0.2, seed=0)
+    params = dict(source="digits", num_clients=num_clients, partition="iid", test_mode="local", local_test_fraction=0.2,
+                  seed=0)
     params.update(kwargs)
     return FederatedDataModule(**params)
 
 
 def fit(cls, data, callbacks=(), **kwargs):
     params = dict(backbone="fl_logreg", num_classes=data.num_classes,
-                  input_shape=data.input_shape, num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, seed=0)
+                  input_shape=data.input_shape, num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     module = cls(**params)
     pl.Trainer(

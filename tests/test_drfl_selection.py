@@ -10,7 +10,8 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def attached(num_clients=10, **kwargs):
-    data = FederatedDataModule(source="digits", num_clients=num_clients, partition="power_law", seed=0)
+    data = FederatedDataModule(source="digits", num_clients=num_clients, partition="power_law", test_mode="local",
+                               seed=0)
     data.setup()
     module = DRFL(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), seed=0, **kwargs)
     module.attach_data(data)
@@ -73,9 +74,9 @@ class Chosen(pl.Callback):
 
 
 def test_fit_with_loss_aware_selection_trains_the_highest_loss_clients(monkeypatch):
-    data = FederatedDataModule(source="digits", num_clients=10, partition="power_law", seed=0)
+    data = FederatedDataModule(source="digits", num_clients=10, partition="power_law", test_mode="local", seed=0)
     module = DRFL(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=3, fraction=0.2, seed=0,
-                  batch_size=16, lr=0.1, selection="loss_aware", num_candidates=5)
+                  batch_size=16, lr=0.1, eval_every=1, selection="loss_aware", num_candidates=5)
     expected = []
     original = DRFL.candidate_losses
 

@@ -20,7 +20,7 @@ NUM_CLIENTS = 6
 @pytest.fixture(scope="module")
 def data():
     return FederatedDataModule(source="digits", num_clients=NUM_CLIENTS, partition="dirichlet",
-                               partition_params={"alpha": 0.5}, seed=0)
+                               partition_params={"alpha": 0.5}, test_mode="local", seed=0)
 
 
 def make(cls, data=None, **kwargs):
@@ -69,7 +69,7 @@ class Iterates(pl.Callback):
 
 
 def fit_module(cls, data, **kwargs):
-    params = dict(num_rounds=2, batch_size=32, lr=0.1, seed=0)
+    params = dict(num_rounds=2, batch_size=32, lr=0.1, eval_every=1, seed=0)
     return cls(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, **(params | kwargs))
 
 

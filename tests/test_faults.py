@@ -14,13 +14,13 @@ FULL_PARTICIPATION = {"AFL", "CGSV", "Standalone", "DW", "RR", "EU", "CFFL", "EC
 
 
 def data_for(num_clients=6, seed=0):
-    return FederatedDataModule(source="digits", num_clients=num_clients, partition="iid", local_test_fraction=0.2,
-                               seed=seed)
+    return FederatedDataModule(source="digits", num_clients=num_clients, partition="iid", test_mode="local",
+                               local_test_fraction=0.2, seed=seed)
 
 
 def make(name, data, **kwargs):
     params = dict(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, num_rounds=2,
-                  fraction=1.0 if name in FULL_PARTICIPATION else 0.5, batch_size=16, lr=0.05, seed=0)
+                  fraction=1.0 if name in FULL_PARTICIPATION else 0.5, batch_size=16, lr=0.05, eval_every=1, seed=0)
     return ALGORITHMS[name](**(params | kwargs))
 
 

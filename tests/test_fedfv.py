@@ -17,12 +17,12 @@ NUM_CLIENTS = 12
 
 @pytest.fixture(scope="module")
 def data():
-    return FederatedDataModule(source="digits", num_clients=NUM_CLIENTS, partition="iid", seed=0)
+    return FederatedDataModule(source="digits", num_clients=NUM_CLIENTS, partition="iid", test_mode="local", seed=0)
 
 
 def make_fedfv(data, **kwargs) -> FedFV:
     """A float64 FedFV whose K-sized buffers are set up, without a Trainer."""
-    params = dict(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, seed=0)
+    params = dict(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, lr=0.1, seed=0)
     module = FedFV(**(params | kwargs)).double()
     module.attach_data(data)
     module.setup("fit")
@@ -180,7 +180,7 @@ class LastRoundMetrics(pl.Callback):
 
 def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
     module = FedFV(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
-                   num_rounds=3, fraction=0.5, batch_size=32, lr=0.1, alpha=0.2, tau=1, seed=0)
+                   num_rounds=3, fraction=0.5, batch_size=32, lr=0.1, eval_every=1, alpha=0.2, tau=1, seed=0)
     recorder = LastRoundMetrics()
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, callbacks=[recorder], default_root_dir=tmp_path)

@@ -139,12 +139,12 @@ class LossWatchingFedMDFG(FedMDFG):
 @pytest.fixture(scope="module")
 def data():
     return FederatedDataModule(source="digits", num_clients=8, partition="dirichlet",
-                               partition_params={"alpha": 0.3}, local_test_fraction=0.2, seed=0)
+                               partition_params={"alpha": 0.3}, test_mode="local", local_test_fraction=0.2, seed=0)
 
 
 def fit(data, cls=FedMDFG, **kwargs):
     params = dict(backbone="fl_mlp", backbone_kwargs={"hidden_sizes": [16]}, num_classes=data.num_classes,
-                  input_shape=data.input_shape, num_rounds=3, fraction=0.5, batch_size=16, lr=0.1, seed=0)
+                  input_shape=data.input_shape, num_rounds=3, fraction=0.5, batch_size=16, lr=0.1, eval_every=1, seed=0)
     module = cls(**(params | kwargs))
     recorder = Recorder()
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,

@@ -177,9 +177,9 @@ class Rounds(pl.Callback):
 
 def test_short_fit_logs_qp_and_improvement():
     data = FederatedDataModule(source="digits", num_clients=8, partition="dirichlet",
-                               partition_params={"alpha": 0.5}, seed=0)
+                               partition_params={"alpha": 0.5}, test_mode="local", seed=0)
     module = FedMGDAPlus(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
-                         num_rounds=2, fraction=0.5, batch_size=32, lr=0.1, seed=0)
+                         num_rounds=2, fraction=0.5, batch_size=32, lr=0.1, eval_every=1, seed=0)
     rounds = Rounds()
     pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, num_sanity_val_steps=0, callbacks=[rounds]).fit(module, datamodule=data)

@@ -23,6 +23,8 @@ import yaml
 from fl_lightning import cli
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.configs import DEFAULT_CONFIG
+from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.data.partition_registry import resolved_partition_params
 from fl_lightning.data.sources import source_info
 
 LINKED = ("num_classes", "input_shape")  # model settings filled in from the data (cli_settings.DATA_LINKS)
@@ -129,7 +131,11 @@ def test_the_printed_config_is_the_fits(algorithm, printed, monkeypatch, tmp_pat
     fit = parsed.value.config
     settings = {key: entry for key, entry in fit.model.init_args.as_dict().items() if key not in LINKED}
     assert as_lists(settings) == config["model"]["init_args"]
-    assert as_lists(fit.data.as_dict()) == config["data"] and fit.seed_everything == config["seed_everything"]
+    data = fit.data.as_dict()
+    # the fit's null partition_params stands for the partitioner's defaults: printed as the data module
+    # built from it resolves (and logs) them
+    data["partition_params"] = FederatedDataModule(**data).partition_params
+    assert as_lists(data) == config["data"] and fit.seed_everything == config["seed_everything"]
 
 
 def flattened(config: dict, prefix: str = "") -> dict:
@@ -154,8 +160,12 @@ def test_fit_help_defaults_are_the_default_fits(printed):
     for name in LINKED:  # in the algorithm's default: the values the default data gives
         assert model["init_args"].pop(name) == as_lists(getattr(source_info(source), name))
     assert model == config["model"]
-    wrong = {option: f"help says {default}, --print_config {keys[option]}"
-             for option, default in shown.items() if value(default) != as_lists(keys[option])}
+    shown_values = {option: value(default) for option, default in shown.items()}
+    # the help's null partition_params stands for the partitioner's defaults, which --print_config spells out
+    shown_values["data.partition_params"] = resolved_partition_params(
+        keys["data.partition"], shown_values["data.partition_params"] or {})
+    wrong = {option: f"help says {shown[option]}, --print_config {keys[option]}"
+             for option, default in shown_values.items() if default != as_lists(keys[option])}
     assert not wrong
 
 

@@ -103,7 +103,8 @@ CLIENTS = 10
 def data():
     # the paper's Pat-1 (Table 4's first half): one class per client, digits' 10 classes over 10 clients
     return FederatedDataModule(source="digits", num_clients=CLIENTS, partition="pathological",
-                               partition_params={"classes_per_client": 1}, local_test_fraction=0.2, seed=0)
+                               partition_params={"classes_per_client": 1}, test_mode="local",
+                               local_test_fraction=0.2, seed=0)
 
 
 class Groups(pl.Callback):

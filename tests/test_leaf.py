@@ -168,7 +168,7 @@ def test_cnn_femnist_has_a_stacked_forward():
 
 
 def test_fedavg_fits_pydoc_chars_with_the_lstm():
-    data = FederatedDataModule(source="pydoc_chars", num_clients=4, partition="natural",
+    data = FederatedDataModule(source="pydoc_chars", num_clients=4, partition="natural", test_mode="local",
                                source_params={"max_samples_per_client": 20}, seed=0)
     module = FedAvg(backbone="fl_lstm_chars", backbone_kwargs={"hidden_size": 32},
                     num_classes=data.num_classes, input_shape=data.input_shape, num_rounds=2,
@@ -183,10 +183,10 @@ def test_fedavg_fits_pydoc_chars_with_the_lstm():
 
 def test_shakespeare_through_the_data_module(shakespeare_dir):
     data = FederatedDataModule(source="shakespeare", data_dir=shakespeare_dir, num_clients=5,
-                               partition="natural", seed=2)
+                               partition="natural", test_mode="local", seed=2)
     data.setup("fit")
     again = FederatedDataModule(source="shakespeare", data_dir=shakespeare_dir, num_clients=5,
-                                partition="natural", seed=2)
+                                partition="natural", test_mode="local", seed=2)
     again.setup("fit")
     assert data.num_classes == 80 and data.input_shape == (80,)
     assert len(data.train_sizes) == 5 and torch.equal(data.train_x, again.train_x)

@@ -78,9 +78,9 @@ def test_class_values_of_a_shared_model_are_evaluate_clients_per_class(matched_d
 
 
 def test_synthetic_clients_get_their_own_test_draws():
-    plain = FederatedDataModule(source="synthetic", num_clients=10, partition="natural",
+    plain = FederatedDataModule(source="synthetic", num_clients=10, partition="natural", test_mode="local",
                                 local_test_fraction=0.0, seed=4)
-    drawn = FederatedDataModule(source="synthetic", num_clients=10, partition="natural",
+    drawn = FederatedDataModule(source="synthetic", num_clients=10, partition="natural", test_mode="local",
                                 source_params={"test_per_client": 50}, seed=4)
     plain.setup()
     drawn.setup()
@@ -107,8 +107,8 @@ def test_resolved_partition_params_fill_the_defaults():
 
 
 def test_split_digest_tells_splits_apart():
-    def digest(**kwargs):
-        data = FederatedDataModule(source="digits", num_clients=5, partition="iid", **kwargs)
+    def digest(test_mode="local", **kwargs):
+        data = FederatedDataModule(source="digits", num_clients=5, partition="iid", test_mode=test_mode, **kwargs)
         data.setup()
         return data.split_digest()
 

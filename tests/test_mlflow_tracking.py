@@ -64,8 +64,8 @@ def new_run_setup(uri, ckpt_path=None, *, other_loggers=None, **init_args):
 
 
 def tiny_fit(num_clients=10):
-    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))
-    return module, FederatedDataModule(source="digits", num_clients=num_clients, partition="iid")
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), eval_every=1)
+    return module, FederatedDataModule(source="digits", num_clients=num_clients, partition="iid", test_mode="local")
 
 
 def run_of(logger):

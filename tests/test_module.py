@@ -11,14 +11,15 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def digits_data(num_clients=10, **kwargs) -> FederatedDataModule:
-    params = dict(source="digits", num_clients=num_clients, partition="iid", local_test_fraction=0.2, seed=0)
+    params = dict(source="digits", num_clients=num_clients, partition="iid", test_mode="local", local_test_fraction=0.2,
+                  seed=0)
     params.update(kwargs)
     return FederatedDataModule(**params)
 
 
 def module_for(data, cls=FedAvg, **kwargs):
     params = dict(backbone="fl_mlp", backbone_kwargs={"hidden_sizes": [16]}, num_classes=data.num_classes,
-                  input_shape=data.input_shape, num_rounds=3, fraction=1.0, batch_size=16, lr=0.1, seed=0)
+                  input_shape=data.input_shape, num_rounds=3, fraction=1.0, batch_size=16, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     return cls(**params)
 

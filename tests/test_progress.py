@@ -18,9 +18,9 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def fit(**trainer_kwargs):
-    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=1)
+    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=1)
     module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=4, fraction=0.5,
-                    seed=1, eval_every=2)
+                    seed=1, lr=0.1, eval_every=2)
     trainer = pl.Trainer(**{"logger": False, "enable_checkpointing": False, "enable_model_summary": False,
                             **trainer_kwargs})
     trainer.fit(module, datamodule=data)
@@ -61,8 +61,9 @@ def test_no_bar_when_the_trainer_has_none():
 
 
 def test_a_notice_printed_during_the_fit_is_not_lost(capsys):
-    data = FederatedDataModule(source="digits", num_clients=3, partition="iid", seed=1)
-    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=2, fraction=0.1, seed=1)
+    data = FederatedDataModule(source="digits", num_clients=3, partition="iid", test_mode="local", seed=1)
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=2, fraction=0.1, seed=1,
+                    lr=0.1, eval_every=1)
     pl.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False).fit(module, datamodule=data)
     assert "fraction 0.1 of 3 clients is 1 client a round" in capsys.readouterr().out
 
@@ -90,8 +91,9 @@ import lightning.pytorch as pl
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.data.datamodule import FederatedDataModule
 
-data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=1)
-module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=3, fraction=0.5, seed=1)
+data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=1)
+module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=3, fraction=0.5, seed=1,
+                lr=0.1, eval_every=1)
 pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False).fit(module, datamodule=data)
 """
 # what Lightning itself says, which no module setting changes: its Trainer's device lines and

@@ -85,7 +85,7 @@ CASES = {name: (name, {}) for name in ALGORITHMS} | VARIANTS
 def make_run(case: str):
     name, extra = CASES[case]
     data = FederatedDataModule(source="digits", num_clients=8, partition="dirichlet",
-                               partition_params={"alpha": 0.5, "min_size": 10}, seed=3)
+                               partition_params={"alpha": 0.5, "min_size": 10}, test_mode="local", seed=3)
     module = ALGORITHMS[name](**{
         "backbone": "fl_logreg", "num_classes": data.num_classes, "input_shape": data.input_shape,
         "num_rounds": NUM_ROUNDS, "eval_every": EVAL_EVERY,

@@ -24,7 +24,7 @@ NUM_ROUNDS, NUM_CLIENTS = 7, 8
 
 def make_run(algorithm=FedFV, **extra):
     data = FederatedDataModule(source="digits", num_clients=NUM_CLIENTS, partition="dirichlet",
-                               partition_params={"alpha": 0.5, "min_size": 10}, seed=3)
+                               partition_params={"alpha": 0.5, "min_size": 10}, test_mode="local", seed=3)
     settings = {"num_rounds": NUM_ROUNDS, "eval_every": 3, "fraction": 0.5, "dropout_prob": 0.2, "batch_size": 16,
                 "lr": 0.05, "seed": 3, **extra}
     module = algorithm(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, **settings)

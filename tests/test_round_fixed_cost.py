@@ -85,7 +85,7 @@ class Recorded(Logger):
 
 
 def fit(name: str, eval_every: int, rounds: int = 4) -> tuple[pl.LightningModule, Recorded]:
-    data = FederatedDataModule(source="synthetic", num_clients=10, seed=0)
+    data = FederatedDataModule(source="synthetic", num_clients=10, partition="iid", test_mode="local", seed=0)
     module = ALGORITHMS[name](backbone="fl_logreg", num_classes=10, input_shape=(60,), num_rounds=rounds,
                               fraction=0.5, batch_size=10, lr=0.05, eval_every=eval_every, seed=3)
     recorded = Recorded()

@@ -410,7 +410,7 @@ def test_a_sweep_of_plain_fits_is_never_merged_into_one_configuration(tmp_path, 
         main(["fit", *common, *extra])
     runs = load_runs(uri, progress=lambda *a, **k: None).runs
     labels = sorted(run.tags["algorithm_config"] for run in runs)
-    assert labels == ["FedAvg(lr=0.01)", "FedAvg(lr=0.2)", "FedProx(lr=0.05,mu=0.01)", "FedProx(lr=0.05,mu=5)"]
+    assert labels == ["FedAvg(lr=0.01)", "FedAvg(lr=0.2)", "FedProx(mu=0.01)", "FedProx(mu=5)"]  # lr 0.05: the default
     names = {run.tags["mlflow.runName"].split(" | ")[0] for run in runs}
     assert len(names) == 4  # the MLflow UI tells them apart too
     (table,) = build_tables(runs)

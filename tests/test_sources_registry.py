@@ -48,7 +48,7 @@ def blobs(monkeypatch):
 def test_a_source_registered_from_another_module_builds_clients(blobs):
     assert blobs in list_sources() and source_info(blobs) == BLOBS
     data = FederatedDataModule(source=blobs, num_clients=4, partition="dirichlet",
-                               partition_params={"alpha": 1.0, "min_size": 5},
+                               partition_params={"alpha": 1.0, "min_size": 5}, test_mode="local",
                                source_params={"spread": 0.5}, seed=0)
     assert data.num_classes == 3 and data.input_shape == (2,)
     data.setup()

@@ -29,8 +29,8 @@ TIMES = ("client_time_s", "server_time_s")  # wall-clock times: the one thing a 
 def data():
     """The main job's data and model size (mnist5k, the 784-200-200-10 MLP): small MKL products
     at 2 threads round differently than at 1 on these shapes."""
-    return FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", local_test_fraction=0.2,
-                               seed=0)
+    return FederatedDataModule(source="mnist5k", num_clients=20, partition="dirichlet", test_mode="local",
+                               local_test_fraction=0.2, seed=0)
 
 
 class ThreadsSeen(pl.Callback):

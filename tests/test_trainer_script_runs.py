@@ -49,7 +49,8 @@ def in_tmp(tmp_path, monkeypatch):
 def test_a_trainer_script_run_is_named_like_a_cli_run_and_keeps_a_name_it_was_given(in_tmp):
     uri, run_id = script_fit(in_tmp)
     name = MlflowClient(uri).get_run(run_id).info.run_name
-    assert name.startswith("FedFV seed 1 (") and NAME_SEPARATOR + "digits/dirichlet(alpha=0.5" in name, name
+    # lr 0.05 and alpha 0.1 are FedFV's defaults: no settings in the name, as for a CLI fit of them
+    assert name.startswith("FedFV seed 1" + NAME_SEPARATOR + "digits/dirichlet(alpha=0.5"), name
     uri, run_id = script_fit(in_tmp, run_name="mine")
     assert MlflowClient(uri).get_run(run_id).info.run_name == "mine"
 
@@ -82,8 +83,9 @@ SCRIPT = textwrap.dedent("""
         def teardown(self, trainer, pl_module, stage):
             warnings.warn(PYNVML, FutureWarning)
 
-    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", seed=1)
-    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=2, fraction=0.5, seed=1)
+    data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=1)
+    module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=2, fraction=0.5,
+                    lr=0.1, eval_every=1, seed=1)
     trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
                          callbacks=[LikeTorch()])
     trainer.fit(module, datamodule=data)

@@ -87,7 +87,7 @@ def build(name: str, cls, size: str, m: int, data) -> object:
     fraction = 1.0 if name in FULL_PARTICIPATION else m / data.num_clients
     backbone, backbone_kwargs = MODELS[size]
     module = cls(backbone=backbone, backbone_kwargs=backbone_kwargs, num_classes=10,
-                 input_shape=data.input_shape, num_rounds=100, fraction=fraction, seed=0)
+                 input_shape=data.input_shape, num_rounds=100, fraction=fraction, lr=0.1, eval_every=1, seed=0)
     module.attach_data(data)
     module.setup("fit")
     return module
@@ -110,7 +110,7 @@ def measure(
     """One result per (size, m): each algorithm's median server-step seconds (``seconds``)
     and, for an algorithm that fails, its error (``errors``), the other algorithms going on;
     with ``loops``, the loop transcriptions of FedFV and FedMGDA+ on the same round."""
-    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
+    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", test_mode="local", seed=0)
     data.setup("fit")
     data.to(device)
     results = []

@@ -48,7 +48,7 @@ class RandomImageData(FederatedDataModule):
         vocab_size: int | None = None,
     ) -> None:
         # the parent's arguments only pass its checks; setup() never loads the source
-        super().__init__(source="digits", num_clients=num_clients, partition="iid", seed=seed)
+        super().__init__(source="digits", num_clients=num_clients, partition="iid", test_mode="local", seed=seed)
         if samples_per_client < 1:
             raise ValueError(f"samples_per_client must be >= 1, got {samples_per_client}")
         self.samples_per_client = samples_per_client
@@ -81,7 +81,7 @@ def clients_for(model: str, num_clients: int, samples_per_client: int, seed: int
         data = RandomImageData(num_clients, samples_per_client, seed=seed)
     else:
         data = FederatedDataModule(
-            source=source, num_clients=num_clients, partition="iid",
+            source=source, num_clients=num_clients, partition="iid", test_mode="local",
             partition_params={"total_size": num_clients * samples_per_client},
             local_test_fraction=0.0, seed=seed,
         )

@@ -102,7 +102,7 @@ def build_data(task: Task, seed: int) -> FederatedDataModule:
     else:
         params = {"total_size": task.num_clients * task.samples_per_client} if task.samples_per_client else {}
         data = FederatedDataModule(source=task.source, num_clients=task.num_clients, partition=task.partition,
-                                   partition_params=params, local_test_fraction=0.0, seed=seed)
+                                   partition_params=params, test_mode="local", local_test_fraction=0.0, seed=seed)
     data.setup("fit")
     return data
 

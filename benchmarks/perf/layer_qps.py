@@ -43,7 +43,7 @@ SOLVERS: dict[str, Callable[[torch.Tensor], _TorchSolve]] = {
 
 def recorded_grams(size: str, m: int, device: torch.device) -> tuple[list[torch.Tensor], float]:
     """The Gram batches one FedLF server step solves (after a warm-up step), and that step's seconds."""
-    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
+    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", test_mode="local", seed=0)
     data.setup("fit")
     data.to(device)
     module = build("FedLF", ALGORITHMS["FedLF"], size, m, data).to(device)

@@ -18,7 +18,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def profile_step(name: str, size: str, m: int, device: torch.device, rows: int) -> str:
-    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", seed=0)
+    data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", test_mode="local", seed=0)
     data.setup("fit")
     data.to(device)
     module = build(name, ALGORITHMS[name], size, m, data).to(device)

@@ -37,7 +37,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def build(fraction: float, rounds: int):
-    data = FederatedDataModule(source="synthetic", num_clients=100, seed=0)
+    data = FederatedDataModule(source="synthetic", num_clients=100, partition="iid", test_mode="local", seed=0)
     module = ALGORITHMS["FedAvg"](backbone="fl_logreg", num_classes=10, input_shape=(60,), num_rounds=rounds,
                                   fraction=fraction, local_epochs=1, batch_size=10, lr=0.01, eval_every=10**9,
                                   seed=0)

@@ -97,12 +97,13 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         dropout_prob: chance that a sampled client does not answer in a round.
         local_epochs: local SGD epochs E per round.
         batch_size: local SGD minibatch size B (None = full batch).
-        lr: local SGD learning rate.
+        lr: local SGD learning rate (default 0.05, as the CLI's).
         momentum: local SGD momentum.
         weight_decay: local SGD weight decay.
         engine: the local training engine; ``"auto"`` picks the vectorised one when a chunk
             of stacked clients fits in ``engine_memory_budget_gb``.
-        eval_every: evaluate every client every this many rounds (and after the last).
+        eval_every: evaluate every client every this many rounds (and after the last); default
+            5, as the CLI's (``eval_every=1`` logs the client accuracies every round).
         seed: seeds the model's initialisation and every per-round random stream; ``None``
             (the default) takes the run's seed (``--seed_everything N``), else 0.
         engine_memory_budget_gb: what ``engine="auto"`` may spend on stacked clients.

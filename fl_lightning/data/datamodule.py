@@ -50,6 +50,7 @@ from fl_lightning.run_schema import (
     DEFAULT_DATA_DIR,
     DEFAULT_LOCAL_TEST_FRACTION,
     DEFAULT_NUM_CLIENTS,
+    DEFAULT_PARTITION,
     DEFAULT_SOURCE,
     DEFAULT_TEST_MODE,
     LOCAL_TEST_FRACTION,
@@ -113,19 +114,22 @@ class FederatedDataModule(LightningDataModule):
             ``cifar100``, ``emnist``, ``mnist5k``, ``digits``, ``synthetic`` or one added with
             :func:`fl_lightning.data.source_registry.register_source` (all: ``list_sources()``).
         num_clients: K, the number of clients.
-        partition: a partitioner's name: ``iid``, ``dirichlet``, ``pathological``,
-            ``shards``, ``power_law``, ``linspace_classes``, ``class_assignment``, ``natural``
-            (keeps the source's own clients, ``synthetic``) or one added with
+        partition: a partitioner's name: ``dirichlet`` (the default, as the CLI's: Dir(0.5)
+            label skew), ``iid``, ``pathological``, ``shards``, ``power_law``,
+            ``linspace_classes``, ``class_assignment``, ``natural`` (keeps the source's own
+            clients, ``synthetic``) or one added with
             :func:`fl_lightning.data.partition_registry.register_partitioner`.
-        partition_params: the partitioner's parameters, e.g. ``{"alpha": 0.1}``.
-        test_mode: ``"local"``: every client keeps ``local_test_fraction`` of its samples
-            as its own test set; ``"global"``: one shared test set (the official test
-            split, else a held-out ``global_test_fraction`` of the pool); ``"matched"``:
-            the shared test set of ``"global"``, and each client's accuracy is the
-            expectation over its own training label distribution of the class-wise
-            accuracy on it, sum_c p_k(c) acc(c): the accuracy on a test set drawn to
-            match the client's labels, not quantised by a few local test samples (for
-            partitions that skew labels, not features).
+        partition_params: the partitioner's parameters, e.g. ``{"alpha": 0.1}``; the ones left
+            out take the partitioner's defaults (Dirichlet: ``alpha`` 0.5, ``min_size`` 10).
+        test_mode: ``"matched"`` (the default, as the CLI's): the shared test set of
+            ``"global"``, and each client's accuracy is the expectation over its own training
+            label distribution of the class-wise accuracy on it, sum_c p_k(c) acc(c): the
+            accuracy on a test set drawn to match the client's labels, not quantised by a few
+            local test samples (for partitions that skew labels, not features; a ``natural``
+            partition needs ``"local"``); ``"local"``: every client keeps
+            ``local_test_fraction`` of its samples as its own test set; ``"global"``: one
+            shared test set (the official test split, else a held-out
+            ``global_test_fraction`` of the pool).
         local_test_fraction: share of each client's samples used as its local test set.
         merge_official_splits: in local mode, pool the official train and test splits
             before partitioning (as FedLF does); otherwise the official test split becomes
@@ -163,7 +167,7 @@ class FederatedDataModule(LightningDataModule):
         self,
         source: str = DEFAULT_SOURCE,
         num_clients: int = DEFAULT_NUM_CLIENTS,
-        partition: str = "iid",
+        partition: str = DEFAULT_PARTITION,
         partition_params: dict | None = None,
         test_mode: TestMode = DEFAULT_TEST_MODE,
         local_test_fraction: float = DEFAULT_LOCAL_TEST_FRACTION,
@@ -249,9 +253,9 @@ class FederatedDataModule(LightningDataModule):
             raise ValueError(f"global_test_fraction must be in (0, 1), got {global_fraction}.")
         if test_mode == "matched" and partition == "natural":
             raise ValueError(
-                "test_mode='matched' weights a shared test pool by each client's labels, but natural "
-                "clients differ in their inputs too: use test_mode='local' (synthetic: source_params "
-                "{test_per_client: 100} draws each client's own test set)."
+                "partition='natural' needs test_mode='local' (test_mode='matched', the default, weights a "
+                "shared test pool by each client's labels, but natural clients differ in their inputs too); "
+                "synthetic: source_params {test_per_client: 100} draws each client's own test set."
             )
         if self.source_params.get("test_per_client") and (partition != "natural" or test_mode != "local"):
             raise ValueError(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chromium import CHROMIUM_FLAGS, MISSING, chromium_path
+from chromium import MISSING, chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -175,18 +175,6 @@ def site(tmp_path_factory):
     assert leaderboard_main(["build", "--tracking-uri", uri, "--out", str(out),
                              "--paper-numbers", str(tmp / "papers")]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def browser_context(tmp_path_factory):
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),  # a fresh --user-data-dir
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 900},
-        )
-        yield context
-        context.close()
 
 
 def open_page(context, url: str):

@@ -75,20 +75,6 @@ def two_pass_site(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def browser_context(tmp_path_factory):
-    from playwright import sync_api
-
-    with sync_api.sync_playwright() as playwright:
-        from chromium import CHROMIUM_FLAGS
-
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 900})
-        yield context
-        context.close()
-
-
 @pytest.mark.parametrize("width", [1400, 800])
 def test_each_claim_shows_both_passes_and_the_tally_counts_the_confirmatory_ones(two_pass_site, browser_context,
                                                                                  width):

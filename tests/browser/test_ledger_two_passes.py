@@ -96,7 +96,7 @@ def test_each_claim_shows_both_passes_and_the_tally_counts_the_confirmatory_ones
             in details)
     assert "Runs read: treatment:" in details
     tally = page.inner_text("#tally")
-    assert "Confirmatory verdicts (seeds 1000-1002)" in tally and "2 of 2 claims decided" in tally
+    assert "Confirmatory verdicts (seeds 1000-1002)" in tally and "2 of 2 claims counted" in tally
     assert "1 reproduced" in tally and "1 contradicted" in tally and "the two passes disagree on 1" in tally
     assert "not counted" in page.inner_text(".tally-exploratory")
     assert not page.locator("p.banner").count()  # every claim's confirmatory verdict counts: no exploratory banner

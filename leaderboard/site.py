@@ -306,8 +306,9 @@ def claims_section(claims: list[ledger.Claim], store: StoreContents, tables: lis
                 exploratory=exploratory, scale=ledger.tally_scale(active),
                 over_rounds_labels=", ".join(OVER_ROUNDS_LABELS[r] for r in plan.over_rounds_sensitivity) or "none",
                 over_rounds_primary=OVER_ROUNDS_LABELS[plan.over_rounds_primary],
-                csv=ledger.export_csv(results), json=ledger.export_json(results, plan, amendments),
-                summary_csv=_csv(ledger.summary_rows(results)))
+                csv=ledger.export_csv(results),
+                json=ledger.export_json(results, plan, amendments, both if two_passes else ()),
+                summary_csv=_csv(ledger.summary_rows(results, both if two_passes else ())))
 
 
 def _csv(rows: list[dict]) -> str:

@@ -161,3 +161,18 @@ def test_a_benchmark_table_never_mixes_the_confirmatory_pass_with_the_explorator
     assert plain.key == "k" and confirmatory.key != plain.key
     assert confirmatory.fields == {"num_rounds": 100, LEDGER_PASS_TAG: CONFIRMATORY}
     assert task_of(tags | {LEDGER_PASS_TAG: CONFIRMATORY}, {}).key == confirmatory.key  # one key per pass
+
+
+def test_claims_json_and_the_summary_carry_both_passes():
+    import json
+
+    (entry,) = passes(seen(NARROW) + fresh(WORSE))
+    document = json.loads(ledger.export_json([entry.exploratory], passes=[entry]))["claims"][0]
+    assert document["verdict"] == REPRODUCED
+    confirmatory = document["confirmatory"]
+    assert confirmatory["verdict"] == CONTRADICTED and confirmatory["counted"] and confirmatory["agrees"] is False
+    assert confirmatory["seeds"] == 10 and confirmatory["comparisons"][0]["n"] == 10
+    assert confirmatory["difference"].startswith("exploratory reproduced")
+    row = ledger.summary_rows([entry.exploratory], [entry])[0]
+    assert (row["verdict"], row["confirmatory_verdict"], row["passes_agree"]) == (REPRODUCED, CONTRADICTED, False)
+    assert "confirmatory" not in json.loads(ledger.export_json([entry.exploratory]))["claims"][0]

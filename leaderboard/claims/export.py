@@ -115,9 +115,11 @@ def export_csv(results: Iterable[ClaimResult]) -> str:
     return out.getvalue()
 
 
-def summary_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
+def summary_rows(results: Iterable[ClaimResult], passes: Iterable[ClaimPasses] = ()) -> list[dict[str, object]]:
     """One row per claim (``claims_summary.csv``): verdict, interval level, the primary-point value,
-    fragile, amended, by construction, the paper's effect against ours, seeds planned and used."""
+    fragile, amended, by construction, the paper's effect against ours, seeds planned and used; with
+    ``passes``, the confirmatory verdict, whether the tally counts it (or why not) and whether it agrees."""
+    by_claim = {entry.claim.id: entry for entry in passes}
     rows = []
     for r in results:
         first = r.comparisons[0] if r.comparisons else None
@@ -142,6 +144,11 @@ def summary_rows(results: Iterable[ClaimResult]) -> list[dict[str, object]]:
             seeds_planned=r.seeds_planned, seeds_used=r.seeds,
             extension=r.extension_verdict, code_versions_mixed=len(r.mixed_versions) > 1,
         ))
+        if r.claim.id in by_claim:
+            entry = by_claim[r.claim.id]
+            rows[-1].update(confirmatory_verdict=entry.confirmatory.verdict if entry.confirmatory else "",
+                            confirmatory_counted=entry.counted, confirmatory_not_counted_because=entry.status,
+                            passes_agree="" if entry.agree is None else entry.agree)
     return rows
 
 
@@ -166,8 +173,22 @@ def _result_json(entry: ComparisonResult) -> dict[str, object]:
     )
 
 
+def pass_json(entry: ClaimPasses) -> dict[str, object]:
+    """A claim's confirmatory pass in ``claims.json``: its verdict (null without one), whether the
+    tally counts it and why not, whether it agrees with the exploratory verdict, what differs, and
+    each comparison as the exploratory ones are written."""
+    fresh = entry.confirmatory
+    return dict(verdict=None if fresh is None else fresh.verdict, counted=entry.counted,
+                not_counted_because=entry.status or None, agrees=entry.agree, difference=entry.difference or None,
+                seeds=None if fresh is None else fresh.seeds,
+                comparisons=[] if fresh is None else [_result_json(e) for e in fresh.comparisons])
+
+
 def export_json(results: Iterable[ClaimResult], plan: LedgerPlan | None = None,
-                amendments: Iterable[Amendment] = ()) -> str:
+                amendments: Iterable[Amendment] = (), passes: Iterable[ClaimPasses] = ()) -> str:
+    """``claims.json``: the plan, the amendments and every claim (its exploratory verdict, and with
+    ``passes`` its confirmatory pass under ``confirmatory``)."""
+    by_claim = {entry.claim.id: entry for entry in passes}
     data = []
     for claim_result in results:
         claim = claim_result.claim
@@ -215,6 +236,7 @@ def export_json(results: Iterable[ClaimResult], plan: LedgerPlan | None = None,
                     )
                     for a in claim_result.ablations
                 ],
+                **({"confirmatory": pass_json(by_claim[claim.id])} if claim.id in by_claim else {}),
             )
         )
     document = dict(

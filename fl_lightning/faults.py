@@ -6,7 +6,9 @@ what to do, not three chained tracebacks. :func:`fault_line` names the fault of 
 (searching its chain: the error a handler met while handling another counts too), or returns
 None for anything else, which is a bug and keeps its traceback. :func:`save_traceback` writes
 the traceback to ``fit-error.log`` beside the run's checkpoints (write, then rename), or
-elsewhere when that disk is the full one. Imports no torch (the CLI's last handler uses it).
+elsewhere when that disk is the full one. :func:`naming` gives a write's error the file it was
+writing (a full disk met by ``write`` or ``fsync`` names none). Imports no torch (the CLI's last
+handler uses it).
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ def _where(error: OSError) -> str:
     """The file being written: a copy's or a move's destination, else the one file named."""
     written = getattr(error, "filename2", None) or getattr(error, "filename", None)
     return f" (writing {written})" if written else ""
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Give ``path`` to a disk-full or not-writable ``OSError`` raised inside that names no file:
+    a write's or an fsync's error names none (``[Errno 122] Disk quota exceeded``), and
+    :func:`fault_line` could not say which file the full disk or the used-up quota refused."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in (*DISK_FULL, *NOT_WRITABLE) and error.filename is None and error.filename2 is None:
+            error.filename = os.fspath(path)
+        raise
 
 
 def fault_line(error: BaseException) -> str | None:

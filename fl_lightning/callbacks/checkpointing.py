@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fl_lightning import private_api
+from fl_lightning.faults import naming
 from fl_lightning.one_line import first_line
 
 log = logging.getLogger(__name__)
@@ -137,12 +138,13 @@ class RoundCheckpoint(ModelCheckpoint):
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         """Lightning's write, into ``<file>.partial`` in the same folder, synced, then renamed over
         the file: ``last.ckpt`` is always the previous complete checkpoint or the new complete one,
-        whatever stops the process mid-write (a kill, a full disk)."""
+        whatever stops the process mid-write (a kill, a full disk: its error names the partial file)."""
         partial = filepath + ".partial"
         try:
-            super()._save_checkpoint(trainer, partial)
-            if trainer.is_global_zero:
-                replace_synced(Path(partial), Path(filepath))  # syncing can be what finds the disk full
+            with naming(partial):
+                super()._save_checkpoint(trainer, partial)
+                if trainer.is_global_zero:
+                    replace_synced(Path(partial), Path(filepath))  # syncing can be what finds the disk full
         except BaseException:
             with contextlib.suppress(OSError):
                 Path(partial).unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
@@ -211,9 +213,10 @@ class RoundCheckpoint(ModelCheckpoint):
         partial = path.with_name(path.name + ".partial")
         try:
             flush_loggers(trainer)  # the store is never behind a checkpoint
-            trainer.strategy.save_checkpoint(checkpoint, partial)
-            if trainer.is_global_zero:
-                replace_synced(partial, path)
+            with naming(partial):
+                trainer.strategy.save_checkpoint(checkpoint, partial)
+                if trainer.is_global_zero:
+                    replace_synced(partial, path)
         except Exception as error:  # noqa: BLE001 - the fit's own exception is the one to report
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)  # our own half-written file; the previous checkpoint stays
@@ -231,8 +234,9 @@ class RoundCheckpoint(ModelCheckpoint):
 
 def replace_synced(partial: Path, path: Path) -> None:
     """Put the complete file ``partial`` in place of ``path``: its bytes on disk first, then an
-    atomic rename in the same folder, then the folder's entry on disk."""
-    with open(partial, "rb+") as written:
+    atomic rename in the same folder, then the folder's entry on disk. An error names ``partial``
+    when it names no file (an fsync's: the disk full, the quota used up)."""
+    with naming(partial), open(partial, "rb+") as written:
         os.fsync(written.fileno())
     os.replace(partial, path)
     try:

@@ -28,7 +28,8 @@ from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.entities import Metric
 
 from fl_lightning import private_api
-from fl_lightning.faults import TrackingServerLost, server_unreachable
+from fl_lightning.callbacks.checkpointing import replace_synced
+from fl_lightning.faults import TrackingServerLost, naming, server_unreachable
 
 SERVER_WAIT_S = 300.0
 SERVER_WAIT_ENV = "FL_LIGHTNING_SERVER_WAIT_S"
@@ -196,10 +197,18 @@ def read_unsent(path: Path) -> list[dict[str, Any]]:
 
 
 def write_unsent(path: Path, tracking_uri: str, entries: list[dict[str, Any]]) -> None:
-    """``path`` holding ``entries`` (written to a temporary name, then renamed)."""
+    """``path`` holding ``entries`` (written to a temporary name, synced, then renamed: a crash
+    leaves the previous file or the new one, whole). An error names the temporary file, which is
+    removed."""
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps({"tracking_uri": tracking_uri, "metrics": entries}))
-    os.replace(partial, path)
+    try:
+        with naming(partial):
+            partial.write_text(json.dumps({"tracking_uri": tracking_uri, "metrics": entries}))
+        replace_synced(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
 
 
 def replay_unsent(client: Any, run_id: str, folder: Path, rounds_completed: int) -> int:

@@ -147,6 +147,31 @@ def test_fedfv_window_less_next_clients_and_fedlf_seen_clients(tmp_path):
     assert torch.equal(restored.history, fedlf.history)
 
 
+def test_a_round_kept_in_memory_holds_the_history_by_reference_and_is_compacted_when_written(tmp_path):
+    """The round kept in memory between writes refers to the (K, d) history buffer, no copy of it
+    and no compaction yet; a failure that writes it compacts it then, to the rows still read."""
+    module, data = make_run(FedLF, fraction=0.25)
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=3)
+    kept = {}
+
+    class KeepSnapshot(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch + 1 == 5:  # before the failure writes it
+                in_memory = checkpoint._unsaved[0]
+                kept["compacted"] = COMPACT_HISTORY_KEY in in_memory
+                kept["history"] = in_memory["state_dict"]["history"].data_ptr()
+
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        trainer_with(checkpoint, KeepSnapshot(), FailAt(5, after_step=False)).fit(module, datamodule=data)
+    assert kept == {"compacted": False, "history": module.history.data_ptr()}
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    assert saved["epoch"] + 1 == 4
+    seen = torch.nonzero(module.last_seen >= 0).flatten()
+    assert 0 < len(seen) < NUM_CLIENTS, "some client must never have been seen"
+    assert saved[COMPACT_HISTORY_KEY]["rows"].tolist() == seen.tolist()
+    assert torch.equal(saved["state_dict"]["history"], module.history[seen])
+
+
 def test_checkpoint_with_the_whole_history_still_loads(tmp_path):
     """A checkpoint written before compaction holds the (K, d) buffer and no row list."""
     module, data = make_run(FedLF, fraction=0.25)

@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fl_lightning import private_api
+from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.faults import naming
 from fl_lightning.one_line import first_line
 
@@ -186,7 +187,8 @@ class RoundCheckpoint(ModelCheckpoint):
     def snapshot(self, trainer: pl.Trainer) -> tuple[dict[str, Any], list[tuple[torch.Tensor, int]]]:
         """This round's checkpoint, as a write now would hold it, with its tensors' versions."""
         module = trainer.lightning_module
-        deferred = getattr(module, "compaction_deferred", contextlib.nullcontext)  # core.state: no copy of the history
+        # a module with client state keeps its history buffer by reference here, compacted when written
+        deferred = module.deferring_compaction if isinstance(module, ClientStateMixin) else contextlib.nullcontext
         self.in_memory = True
         try:
             with deferred():
@@ -206,9 +208,9 @@ class RoundCheckpoint(ModelCheckpoint):
         self._unsaved = None
         if any(private_api.tensor_version(tensor) != version for tensor, version in tensors):
             return False  # the running round had begun changing the state: not the round's end
-        compact = getattr(trainer.lightning_module, "compact_history", None)
-        if compact is not None:
-            compact(checkpoint)
+        module = trainer.lightning_module
+        if isinstance(module, ClientStateMixin):
+            module.compact_history(checkpoint)  # deferred by ``snapshot``
         path = Path(self.last_model_path or Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
         partial = path.with_name(path.name + ".partial")
         try:

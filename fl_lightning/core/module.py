@@ -342,7 +342,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         """Also keep the global generators: the per-round streams are pure functions of
         (seed, round), but stochastic layers (dropout, drop-path) draw from the global one."""
         checkpoint["fl_rng"] = global_generator_states()
-        self._compact_history(checkpoint)  # only the history rows still to be read (core.state)
+        self.compact_history(checkpoint)  # only the history rows still to be read (core.state)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Creates the declared per-client state with the checkpoint's shapes (``load_from_checkpoint``

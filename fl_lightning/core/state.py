@@ -174,7 +174,7 @@ class ClientStateMixin(nn.Module):
             missing[clients.cpu()] = False
 
     # ----------------------------------------------------------- compact checkpoints
-    def _compact_history(self, checkpoint: dict[str, Any]) -> None:
+    def compact_history(self, checkpoint: dict[str, Any]) -> None:
         """Replaces the checkpoint's (K, d) ``history`` by the rows ``history_rows_to_keep`` names
         (the rounds completed are the fit loop's, as the checkpoint records them)."""
         state = checkpoint.get("state_dict", {})
@@ -193,9 +193,9 @@ class ClientStateMixin(nn.Module):
         checkpoint[COMPACT_HISTORY_KEY] = {"rows": rows, "num_clients": int(history.shape[0])}
 
     @contextlib.contextmanager
-    def _deferring_compaction(self) -> Iterator[None]:
+    def deferring_compaction(self) -> Iterator[None]:
         """Checkpoints dumped inside keep the whole history buffer (by reference, no copy);
-        ``_compact_history`` them before writing, while the buffer is unchanged."""
+        ``compact_history`` them before writing, while the buffer is unchanged."""
         self.__dict__["_compaction_deferred"] = True
         try:
             yield
@@ -203,7 +203,7 @@ class ClientStateMixin(nn.Module):
             self.__dict__["_compaction_deferred"] = False
 
     def _expand_history(self, checkpoint: dict[str, Any]) -> None:
-        """Undoes ``_compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the
+        """Undoes ``compact_history`` on a loaded checkpoint: the (K, d) buffer with zeros in the
         rows left out, which ``history_rows`` refuses to read until they are written again."""
         compact = checkpoint.pop(COMPACT_HISTORY_KEY, None)
         state = checkpoint.get("state_dict", {})

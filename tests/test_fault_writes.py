@@ -10,7 +10,9 @@ import errno
 import itertools
 import json
 import os
+import re
 import sqlite3
+import traceback
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
@@ -410,6 +412,14 @@ def test_the_error_met_while_handling_a_full_disk_still_says_it():
     assert fault_line(error) == "the disk is full (writing /d/x)"
 
 
+def test_a_failed_rename_names_its_destination_and_an_error_naming_no_file_says_only_the_fault():
+    renamed = OSError(errno.ENOSPC, "No space left on device", "/runs/.x.partial", None, "/runs/x")
+    assert fault_line(renamed) == "the disk is full (writing /runs/x)"  # the copy's destination, not its source
+    assert fault_line(OSError(errno.ENOSPC, "No space left on device")) == "the disk is full"
+    assert fault_line(OSError(errno.EROFS, "Read-only file system")) == (
+        "a file cannot be written here: Read-only file system")
+
+
 def test_a_cyclic_exception_chain_ends():
     first, second = ValueError("a"), ValueError("b")
     first.__cause__, second.__cause__ = second, first
@@ -469,6 +479,39 @@ def test_a_folder_that_takes_the_traceback_but_not_its_rename_keeps_no_partial(t
     log = save_traceback(RuntimeError("x"), [run])
     assert log == work / "fit-error.log"
     assert list(run.iterdir()) == []
+
+
+def test_the_traceback_file_says_when_and_which_process_then_the_whole_traceback(tmp_path):
+    try:
+        raise ValueError("the cause")
+    except ValueError as caught:
+        error = caught
+    text = save_traceback(error, [tmp_path]).read_text()
+    header, _, rest = text.partition("\n\n")
+    assert re.fullmatch(rf"fl-lightning fit failed at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d \(pid {os.getpid()}\)", header)
+    assert rest == "".join(traceback.format_exception(error))
+
+
+def test_a_partial_that_cannot_be_removed_does_not_stop_the_traceback_reaching_the_next_folder(tmp_path, monkeypatch):
+    run, work = tmp_path / "run", tmp_path / "work"
+    run.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(work)
+    replace, unlink = os.replace, Path.unlink
+
+    def full_at_the_run(source, target, *args, **kwargs):
+        if Path(target).parent == run:
+            raise OSError(errno.ENOSPC, "No space left on device", str(source), None, str(target))
+        return replace(source, target, *args, **kwargs)
+
+    def refused_at_the_run(path, *args, **kwargs):
+        if path.parent == run:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full_at_the_run)
+    monkeypatch.setattr(Path, "unlink", refused_at_the_run)
+    assert save_traceback(RuntimeError("x"), [run]) == work / "fit-error.log"
 
 
 # ------------------------------------------------------------------ a fit failing in an outage

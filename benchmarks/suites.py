@@ -180,9 +180,9 @@ def check_algorithms(cells: list[Cell], name: str) -> None:
     import importlib
 
     from fl_lightning.algorithms import ALGORITHMS
-    from fl_lightning.choices import did_you_mean
     from fl_lightning.core.module import FederatedModule
     from fl_lightning.core.settings import check_setting, signature_types
+    from fl_lightning.records.errors import did_you_mean
 
     seen: set[str] = set()
     for cell in cells:

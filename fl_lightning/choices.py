@@ -3,27 +3,10 @@
 
 from __future__ import annotations
 
-import difflib
 import typing
 from typing import Any, Literal
 
-
-def did_you_mean(name: str, known: list[str], prefix: str = "") -> str:
-    """``; did you mean 'x'?`` for the names in ``known`` close to ``name``, else ``""``; a name
-    that differs only in case comes first (``fedlf`` -> ``FedLF``)."""
-    same_but_case = [k for k in known if k.lower() == name.lower() and k != name]
-    close = same_but_case + [c for c in difflib.get_close_matches(name, known, n=2) if c not in same_but_case]
-    if not close:  # compared without case: FEDAVG is close to FedAvg
-        by_lower = {k.lower(): k for k in known}
-        close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=2)]
-    close = [f"{prefix}{c}" for c in close[:2]]
-    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-
-
-def unknown_key_message(key: str, known: typing.Sequence[str]) -> str:
-    """The refusal of a key a file format does not take (``key``: where it sits, dotted; the
-    did-you-mean compares its last part): ``unknown key 'a.windw'; did you mean 'window'?; valid: ...``."""
-    return f"unknown key {key!r}{did_you_mean(key.rpartition('.')[2], list(known))}; valid: {', '.join(known)}"
+from fl_lightning.records.errors import did_you_mean
 
 
 def unknown_algorithm(args: list[str], known: typing.Collection[str]) -> str | None:

@@ -24,8 +24,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.choices import did_you_mean, unknown_algorithm, unknown_algorithm_message
+from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
 from fl_lightning.configs import DEFAULT_CONFIG
+from fl_lightning.records.errors import did_you_mean
 from fl_lightning.run_schema import DEFAULT_TRACKING_URI
 
 HELP_FLAGS = ("-h", "--help")

@@ -1,5 +1,5 @@
 """A user's mistake in one line: the command lines' parser and the first line of an error's text
-(standard library and ``fl_lightning.choices`` only: the runner and the leaderboard use it where
+(standard library and ``fl_lightning.records.errors`` only: the runner and the leaderboard use it where
 torch is not loaded)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fl_lightning.choices import did_you_mean
+from fl_lightning.records.errors import did_you_mean
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 
 from fl_lightning.algorithms import ALGORITHMS
-from fl_lightning.choices import did_you_mean
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.settings import check_setting, signature_types
+from fl_lightning.records.errors import did_you_mean
 
 TOP_LEVEL_SETTINGS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "config", "threads")
 DATA_CLASS = "fl_lightning.data.datamodule.FederatedDataModule"

@@ -29,7 +29,6 @@ Top-level keys starting with ``x-`` hold YAML anchors and are ignored.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -45,6 +44,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from fl_lightning.records.errors import did_you_mean, first_refusal
 
 FORMAT_HINT = "see the format at the top of fl_lightning/suite_format.py"
 NOT_SUITES = ("paper_numbers", "claims")  # the papers' numbers and claims sit beside the suites
@@ -123,7 +124,7 @@ class AlgorithmEntry(_Entry):
         try:
             return cls.model_validate(raw)
         except ValidationError as error:
-            raise SuiteFormatError(where, _said(error, raw, ("algorithms", number), raw_root=False)) from None
+            raise SuiteFormatError(where, _said(error, raw, cls, ("algorithms", number), raw_root=False)) from None
 
     def configurations(self) -> list[tuple[str, dict[str, Any]]]:
         """[(label, model config)], one per combination of the grid (its cartesian product)."""
@@ -196,7 +197,7 @@ class SuiteSpec(_Entry):
         try:
             return cls.model_validate(raw)
         except ValidationError as error:
-            raise SuiteFormatError(where, _said(error, raw)) from None
+            raise SuiteFormatError(where, _said(error, raw, cls)) from None
 
     def algorithms_of(self, benchmark: BenchmarkEntry) -> tuple[AlgorithmEntry, ...]:
         """The benchmark's own algorithms, else the suite's."""
@@ -239,13 +240,14 @@ def _entry_name(loc: tuple[Any, ...], raw: Any) -> tuple[str, int]:
     return "the suite", 0
 
 
-def _said(error: ValidationError, raw: Any, prefix: tuple[Any, ...] = (), raw_root: bool = True) -> str:
-    """The first of pydantic's errors as one line in the suite format's words. ``prefix``: where
-    ``raw`` sits in a suite (an entry checked on its own)."""
-    first = error.errors(include_url=False)[0]
-    loc = prefix + tuple(first["loc"])
+def _said(error: ValidationError, raw: Any, model: type[BaseModel], prefix: tuple[Any, ...] = (),
+          raw_root: bool = True) -> str:
+    """The first of pydantic's errors (``model`` refused ``raw``) as one line in the suite format's
+    words. ``prefix``: where ``raw`` sits in a suite (an entry checked on its own)."""
+    first = first_refusal(error, model)
+    loc = prefix + first.loc
     document = raw if raw_root else _place(raw, prefix)
-    kind = first["type"]
+    kind = first.kind
     entry, end = _entry_name(loc, document)
     field, rest = (loc[end] if end < len(loc) else None), loc[end + 1:]
     if kind == "model_type" and end == 0 and not loc:
@@ -257,23 +259,17 @@ def _said(error: ValidationError, raw: Any, prefix: tuple[Any, ...] = (), raw_ro
     if kind == "missing":
         return f"it has no {field!r} entry" if end == 0 else f"{entry}: it has no {field!r} entry"
     if kind == "extra_forbidden":
-        allowed: dict[str, type[BaseModel]] = {"the suite": SuiteSpec, "benchmark": BenchmarkEntry,
-                                               "algorithm": AlgorithmEntry}
-        model = next(m for key, m in allowed.items() if entry.startswith(key))
-        known = list(model.model_fields)
-        close = difflib.get_close_matches(str(field), known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; {entry} takes {', '.join(known)}"
+        hint = did_you_mean(field, first.known) or f"; {entry} takes {', '.join(first.known)}"
         return f"unknown key {field!r} in {entry}{hint}"
-    if kind == "suite_format":
-        text = first["msg"]
-        return text if end == 0 else f"{_class_path(entry)}: {text}"
+    if first.own_text:
+        return first.message if end == 0 else f"{_class_path(entry)}: {first.message}"
     if field in EXAMPLES and end == 0:  # a list of the suite, or one of its items, is wrong: the list is shown
         return f"{field!r} must be a non-empty list of {EXAMPLES[field]}, got {_at(document, (field,))!r}"
     what = field if not rest else f"{field} {'.'.join(map(str, rest))}"
     expected = {"too_short": "a non-empty list of values", "tuple_type": "a list",
                 "dict_type": "a mapping" + (" (a LightningCLI config)" if field == "base" else ""),
                 "string_type": "a string", "int_type": "an integer"}
-    need = expected.get(kind) or first["msg"].lower()
+    need = expected.get(kind) or first.message.lower()
     if kind == "string_too_short":
         need = "a non-empty string"
     place = "" if end == 0 else f"{_class_path(entry)}: "

@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from fl_lightning.choices import unknown_key_message
+from fl_lightning.records.errors import first_refusal
 from fl_lightning.run_schema import Metric
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -120,24 +120,14 @@ class PaperNumberEntry(BaseModel):
         return self
 
 
-ENTRY_KEYS = list(PaperNumberEntry.model_fields)
-
-
 def _problem(error: ValidationError) -> str:
     """A pydantic refusal of one entry, in the file's words: the first problem, one line."""
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "missing" and not first["loc"]:
+    refusal = first_refusal(error, PaperNumberEntry)
+    if refusal.kind == "model_type" or (refusal.kind == "missing" and not refusal.loc):
         return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
-    if first["type"] == "extra_forbidden":
-        return unknown_key_message(key, ENTRY_KEYS)
-    if first["type"] == "model_type":
-        return "expected a mapping with benchmark_setting, algorithm_config, metrics, source"
-    if first["type"] == "value_error":
-        return str(first["ctx"]["error"])
-    if first["loc"][:1] == ("metrics",) and len(first["loc"]) > 1:
-        return f"metric {str(first['loc'][1])!r} = {first['input']!r} is not a number"
-    return f"{key}: {first['msg']}"
+    if refusal.loc[:1] == ("metrics",) and len(refusal.loc) > 1 and not refusal.own_text:
+        return f"metric {str(refusal.loc[1])!r} = {refusal.value!r} is not a number"
+    return str(refusal)
 
 
 def _entry(raw: object, paper: str, file: Path, index: int) -> tuple[PaperNumber | None, str | None]:

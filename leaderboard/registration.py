@@ -29,7 +29,7 @@ from pydantic import (
     ValidationError,
 )
 
-from fl_lightning.choices import unknown_key_message
+from fl_lightning.records.errors import one_line
 from fl_lightning.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
     AMENDMENTS_FILE,
     CONFIRMATORY,
@@ -209,32 +209,13 @@ class PlanSpec(_Declared):
     timing: str | None = None
 
 
-NESTED: dict[str, type[BaseModel]] = {"seeds": SeedsSpec, "convergence": ConvergenceSpec, "degeneracy": DegeneracySpec,
-                                      "over_rounds": OverRoundsSpec}
-
-
-def _said(error: ValidationError, model: type[BaseModel]) -> str:
-    """pydantic's first refusal in the file's words, one line."""
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
-    if first["type"] == "extra_forbidden":
-        within = key.split(".")[:-1]
-        nested = NESTED.get(within[0], model) if within else model
-        return unknown_key_message(key, list(nested.model_fields))
-    if first["type"] == "value_error":
-        return str(first["ctx"]["error"])
-    if first["type"] == "missing":
-        return f"missing {key}"
-    return f"`{key}` {first['msg'].lower()}, got {first['input']!r}"
-
-
 def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
     if not isinstance(raw, Mapping):
         raise RegistrationError(f"{where}: expected a mapping of the plan's keys")
     try:
         spec = PlanSpec.model_validate(raw)
     except ValidationError as error:
-        raise RegistrationError(f"{where}: {_said(error, PlanSpec)}") from None
+        raise RegistrationError(f"{where}: {one_line(error, PlanSpec)}") from None
     seeds = spec.seeds or SeedsSpec()
     convergence = spec.convergence or ConvergenceSpec()
     degeneracy = spec.degeneracy or DegeneracySpec()
@@ -344,7 +325,7 @@ def parse_amendments(raw: object, where: str = AMENDMENTS_FILE) -> list[Amendmen
             if error.errors()[0]["loc"] == ("results_seen",) and error.errors()[0]["type"] != "missing":
                 raise RegistrationError(f"{here}: `results_seen` must be true or false") from None
             missing = [str(e["loc"][0]) for e in error.errors() if e["type"] == "missing"]
-            said = f"missing {', '.join(missing)}" if missing else _said(error, AmendmentSpec)
+            said = f"missing {', '.join(missing)}" if missing else one_line(error, AmendmentSpec)
             raise RegistrationError(f"{here}: {said}") from None
         if result and spec.date < result[-1].date:
             raise RegistrationError(f"{here}: dated {spec.date}, before entry {number - 1} ({result[-1].date}); "

@@ -28,7 +28,7 @@ def test_missing_files_names_every_file_and_how_to_get_them(tmp_path):
         open(path, "w").close()
     assert missing_files("mnist", str(tmp_path))[0] == missing[2:]
     assert missing_files("mnist5k", str(tmp_path)) == ([], "")  # offline: nothing to get
-    with pytest.raises(ValueError, match="unknown data source 'mnits'.*Did you mean 'mnist'"):
+    with pytest.raises(ValueError, match="unknown data source 'mnits'.*did you mean 'mnist'"):
         missing_files("mnits", str(tmp_path))
 
 

@@ -62,7 +62,7 @@ def test_a_source_registered_from_another_module_builds_clients(blobs):
 
 def test_a_registered_source_gets_its_parameters_checked_by_the_registry(blobs):
     with pytest.raises(ValueError, match=r"source 'blobs' got unknown parameter\(s\) \['sprad'\]; "
-                                         r"it takes: spread=1\.0.*Did you mean 'spread'\?"):
+                                         r"it takes: spread=1\.0; remove them from source_params; did you mean 'spread'\?"):
         FederatedDataModule(source=blobs, source_params={"sprad": 0.5})
 
 
@@ -89,12 +89,12 @@ def test_register_source_refuses_a_taken_name_and_a_loader_of_another_shape(blob
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(source="mnist_5k"), r"unknown data source 'mnist_5k'; valid names: \[.*\]\. Did you mean 'mnist5k'"),
-        (dict(partition="dirichlett"), r"unknown partition 'dirichlett'; valid names: \[.*\]\. Did you mean 'dirichlet'\?"),
-        (dict(source="emnist", source_params={"split": "leters"}), r"unknown EMNIST split 'leters'.*Did you mean 'letters'\?"),
+        (dict(source="mnist_5k"), r"unknown data source 'mnist_5k'; valid names: \[.*\]; did you mean 'mnist5k'"),
+        (dict(partition="dirichlett"), r"unknown partition 'dirichlett'; valid names: \[.*\]; did you mean 'dirichlet'\?"),
+        (dict(source="emnist", source_params={"split": "leters"}), r"unknown EMNIST split 'leters'; valid splits: \[.*\]; did you mean 'letters'\?"),
         (dict(partition="dirichlet", partition_params={"alpah": 0.1}),
          r"partition 'dirichlet' got unknown parameter\(s\) \['alpah'\]; it takes: alpha, min_size, max_tries "
-         r"\(defaults: alpha=0\.5, min_size=10, max_tries=100\)\. Remove them from partition_params\. Did you mean 'alpha'\?"),
+         r"\(defaults: alpha=0\.5, min_size=10, max_tries=100\); remove them from partition_params; did you mean 'alpha'\?"),
         (dict(source="synthetic", partition="natural", num_clients=30, partition_params={"client_ids": [0]}),
          r"partition_params must not contain \['client_ids'\]: the partition 'natural' takes them from the data source"),
         (dict(source="synthetic", partition="natural", num_clients=30, source_params={"alpha": -1.0}),

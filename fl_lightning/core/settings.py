@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from fl_lightning.choices import check_choice, choices_of
+from fl_lightning.records.errors import first_refusal
 from fl_lightning.run_schema import DEFAULT_EVAL_EVERY, DEFAULT_FRACTION, DEFAULT_NUM_ROUNDS
 
 # ----------------------------------------------------------------------------- closed choices
@@ -137,14 +138,15 @@ def setting_rule(annotation: Any) -> str | None:
 
 
 def describe(name: str, value: Any, annotation: Any, error: ValidationError) -> str:
-    """One line from pydantic's structured error (its ``type``), never from its text."""
+    """One line from pydantic's structured error (its ``type``); its text (a validator's own, as
+    written) only where the annotation says no rule."""
     kinds = [e["type"] for e in error.errors()]
     rule = _field_info(annotation, "description")
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if "finite_number" in kinds or (is_number and not math.isfinite(value)):
         rule = rule if rule is not None and "finite" in rule else "a finite number"
     elif rule is None or (all(kind in _TYPE_ERRORS for kind in kinds) and not is_number):
-        rule = next((_TYPE_ERRORS[k] for k in kinds if k in _TYPE_ERRORS), None) or rule or error.errors()[0]["msg"]
+        rule = next((_TYPE_ERRORS[k] for k in kinds if k in _TYPE_ERRORS), None) or rule or first_refusal(error).message
     return f"{name} must be {rule}, got {value!r}"
 
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
-
-def did_you_mean(name: object, valid: Iterable[str]) -> str:
-    """`` Did you mean 'x'?`` for the valid names close to ``name`` (difflib), else ``""``."""
-    close = difflib.get_close_matches(str(name), list(valid), n=3, cutoff=0.6)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+from fl_lightning.records.errors import did_you_mean
 
 
 def unknown_name(kind: str, name: object, valid: Iterable[str]) -> ValueError:
-    """``ValueError("unknown <kind> 'x'; valid names: [...]. Did you mean ...?")``."""
+    """``ValueError("unknown <kind> 'x'; valid names: [...]; did you mean ...?")``."""
     names = sorted(valid)
-    return ValueError(f"unknown {kind} {name!r}; valid names: {names}.{did_you_mean(name, names)}")
+    return ValueError(f"unknown {kind} {name!r}; valid names: {names}{did_you_mean(name, names)}")

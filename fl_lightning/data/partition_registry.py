@@ -12,7 +12,8 @@ import numpy as np
 from pydantic import Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from fl_lightning.data._names import did_you_mean, unknown_name
+from fl_lightning.data._names import unknown_name
+from fl_lightning.records.errors import did_you_mean
 
 Partitioner = Callable[..., list[np.ndarray]]
 
@@ -152,8 +153,8 @@ def check_partition_params(
         raise ValueError(
             f"{setting} {name!r} got unknown parameter(s) {unknown}; "
             f"it takes: {described or 'no parameters'}"
-            f"{f' (defaults: {defaults})' if defaults else ''}. "
-            f"Remove them from partition_params.{hint}"
+            f"{f' (defaults: {defaults})' if defaults else ''}; "
+            f"remove them from partition_params{hint}"
         )
     given = sorted(set(supplied) & set(params))
     if given:

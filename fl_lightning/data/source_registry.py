@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from fl_lightning.data._names import did_you_mean, unknown_name
+from fl_lightning.data._names import unknown_name
+from fl_lightning.records.errors import did_you_mean
 
 
 @dataclass
@@ -188,7 +189,7 @@ def _resolve(name: str, params: dict) -> tuple[_Source, dict, SourceInfo]:
         hint = "".join(did_you_mean(p, source.defaults) for p in unknown)
         raise ValueError(
             f"source {name!r} got unknown parameter(s) {unknown}; "
-            f"it takes: {accepted or 'no parameters'}. Remove them from source_params.{hint}"
+            f"it takes: {accepted or 'no parameters'}; remove them from source_params{hint}"
         )
     params = {**source.defaults, **params}
     return source, params, source.describe(**params)

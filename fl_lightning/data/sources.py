@@ -33,7 +33,6 @@ import os
 import numpy as np
 import torch
 
-from fl_lightning.data._names import did_you_mean
 from fl_lightning.data.parse_cache import Table, parsed_once
 from fl_lightning.data.source_registry import (
     SourceData,
@@ -46,6 +45,7 @@ from fl_lightning.data.source_registry import (
     register_source,
     source_info,
 )
+from fl_lightning.records.errors import did_you_mean
 
 __all__ = [  # the registry's names, re-exported: users import them from here
     "EMNIST_NUM_CLASSES", "SYNTHETIC_CLASSES", "SYNTHETIC_FEATURES", "SYNTHETIC_MAX_CLIENT_SIZE",
@@ -195,7 +195,7 @@ def _describe_emnist(split: str) -> SourceInfo:
     """EMNIST's info for ``split``; the registry's check of ``split`` (before every load)."""
     if split not in EMNIST_NUM_CLASSES:
         raise ValueError(
-            f"unknown EMNIST split {split!r}; valid splits: {sorted(EMNIST_NUM_CLASSES)}."
+            f"unknown EMNIST split {split!r}; valid splits: {sorted(EMNIST_NUM_CLASSES)}"
             f"{did_you_mean(split, EMNIST_NUM_CLASSES)}"
         )
     return _emnist_info(split)

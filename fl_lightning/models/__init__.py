@@ -27,13 +27,14 @@ Default ``num_classes`` is 10, except 100 for the CIFAR-100 models of FedLF
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import timm
 import torch.nn as nn
+
+from fl_lightning.records.errors import did_you_mean
 
 from . import cct, cnn, lstm, mlp, nf_resnet, text_cnn  # noqa: F401  (registers the models with timm)
 from .cct import CompactTransformer
@@ -70,9 +71,8 @@ def create_fl_model(
     """
     valid = list_fl_models()
     if name not in valid:
-        close = difflib.get_close_matches(str(name), valid, n=2)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown fl-lightning model {name!r}; valid names: {', '.join(valid)}{hint}")
+        raise ValueError(f"unknown fl-lightning model {name!r}; valid names: {', '.join(valid)}"
+                         f"{did_you_mean(name, valid)}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
         raise ValueError(
             f"{name}: num_classes must be a positive integer (the number of output logits, e.g. 10), "

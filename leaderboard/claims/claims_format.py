@@ -6,8 +6,8 @@ need the whole claim)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import typing
 from typing import Annotated, Any
 
 from pydantic import (
@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from fl_lightning.choices import unknown_key_message
+from fl_lightning.records.errors import first_refusal
 
 
 def _text(value: Any) -> Any:
@@ -158,50 +158,16 @@ ITEM_NAMES = {"comparisons": "comparison", "ablations": "ablation", "coverage": 
 
 
 def refusal(error: ValidationError, model: type[BaseModel]) -> str:
-    """The first of pydantic's refusals in the file's words: where in the entry, and what to write."""
-    first = error.errors()[0]
-    path = list(first["loc"])
-    names = [part for part in path if isinstance(part, str) and part not in ("str", "SideSpec")]
-    items = [f"{ITEM_NAMES[name]} {index + 1}" for name, index in zip(path, path[1:])
-             if isinstance(index, int) and name in ITEM_NAMES]
-    said = ", ".join(items) + ": " if items else ""
-    if first["type"] == "extra_forbidden":
-        known = _fields_at(model, names[:-1])
-        return f"{said}{unknown_key_message(names[-1], known)}"
-    if first["type"] == "value_error":
-        return f"{said}{first['ctx']['error']}"
-    if first["type"] == "missing" and len(names) == 1:
-        return f"missing {names[0]}"
-    for name in reversed(names):
-        if name in FORMS:
-            return f"{said}{FORMS[name]}, got {first['input']!r}"
-    return f"{said}{'.'.join(names) or 'the entry'}: {first['msg']} (got {first['input']!r})"
-
-
-def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:
-    """The field names of the model found at ``path`` (through nested models and their lists)."""
-    for name in path:
-        field = model.model_fields.get(name)
-        nested = [a for a in _types_in(field.annotation if field else None) if _is_model(a)]
-        if not nested:
-            break
-        model = nested[0]
-    return list(model.model_fields)
-
-
-def _is_model(annotation: Any) -> bool:
-    """Whether an annotation is a pydantic model class (``list[X]`` passes as a type on Python 3.10)."""
-    try:
-        return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-    except TypeError:
-        return False
-
-
-def _types_in(annotation: Any) -> list[Any]:
-    """Every type inside an annotation (``list[X] | None`` -> the union, list[X], X, None)."""
-    found, stack = [], [annotation]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(typing.get_args(current))
-    return found
+    """The first of pydantic's refusals in the file's words: where in the entry (the items of its
+    lists by name and number), and what to write."""
+    found = first_refusal(error, model)
+    loc = found.loc
+    named = [i for i in range(1, len(loc)) if isinstance(loc[i], int) and loc[i - 1] in ITEM_NAMES]
+    said = ", ".join(f"{ITEM_NAMES[str(loc[i - 1])]} {int(loc[i]) + 1}" for i in named) + ": " if named else ""
+    inside = dataclasses.replace(found, loc=loc[named[-1] + 1:] if named else loc)  # where in the innermost item
+    a_key_missing = found.kind == "missing" and len(loc) == 1  # a claim's own key; inside an item: its form
+    if found.kind != "extra_forbidden" and not found.own_text and not a_key_missing:
+        form = next((FORMS[name] for name in reversed(loc) if isinstance(name, str) and name in FORMS), None)
+        if form is not None:
+            return f"{said}{form}, got {found.value!r}"
+    return f"{said}{inside}"

@@ -50,7 +50,7 @@ from typing import Any
 from benchmarks.suite_store import check_store, finished_runs
 from benchmarks.suites import Cell, check_algorithms, load_suite, suite_path
 from fl_lightning.machine import available_cores, cpu_description, cpu_model
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
+from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Metric, Tag
 from fl_lightning.store_uri import file_store_folder, sqlite_file
 
 DEFAULT_MAX_LOAD = 0.5  # 1-minute load average: on a 2-core box, nothing else running
@@ -79,13 +79,13 @@ class Reading:
 
 READINGS = {
     "fedlf-timing-offline": Reading(
-        "server_time_s", "server time per round", "ms", 1000.0,
+        Metric.SERVER_TIME_S, "server time per round", "ms", 1000.0,
         "mnist5k/pat-1/p0.1/fl_mlp|FedFV(alpha=0.1,tau=1)"),
     "cgsv-timing-offline": Reading(
-        "cgsv_shapley_time_ratio", "sampled Shapley time over psi's", "x", 1.0,
+        Metric.CGSV_SHAPLEY_TIME_RATIO, "sampled Shapley time over psi's", "x", 1.0,
         "mnist5k/pow-5/full/fl_mlp|CGSV(beta=1.0)"),
 }
-DEFAULT_READING = Reading("server_time_s", "server time per round", "ms", 1000.0, "")
+DEFAULT_READING = Reading(Metric.SERVER_TIME_S, "server time per round", "ms", 1000.0, "")
 
 
 class MachineBusy(RuntimeError):

@@ -167,6 +167,72 @@ class Metric:
     CGSV_RHO: Final = "cgsv_rho"
     CGSV_RHO_R: Final = "cgsv_rho_r"
     STANDALONE_TEST_ACC_MEAN: Final = "standalone_test_acc_mean"
+    # a round's wall seconds (``FederatedModule``): its clients' local training, the server's step
+    CLIENT_TIME_S: Final = "client_time_s"
+    SERVER_TIME_S: Final = "server_time_s"
+    # per-agent series, one metric per agent (``agent_metric``: ``cgsv_r/3``) and their
+    # ``_min`` / ``_mean`` / ``_max``: CGSV's reputation r, contribution psi (eq. 3), download
+    # density q/D and distance to the server model (Fig. 2); AFL's mixture lambda (and its max)
+    CGSV_R: Final = "cgsv_r"
+    CGSV_PSI: Final = "cgsv_psi"
+    CGSV_DENSITY: Final = "cgsv_density"
+    CGSV_DISTANCE: Final = "cgsv_distance"
+    AFL_LAMBDA: Final = "afl_lambda"
+    AFL_LAMBDA_MAX: Final = "afl_lambda_max"
+    # CGSV's Fig. 1 check (``shapley_check_every``): the exact phi and the sampled phi-bar per agent
+    # (series as above), their errors from phi (``shapley_error``, ``shapley_gap``) and their seconds
+    CGSV_SHAPLEY: Final = "cgsv_shapley"
+    CGSV_SHAPLEY_SAMPLED: Final = "cgsv_shapley_sampled"
+    CGSV_SHAPLEY_L1_GAP: Final = "cgsv_shapley_l1_gap"  # shapley_gap("l1")
+    CGSV_SHAPLEY_L2_GAP: Final = "cgsv_shapley_l2_gap"  # shapley_gap("l2")
+    CGSV_SHAPLEY_PSI_SAMPLED_PEARSON: Final = "cgsv_shapley_psi_sampled_pearson"
+    CGSV_TIME_S: Final = "cgsv_time_s"
+    CGSV_SHAPLEY_TIME_S: Final = "cgsv_shapley_time_s"
+    CGSV_SHAPLEY_EXACT_TIME_S: Final = "cgsv_shapley_exact_time_s"
+    CGSV_SHAPLEY_TIME_RATIO: Final = "cgsv_shapley_time_ratio"
+
+
+SHAPLEY_ERRORS: Final = ("l1", "l2")  # the errors of the Fig. 1 check that have a gap
+
+
+def agent_metric(series: str, agent: int | str) -> str:
+    """One agent's value of a per-agent series: ``agent_metric("cgsv_r", 3)`` is ``cgsv_r/3``."""
+    return f"{series}/{agent}"
+
+
+def agent_of(name: str) -> tuple[str, int] | None:
+    """(series, agent) of a per-agent metric's name (``cgsv_r/3``); None for any other name."""
+    series, separator, agent = name.rpartition("/")
+    return (series, int(agent)) if separator and agent.isdecimal() else None
+
+
+def shapley_error(estimate: str, error: str) -> str:
+    """An estimate's ``error`` ("l1", "l2" or "pearson") from the exact CGSV phi, the estimate
+    being psi (``Metric.CGSV_SHAPLEY``) or phi-bar (``Metric.CGSV_SHAPLEY_SAMPLED``)."""
+    return f"{estimate}_{error}"
+
+
+def shapley_gap(error: str) -> str:
+    """phi-bar's ``error`` from phi minus psi's (> 0: psi is closer): ``cgsv_shapley_l1_gap``."""
+    return f"{shapley_error(Metric.CGSV_SHAPLEY, error)}_gap"
+
+
+class Artifact:
+    """Artifact paths of a fit's run (``callbacks.mlflow_run``); the leaderboard reads ``CLIENT_METRICS``."""
+
+    CLIENT_METRICS: Final = "clients/final_client_metrics.json"  # fields: ``ClientMetrics``
+    CLIENT_ACCURACY_FIGURE: Final = "clients/client_accuracy.png"
+    PARTITION_TABLE: Final = "partition/partition_table.txt"
+    PARTITION_FIGURE: Final = "partition/partition.png"
+
+
+class ClientMetrics:
+    """The fields of the ``Artifact.CLIENT_METRICS`` JSON."""
+
+    STATUS: Final = "status"  # "finished", or how the fit stopped ("failed: ...")
+    ROUNDS_COMPLETED: Final = "rounds_completed"
+    CLIENTS: Final = "clients"  # per-client lists by client id (the module's ``last_client_metrics``)
+    TEST_ACCURACY: Final = "test_accuracy"  # a list in ``CLIENTS``: every client's final test accuracy
 
 
 # --------------------------------------------------------------------------- the task key

@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.run_schema import Metric, agent_metric, agent_of
 from leaderboard.runs import is_agent_series
 from leaderboard.tables import BenchmarkTable, ConfigRow, Stat
 
@@ -295,16 +295,16 @@ def keep_labels_inside(figure: Figure, pad: float = 6.0) -> None:
 
 
 AGENT_PANELS = (
-    ("cgsv_r", "reputation r"),
-    ("cgsv_psi", "contribution ψ (eq. 3)"),
-    ("cgsv_density", "download density q/D (reward)"),
+    (Metric.CGSV_R, "reputation r"),
+    (Metric.CGSV_PSI, "contribution ψ (eq. 3)"),
+    (Metric.CGSV_DENSITY, "download density q/D (reward)"),
 )
 
 
 def agent_ids(row: ConfigRow) -> list[int]:
     """The agents whose per-agent series the row's finished runs logged."""
-    return sorted({int(name.rpartition("/")[2]) for r in row.finished_runs for name in r.histories
-                   if is_agent_series(name)})
+    agents = (agent_of(name) for r in row.finished_runs for name in r.histories if is_agent_series(name))
+    return sorted({agent[1] for agent in agents if agent is not None})
 
 
 def noise_labels(table: BenchmarkTable) -> dict[int, str]:
@@ -342,7 +342,7 @@ def agents_figure(table: BenchmarkTable) -> Figure | None:
         label = row_label(row, table)
         for axes, (series, title) in zip(axes_row, AGENT_PANELS):
             for agent in agents:
-                curve = mean_curve(row, f"{series}/{agent}")
+                curve = mean_curve(row, agent_metric(series, agent))
                 if curve is None:
                     continue
                 steps, mean, std = curve
@@ -358,7 +358,7 @@ def agents_figure(table: BenchmarkTable) -> Figure | None:
             axes.tick_params(labelsize=8)
         bars = axes_row[-1]
         for agent in agents:
-            values = final_values(row, f"cgsv_distance/{agent}")
+            values = final_values(row, agent_metric(Metric.CGSV_DISTANCE, agent))
             if not values:
                 continue
             spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0

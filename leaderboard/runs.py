@@ -4,7 +4,7 @@ The conventions (written by the benchmark runner and ``fl-lightning fit``): one 
 suite, one run per (cell, seed); tags ``suite``, ``scale``, ``paper``, ``benchmark``, ``cell``,
 ``algorithm_config``, ``algorithm``, ``dataset``, ``partition``, ``participation``, ``model``,
 ``seed``, ``git_sha`` (+ ``error`` on failure, ``machine`` when the runner knows it); metrics
-with step = completed rounds; the artifact ``clients/final_client_metrics.json``.
+with step = completed rounds; the artifact ``run_schema.Artifact.CLIENT_METRICS``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from mlflow.exceptions import MlflowException
 from fl_lightning import run_schema as schema
 from fl_lightning.algorithm_facts import PER_CLIENT_MODEL_ALGORITHMS
 from fl_lightning.fit_lock import fit_is_alive
+from fl_lightning.one_line import first_line
 from fl_lightning.read_only_store import (
     EMPTY,
     EXAMPLE_URIS,
@@ -40,7 +41,8 @@ from fl_lightning.read_only_store import (
     reading,
     sqlite_file,
 )
-from fl_lightning.run_schema import Metric, Tag
+from fl_lightning.run_schema import Artifact, ClientMetrics, Metric, Tag, agent_of
+from fl_lightning.store_uri import file_store_folder
 from leaderboard.tasks import Task, task_of
 
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
@@ -50,8 +52,8 @@ HISTORY_METRICS = (
     Metric.TEST_ACC_STD,
     Metric.TEST_ACC_ANGLE,
     Metric.CONFLICTS_MODEL,
-    "client_time_s",
-    "server_time_s",
+    Metric.CLIENT_TIME_S,
+    Metric.SERVER_TIME_S,
     Metric.IMPROVED_FRACTION,  # FedMGDA+ Fig. 4: share of participants whose loss did not increase
     # the claims ledger takes these at each run's convergence point too
     Metric.TEST_ACC_WORST5,
@@ -60,15 +62,15 @@ HISTORY_METRICS = (
     Metric.TEST_ACC_MIN,
     Metric.CONFLICTS_LAYER,  # FedLF Table 4: layer-level conflicts per round
     # CGSV Fig. 1 (CGSV shapley_check_every): the approximation against the exact and sampled values
-    "cgsv_shapley_l1_gap",
-    "cgsv_shapley_l2_gap",
-    "cgsv_shapley_time_ratio",
+    Metric.CGSV_SHAPLEY_L1_GAP,
+    Metric.CGSV_SHAPLEY_L2_GAP,
+    Metric.CGSV_SHAPLEY_TIME_RATIO,
 )
 # Per-agent series of CGSV and its variants (``<name>/<agent>``, CGSV Fig. 2) and AFL's mixture: whole histories too.
-AGENT_SERIES = ("cgsv_r", "cgsv_psi", "cgsv_density", "cgsv_distance", "afl_lambda")
+AGENT_SERIES = (Metric.CGSV_R, Metric.CGSV_PSI, Metric.CGSV_DENSITY, Metric.CGSV_DISTANCE, Metric.AFL_LAMBDA)
 # Logged once per round: the largest step among them is the number of completed rounds.
-PER_ROUND_METRICS = ("client_time_s", "server_time_s", Metric.CONFLICTS_MODEL)
-CLIENT_METRICS_ARTIFACT = "clients/final_client_metrics.json"
+PER_ROUND_METRICS = (Metric.CLIENT_TIME_S, Metric.SERVER_TIME_S, Metric.CONFLICTS_MODEL)
+CLIENT_METRICS_ARTIFACT = Artifact.CLIENT_METRICS
 EXPORT_PREFIX = "export:"  # a StoreContents read from exports: "export:<folder>,<folder>"
 FINISHED = "FINISHED"
 # How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
@@ -134,7 +136,7 @@ class RunRecord:
     params: dict[str, str]
     metrics: dict[str, float]  # MLflow's latest value of each metric = the value at the largest step
     histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # (step, value), by step
-    client_metrics: dict | None = None  # clients/final_client_metrics.json
+    client_metrics: dict | None = None  # the Artifact.CLIENT_METRICS JSON (fields: ClientMetrics)
     known_code_version: str = ""  # set where the version was read with the run (an export), not from git
 
     @property
@@ -230,7 +232,7 @@ class RunRecord:
             return ""
         if self.tags.get(Tag.ERROR):
             return self.tags[Tag.ERROR]
-        status = str((self.client_metrics or {}).get("status", ""))
+        status = str((self.client_metrics or {}).get(ClientMetrics.STATUS, ""))
         return status if status.startswith("failed") else ""
 
     def final(self, name: str) -> float | None:
@@ -245,7 +247,7 @@ class RunRecord:
     def time_per_round(self) -> float | None:
         """Mean over rounds of client_time_s + server_time_s (the wall time of one round)."""
         per_step: dict[int, float] = {}
-        for name in ("client_time_s", "server_time_s"):
+        for name in (Metric.CLIENT_TIME_S, Metric.SERVER_TIME_S):
             for step, value in self.histories.get(name, []):
                 if value == value:
                     per_step[step] = per_step.get(step, 0.0) + value
@@ -255,14 +257,14 @@ class RunRecord:
         steps = [s for name in PER_ROUND_METRICS for s, _ in self.histories.get(name, [])]
         if steps:
             return max(steps)
-        if self.client_metrics and self.client_metrics.get("rounds_completed") is not None:
-            return int(self.client_metrics["rounds_completed"])
+        if self.client_metrics and self.client_metrics.get(ClientMetrics.ROUNDS_COMPLETED) is not None:
+            return int(self.client_metrics[ClientMetrics.ROUNDS_COMPLETED])
         steps = [s for s, _ in self.histories.get(Metric.TEST_ACC_MEAN, [])]
         return max(steps) if steps else None
 
     def client_accuracies(self) -> list[float]:
-        clients = (self.client_metrics or {}).get("clients") or {}
-        values = clients.get("test_accuracy") or []
+        clients = (self.client_metrics or {}).get(ClientMetrics.CLIENTS) or {}
+        values = clients.get(ClientMetrics.TEST_ACCURACY) or []
         return [float(v) for v in values if v is not None and v == v]
 
 
@@ -312,9 +314,8 @@ def store_name(uri: str) -> str:
     if parts.scheme in ("http", "https", "databricks") or (parts.netloc and parts.scheme != "file"):
         host = parts.netloc.rsplit("@", 1)[-1]
         return f"{parts.scheme}://{host}" if host else parts.scheme
-    path = unquote(uri.split(":///", 1)[1] if ":///" in uri else parts.path or uri).split("?", 1)[0]
-    name = Path(path.rstrip("/")).name
-    return name or uri.split(":", 1)[0]
+    local = sqlite_file(uri) or file_store_folder(uri) or Path(unquote(parts.path))  # the last: another database
+    return local.name or uri.split(":", 1)[0]
 
 
 def check_store_exists(uri: str) -> str:
@@ -371,8 +372,8 @@ def _time(ms: int | None) -> datetime | None:
 
 def is_agent_series(name: str) -> bool:
     """``cgsv_r/3`` and the like: one agent's value of an ``AGENT_SERIES`` metric."""
-    series, _, agent = name.rpartition("/")
-    return series in AGENT_SERIES and agent.isdigit()
+    agent = agent_of(name)
+    return agent is not None and agent[0] in AGENT_SERIES
 
 
 def metric_history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, float]]:
@@ -394,11 +395,6 @@ def _client_metrics(client: MlflowClient, run_id: str, scratch: Path) -> dict | 
     except (MlflowException, OSError, json.JSONDecodeError):
         return None  # no artifact (e.g. a run killed before the end): the run still counts
     return payload if isinstance(payload, dict) else None
-
-
-def first_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0] if lines else ""
 
 
 def select_experiments(client: MlflowClient | None,

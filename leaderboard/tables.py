@@ -77,8 +77,8 @@ COLUMNS = (
            1, 2),
     Column(Metric.CONFLICTS_MODEL, "Conflicts / round", "Sampled clients whose update conflicts with the server step "
            "(model level), mean over rounds (a diagnostic: not judged)", None, 1, 2),
-    Column("time_per_round", "Time / round (s)", "client_time_s + server_time_s, mean over rounds (depends on "
-           "the machine: not judged)", None, 1, 3),
+    Column("time_per_round", "Time / round (s)", f"{Metric.CLIENT_TIME_S} + {Metric.SERVER_TIME_S}, mean over "
+           "rounds (depends on the machine: not judged)", None, 1, 3),
 )
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
 # The fairness value of the index matrix: the first of these a table has.

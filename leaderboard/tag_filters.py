@@ -9,12 +9,12 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from fl_lightning.one_line import first_line
 from fl_lightning.read_only_store import NO_EXPERIMENTS
 from leaderboard.runs import (
     LeaderboardError,
     check_store_exists,
     display_uri,
-    first_line,
     reading,
     select_experiments,
     using_tracking_uri,

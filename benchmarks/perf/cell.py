@@ -25,6 +25,7 @@ from benchmarks.perf.machine import proc_kib_as_mib
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.engines import is_out_of_memory
 from fl_lightning.core.simulation import clients_per_round
+from fl_lightning.run_schema import Metric
 
 # a throughput cell's settings where its spec (round_throughput.run_cell) leaves them out
 CELL_DEFAULTS = {
@@ -71,7 +72,7 @@ class RoundTimer(pl.Callback):
         self._sync(pl_module)
         self.seconds.append(time.perf_counter() - self._start)
         metrics = trainer.callback_metrics
-        for key, store in (("client_time_s", self.client_seconds), ("server_time_s", self.server_seconds)):
+        for key, store in ((Metric.CLIENT_TIME_S, self.client_seconds), (Metric.SERVER_TIME_S, self.server_seconds)):
             if key in metrics:
                 store.append(float(metrics[key]))
         timed = self.seconds[self.warmup:]

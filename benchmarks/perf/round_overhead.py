@@ -34,6 +34,7 @@ from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.local import batch_order
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.data.datamodule import FederatedDataModule
+from fl_lightning.run_schema import Metric
 
 
 def build(fraction: float, rounds: int):
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(entry)
         print(f"fraction {fraction:.1f}: fit round {entry['fit_seconds_per_round'] * 1e3:.2f} ms, "
               f"engine round {entry['engine_seconds_per_round'] * 1e3:.2f} ms at {entry['fit_threads']} thread(s) "
-              f"(fit / engine = {entry['fit_over_engine']:.2f}x; the module's client_time_s "
+              f"(fit / engine = {entry['fit_over_engine']:.2f}x; the module's {Metric.CLIENT_TIME_S} "
               f"{entry['module_client_time_s'] * 1e3:.2f} ms)", flush=True)
     measurement = {"label": args.label, "machine": describe_machine(torch.device("cpu")),
                    "torch_threads": torch.get_num_threads(), "rounds": args.rounds, "warmup": args.warmup,

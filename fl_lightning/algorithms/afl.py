@@ -13,7 +13,7 @@ from fl_lightning.algorithms.qp import simplex_projection
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION
+from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION, Metric, agent_metric
 
 
 @register_algorithm
@@ -70,9 +70,9 @@ class AFL(FederatedModule):
 
     def mixture_metrics(self) -> dict[str, float | torch.Tensor]:
         mixture = self.mixture.detach().cpu()
-        metrics: dict[str, float | torch.Tensor] = {"afl_lambda_max": float(mixture.max())}
+        metrics: dict[str, float | torch.Tensor] = {Metric.AFL_LAMBDA_MAX: float(mixture.max())}
         if mixture.numel() <= MAX_LOGGED_AGENTS:
-            metrics |= {f"afl_lambda/{k}": float(v) for k, v in enumerate(mixture.tolist())}
+            metrics |= {agent_metric(Metric.AFL_LAMBDA, k): float(v) for k, v in enumerate(mixture.tolist())}
         return metrics
 
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> None:

@@ -22,7 +22,7 @@ from pydantic import Field
 from fl_lightning.core import settings
 from fl_lightning.core.module import GLOBAL_MODEL, FederatedModule, RoundContext
 from fl_lightning.core.simulation import round_generator
-from fl_lightning.run_schema import FRACTION
+from fl_lightning.run_schema import FRACTION, agent_metric
 
 MAX_LOGGED_AGENTS = 20  # per-agent curves (cgsv_r/<i>, cgsv_density/<i>, ...) up to this N
 
@@ -64,7 +64,7 @@ class AgentModels(FederatedModule):
         ``<name>_min``/``_mean``/``_max``."""
         metrics: dict[str, float] = {}
         if self.agent_models.shape[0] <= MAX_LOGGED_AGENTS:
-            metrics |= {f"{name}/{i}": float(v) for i, v in zip(agents, values)}
+            metrics |= {agent_metric(name, i): float(v) for i, v in zip(agents, values)}
         return metrics | {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean()),
                           f"{name}_max": float(values.max())}
 

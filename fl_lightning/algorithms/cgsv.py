@@ -51,7 +51,7 @@ from fl_lightning.metrics.shapley import (
     fig1_errors,
     sampled_cgsv,
 )
-from fl_lightning.run_schema import Metric
+from fl_lightning.run_schema import SHAPLEY_ERRORS, ClientMetrics, Metric, shapley_error, shapley_gap
 
 Sparsify = Literal["per_tensor", "model"]
 Result = TypeVar("Result")
@@ -144,7 +144,8 @@ class CGSV(AgentModels):
         r = self.r.clone()
         r[payload.clients] = self.hparams.alpha * r[payload.clients] + (1 - self.hparams.alpha) * psi  # (4)
         r = r.clamp(min=1e-3)
-        metrics: dict[str, float | torch.Tensor] = {**self.agent_metrics("cgsv_psi", psi, payload.clients.tolist())}
+        metrics: dict[str, float | torch.Tensor] = {
+            **self.agent_metrics(Metric.CGSV_PSI, psi, payload.clients.tolist())}
         every = self.hparams.shapley_check_every
         if every and (payload.round + 1) % every == 0:
             metrics |= self.shapley_check(c.unsqueeze(1) * payload.updates, a, payload)
@@ -204,22 +205,23 @@ class CGSV(AgentModels):
             payload.context, lambda: sampled_cgsv(uploads, self.hparams.shapley_permutations, generator, weights))
         psi, sampled = psi.double().cpu(), sampled.double().cpu()
         metrics: dict[str, float | torch.Tensor] = {
-            "cgsv_time_s": psi_time, "cgsv_shapley_time_s": sampled_time,
-            "cgsv_shapley_time_ratio": sampled_time / max(psi_time, 1e-9),
-            "cgsv_shapley_psi_sampled_pearson": float(pearson(psi, sampled)),
+            Metric.CGSV_TIME_S: psi_time, Metric.CGSV_SHAPLEY_TIME_S: sampled_time,
+            Metric.CGSV_SHAPLEY_TIME_RATIO: sampled_time / max(psi_time, 1e-9),
+            Metric.CGSV_SHAPLEY_PSI_SAMPLED_PEARSON: float(pearson(psi, sampled)),
         }
-        metrics |= self.agent_metrics("cgsv_shapley_sampled", sampled, agents)
+        metrics |= self.agent_metrics(Metric.CGSV_SHAPLEY_SAMPLED, sampled, agents)
         if len(agents) > MAX_EXACT_AGENTS:
             return metrics
         exact, exact_time = self._timed(payload.context, lambda: exact_cgsv(uploads, weights))
         exact = exact.double().cpu()
-        for name, estimate in (("cgsv_shapley", psi), ("cgsv_shapley_sampled", sampled)):
+        for name, estimate in ((Metric.CGSV_SHAPLEY, psi), (Metric.CGSV_SHAPLEY_SAMPLED, sampled)):
             l1, l2 = fig1_errors(estimate, exact)
-            metrics |= {f"{name}_l1": l1, f"{name}_l2": l2, f"{name}_pearson": float(pearson(estimate, exact))}
-        gaps = {f"cgsv_shapley_{e}_gap": metrics[f"cgsv_shapley_sampled_{e}"] - metrics[f"cgsv_shapley_{e}"]
-                for e in ("l1", "l2")}
-        return (metrics | gaps | self.agent_metrics("cgsv_shapley", exact, agents)
-                | {"cgsv_shapley_exact_time_s": exact_time})
+            metrics |= {shapley_error(name, "l1"): l1, shapley_error(name, "l2"): l2,
+                        shapley_error(name, "pearson"): float(pearson(estimate, exact))}
+        gaps = {shapley_gap(e): metrics[shapley_error(Metric.CGSV_SHAPLEY_SAMPLED, e)]
+                - metrics[shapley_error(Metric.CGSV_SHAPLEY, e)] for e in SHAPLEY_ERRORS}
+        return (metrics | gaps | self.agent_metrics(Metric.CGSV_SHAPLEY, exact, agents)
+                | {Metric.CGSV_SHAPLEY_EXACT_TIME_S: exact_time})
 
     def _timed(self, context: RoundContext, compute: Callable[[], Result]) -> tuple[Result, float]:
         """``compute()`` and the seconds it took: the process's CPU seconds on a CPU, else the wall
@@ -258,8 +260,8 @@ class CGSV(AgentModels):
         the server's after the round (per agent for N ≤ 20, and summaries): CGSV Fig. 2's curves
         (ψ_i, eq. 3, comes with the round's step: ``agent_metrics``)."""
         distance = (self.agent_models - payload.context.global_vector).norm(dim=1)
-        series = {"cgsv_r": (self.r, range(len(self.r))), "cgsv_density": (density, payload.clients.tolist()),
-                  "cgsv_distance": (distance, range(len(self.r)))}
+        series = {Metric.CGSV_R: (self.r, range(len(self.r))), Metric.CGSV_DENSITY: (density, payload.clients.tolist()),
+                  Metric.CGSV_DISTANCE: (distance, range(len(self.r)))}
         return self.per_agent_metrics(series)
 
     def evaluation_metrics(self, context: RoundContext, client_metrics: Mapping[str, list[float]]) -> dict[str, float]:
@@ -267,7 +269,7 @@ class CGSV(AgentModels):
         just evaluated, also kept as ``rho_r`` / ``rho``; none before r is known or without every
         agent's accuracy."""
         metrics: dict[str, float] = {}
-        final = torch.tensor(client_metrics.get("test_accuracy", []), dtype=torch.float64)
+        final = torch.tensor(client_metrics.get(ClientMetrics.TEST_ACCURACY, []), dtype=torch.float64)
         if final.numel() != len(self.r) or not bool(self.r.any()):
             return metrics
         tested = torch.isfinite(final)  # agents with a test set

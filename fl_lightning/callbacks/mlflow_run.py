@@ -70,7 +70,7 @@ from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partiti
 from fl_lightning.faults import fault_line
 from fl_lightning.fit_lock import fit_tags, mark_dead_runs, process_alive
 from fl_lightning.machine import cpu_description
-from fl_lightning.run_schema import Tag
+from fl_lightning.run_schema import Artifact, ClientMetrics, Tag
 from fl_lightning.store_uri import (
     absolute_tracking_uri,
     local_store_missing,
@@ -467,9 +467,9 @@ class MLflowRunInfo(Callback):
             if dataset is not None:
                 client.log_inputs(run_id, datasets=[dataset])
             if isinstance(data, FederatedDataModule):
-                client.log_text(run_id, partition_table(data), "partition/partition_table.txt")
+                client.log_text(run_id, partition_table(data), Artifact.PARTITION_TABLE)
                 try:
-                    client.log_figure(run_id, partition_figure(data), "partition/partition.png")
+                    client.log_figure(run_id, partition_figure(data), Artifact.PARTITION_FIGURE)
                 except Exception as error:  # noqa: BLE001 - a figure is not worth the run
                     warnings.warn(f"a partition figure was not logged to MLflow: {type(error).__name__}: {error}",
                                   stacklevel=1)
@@ -478,18 +478,18 @@ class MLflowRunInfo(Callback):
         if not trainer.is_global_zero:
             return
         payload: dict[str, Any] = {
-            "status": status,
-            "rounds_completed": int(trainer.current_epoch),
-            "clients": getattr(pl_module, "last_client_metrics", {}),
+            ClientMetrics.STATUS: status,
+            ClientMetrics.ROUNDS_COMPLETED: int(trainer.current_epoch),
+            ClientMetrics.CLIENTS: getattr(pl_module, "last_client_metrics", {}),
         }
-        accuracies = payload["clients"].get("test_accuracy")
+        accuracies = payload[ClientMetrics.CLIENTS].get(ClientMetrics.TEST_ACCURACY)
         for logger in mlflow_loggers(trainer):
-            logger.experiment.log_dict(logger.run_id, payload, "clients/final_client_metrics.json")
+            logger.experiment.log_dict(logger.run_id, payload, Artifact.CLIENT_METRICS)
             if accuracies:
                 figure = client_accuracy_figure(
                     accuracies, f"{type(pl_module).__name__}, round {trainer.current_epoch}"
                 )
-                logger.experiment.log_figure(logger.run_id, figure, "clients/client_accuracy.png")
+                logger.experiment.log_figure(logger.run_id, figure, Artifact.CLIENT_ACCURACY_FIGURE)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._log_client_metrics(trainer, pl_module, "finished")

@@ -19,7 +19,7 @@ from fl_lightning.core.evaluation import (
 )
 from fl_lightning.core.flat import ParameterLayout, assign_model_vector
 from fl_lightning.metrics import fairness_summary
-from fl_lightning.run_schema import Metric
+from fl_lightning.run_schema import ClientMetrics, Metric
 
 Sets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, index (K, n), sizes (K,)
 
@@ -89,7 +89,7 @@ class FederationEvaluator:
             metrics["test_loss_mean"] = float(losses[has_test].mean())
             clients = {
                 "client": list(range(len(accuracies))),
-                "test_accuracy": accuracies.tolist(),
+                ClientMetrics.TEST_ACCURACY: accuracies.tolist(),
                 "test_loss": losses.tolist(),
                 "num_train": data.train_sizes.tolist(),
                 "num_test": num_test.tolist(),

@@ -399,7 +399,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             # kept, but algorithms must not divide by their norm (tests/test_faults.py)
             "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
-            "client_time_s": client_time,
+            Metric.CLIENT_TIME_S: client_time,
             "engine_vectorised": float(self._engines.engine_used == "vectorised"),
             "chunk_size": float(self._engines.last_chunk_size or 0),
             "oom_retries": float(self._engines.oom_retries),
@@ -413,7 +413,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         started = time.perf_counter()
         step = as_server_step(self.aggregate(payload))
         self._sync()
-        metrics["server_time_s"] = time.perf_counter() - started
+        metrics[Metric.SERVER_TIME_S] = time.perf_counter() - started
         metrics = self._joined("aggregate", step.metrics, metrics, ("server_step_norm", "server_step_nonfinite"))
         outcome = replace(outcome, payload=payload, qp_fallbacks=step.qp_fallbacks, details=step.details)
         if not torch.isfinite(step.direction).all():

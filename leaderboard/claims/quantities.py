@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.run_schema import Metric, agent_metric
 from leaderboard.convergence import value_at
 from leaderboard.registration import OVER_ROUNDS_LABELS
 from leaderboard.runs import RunRecord
@@ -99,19 +99,19 @@ QUANTITIES: dict[str, Quantity] = {
         _over_rounds(Metric.CONFLICTS_LAYER), over_rounds=True),
     "server_time": Quantity(
         "server time per round", "ms", 1,
-        lambda run, window, over: _times_1000(over_rounds_value(run, "server_time_s", over)), 1,
+        lambda run, window, over: _times_1000(over_rounds_value(run, Metric.SERVER_TIME_S, over)), 1,
         over_rounds=True, timing=True),
     "improved": Quantity("participants whose loss did not increase", "%", 100, _over_rounds(Metric.IMPROVED_FRACTION),
                          over_rounds=True),
     # CGSV Fig. 1 on the agents' uploads (CGSV shapley_check_every): means over the run's check rounds
     "shapley_l1_gap": Quantity(
-        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l1_gap"), 4,
+        "l1 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds(Metric.CGSV_SHAPLEY_L1_GAP), 4,
         over_rounds=True),
     "shapley_l2_gap": Quantity(
-        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds("cgsv_shapley_l2_gap"), 4,
+        "l2 error from the exact CGSV: sampled minus psi", "", 1, _over_rounds(Metric.CGSV_SHAPLEY_L2_GAP), 4,
         over_rounds=True),
     "shapley_time_ratio": Quantity(
-        "time of the sampled approximation over psi's", "x", 1, _over_rounds("cgsv_shapley_time_ratio"), 2,
+        "time of the sampled approximation over psi's", "x", 1, _over_rounds(Metric.CGSV_SHAPLEY_TIME_RATIO), 2,
         over_rounds=True, timing=True),
     # per-agent series (CGSV Fig. 2 and Sec. 3.3): "agent_r:3" = agent 3's final reputation r
     "agent_r": Quantity("reputation r", "", 1, lambda run, window, over: None, 4),
@@ -142,10 +142,10 @@ def _series_over_rounds(run: RunRecord, name: str, window: int, over: str) -> fl
 # per-agent quantity -> (the logged series ``<metric>/<agent>``, how a run's series becomes one number
 # at a reading). CGSV Sec. 3.3 reports psi and the sparsity 1 - q_i/D averaged over the iterations.
 AGENT_METRICS: dict[str, tuple[str, Callable[[RunRecord, str, int, str], float | None]]] = {
-    "agent_r": ("cgsv_r", _series_at),
-    "agent_distance": ("cgsv_distance", _series_at),
-    "agent_psi": ("cgsv_psi", _series_over_rounds),
-    "agent_sparsity": ("cgsv_density", _one_minus(_series_over_rounds)),
+    "agent_r": (Metric.CGSV_R, _series_at),
+    "agent_distance": (Metric.CGSV_DISTANCE, _series_at),
+    "agent_psi": (Metric.CGSV_PSI, _series_over_rounds),
+    "agent_sparsity": (Metric.CGSV_DENSITY, _one_minus(_series_over_rounds)),
 }
 
 
@@ -164,7 +164,7 @@ def quantity_value(run: RunRecord, name: str, window: int = 1, over: str = "all"
     quantity = QUANTITIES[base]
     if base in AGENT_METRICS:
         metric, reduce = AGENT_METRICS[base]
-        value = reduce(run, f"{metric}/{agent}", window, over)
+        value = reduce(run, agent_metric(metric, agent), window, over)
     else:
         value = quantity.value(run, window, over)
     return None if value is None or math.isnan(value) else quantity.scale * value

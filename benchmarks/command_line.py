@@ -14,8 +14,8 @@ from benchmarks.ledger import DEFAULT_CONFIRMATORY_EXPORTS, DEFAULT_EXPORTS, ROO
 from benchmarks.plan import estimate_suite
 from benchmarks.runner import run_suite
 from benchmarks.suites import list_suites, load_suite, program_name
-from fl_lightning.one_line import OneLineParser
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+from fl_lightning.records.errors import OneLineParser
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
 
 LIST_WIDTH = 100
 """``list`` prints no line wider than this."""

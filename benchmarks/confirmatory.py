@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.suites import SUITES_DIR, Cell, deep_merge
-from fl_lightning.registration import CONFIRMATORY, registration_hash, registration_problem
+from fl_lightning.records.registration import CONFIRMATORY, registration_hash, registration_problem
 
 CONFIRMATORY_FILE = "ledger_confirmatory.yaml"
 ROOT_VARIABLE = "FL_BENCHMARKS_LEDGER_ROOT"
@@ -39,7 +39,7 @@ def ledger_root(root: Path | str | None = None) -> Path:
 
 def registered_hash_or_exit(root: Path | str | None = None) -> str:
     """The registration hash a confirmatory run carries; the registration's problem (no hash recorded,
-    or files that differ from it: ``fl_lightning.registration.registration_problem``) as a one-line
+    or files that differ from it: ``fl_lightning.records.registration.registration_problem``) as a one-line
     refusal (``SystemExit``), said before anything is created."""
     folder = ledger_root(root)
     problem = registration_problem(folder)

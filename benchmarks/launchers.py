@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from fl_lightning.one_line import first_line
+from fl_lightning.records.errors import first_line
 
 
 class Launcher(Protocol):

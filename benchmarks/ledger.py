@@ -29,7 +29,7 @@ from benchmarks.confirmatory import (  # noqa: F401  (the confirmatory pass, re-
     registered_hash_or_exit,
 )
 from benchmarks.suites import SUITES_DIR, list_suites, load_suite
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.vocabulary import Tag
 
 DEFAULT_EXPORTS = "ledger_exports"
 """The exports' folder, in the working folder (as ``benchmark_logs/``)."""

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Tag
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Tag
 
 if TYPE_CHECKING:
     from benchmarks.suites import Cell

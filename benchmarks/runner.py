@@ -1,6 +1,6 @@
 """Grid runner: expand a suite into (cell, seed) runs of `fl-lightning fit`, resumably.
 
-A suite file (``benchmarks/<paper>/<name>.yaml``) is read by ``fl_lightning.suite_format``
+A suite file (``benchmarks/<paper>/<name>.yaml``) is read by ``fl_lightning.records.suite_format``
 (``SuiteSpec``; the format is at the top of that file): a suite name, paper, scale, seeds, a
 LightningCLI ``base`` config, benchmarks merged over it, and algorithms expanded over their grids
 (:mod:`benchmarks.suites`).
@@ -71,9 +71,9 @@ from benchmarks.suites import (
     program_name,
     select_cells,
 )
-from fl_lightning.fit_lock import release_claim, try_claim
-from fl_lightning.one_line import first_line
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Tag
+from fl_lightning.records.errors import first_line
+from fl_lightning.records.fit_lock import release_claim, try_claim
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI, Tag
 
 INTERRUPTED_EXIT_CODES = (128 + 2, 128 + 15)  # a fit stopped by SIGINT / SIGTERM (lightning_cli.run)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops the suite (see the module's docstring)
@@ -195,11 +195,11 @@ def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, 
 
 def threads_per_job(jobs: int, cores: int | None = None) -> int:
     """Each of ``jobs`` workers' share of the cores this process may use (``cores``, default
-    ``fl_lightning.machine.available_cores()``), at least 1 (``--jobs`` above the core count
+    ``fl_lightning.records.machine.available_cores()``), at least 1 (``--jobs`` above the core count
     oversubscribes rather than starving a worker): its OMP_NUM_THREADS, which a run's
     ``model.threads`` "auto" (the default) resolves to and logs; a suite that sets a count keeps it."""
     if cores is None:
-        from fl_lightning.machine import available_cores
+        from fl_lightning.records.machine import available_cores
 
         cores = available_cores()
     return max(1, cores // jobs)

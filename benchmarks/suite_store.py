@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.suites import Cell
-from fl_lightning.one_line import first_line
-from fl_lightning.run_schema import Metric, Tag
+from fl_lightning.records.errors import first_line
+from fl_lightning.records.vocabulary import Metric, Tag
 
 
 def finished_runs(tracking_uri: str, suite: str) -> set[tuple[str, str, str]]:
@@ -69,8 +69,8 @@ def check_store(tracking_uri: str) -> None:
     """What would stop the runs from logging to the store, refused before any run starts (a folder
     that does not exist, a file that is not an MLflow store, a server that does not answer)."""
     from fl_lightning.preflight import PreflightError, check_sqlite_store
-    from fl_lightning.read_only_store import StoreError, check_writable
-    from fl_lightning.store_uri import sqlite_file
+    from fl_lightning.records.read_only_store import StoreError, check_writable
+    from fl_lightning.records.store_uri import sqlite_file
 
     try:
         check_writable(tracking_uri)
@@ -87,7 +87,7 @@ def finished_runs_read_only(
     """A dry run's view of the store: (finished runs, their wall seconds per cell, a note), read without
     creating or altering it: a SQLite file that does not exist (or is empty) is not opened, an existing one is read
     through a read-only connection, a schema of another MLflow version is not migrated."""
-    from fl_lightning.read_only_store import (
+    from fl_lightning.records.read_only_store import (
         EMPTY,
         MISSING,
         NO_EXPERIMENTS,
@@ -139,7 +139,7 @@ def claims_folder(tracking_uri: str, suite: str, log_dir: Path) -> Path:
     """Where the runners of a store claim its cells: beside a SQLite or file store (every runner of
     that store sees it, from whatever folder it runs), else (a tracking server) in the suite's log
     folder of this working folder."""
-    from fl_lightning.store_uri import sqlite_file
+    from fl_lightning.records.store_uri import sqlite_file
 
     safe = suite.replace("/", "_")
     database = sqlite_file(tracking_uri)
@@ -175,7 +175,7 @@ def resumable_checkpoint(tracking_uri: str, cell: Cell) -> str | None:
     worker), where the runner's fits write it: the rerun continues that run from there. A run
     still RUNNING whose fit is alive on this host (a fit started by hand, another runner's) is
     never resumed: the cell then starts a run of its own."""
-    from fl_lightning.fit_lock import fit_is_alive
+    from fl_lightning.records.fit_lock import fit_is_alive
 
     run = latest_unfinished_run(tracking_uri, cell)
     if run is None:

@@ -1,4 +1,4 @@
-"""Suites: a suite file (``benchmarks/<paper>/<name>.yaml``, read by :mod:`fl_lightning.suite_format`)
+"""Suites: a suite file (``benchmarks/<paper>/<name>.yaml``, read by :mod:`fl_lightning.records.suite_format`)
 expanded into cells, one (benchmark, algorithm configuration) at one seed, each with its
 LightningCLI config and the tags its run carries; and the checks a suite passes before any
 cell runs or the store is touched (unknown algorithms, settings out of range, names that select
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from fl_lightning.run_schema import Tag
-from fl_lightning.suite_format import NOT_SUITES, AlgorithmEntry, SuiteFormatError, SuiteSpec
+from fl_lightning.records.suite_format import NOT_SUITES, AlgorithmEntry, SuiteFormatError, SuiteSpec
+from fl_lightning.records.vocabulary import Tag
 
 SUITES_DIR = Path(__file__).resolve().parent
 

@@ -49,9 +49,9 @@ from typing import Any
 
 from benchmarks.suite_store import check_store, finished_runs
 from benchmarks.suites import Cell, check_algorithms, load_suite, suite_path
-from fl_lightning.machine import available_cores, cpu_description, cpu_model
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI, Metric, Tag
-from fl_lightning.store_uri import file_store_folder, sqlite_file
+from fl_lightning.records.machine import available_cores, cpu_description, cpu_model
+from fl_lightning.records.store_uri import file_store_folder, sqlite_file
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI, Metric, Tag
 
 DEFAULT_MAX_LOAD = 0.5  # 1-minute load average: on a 2-core box, nothing else running
 DEFAULT_MAX_WAIT_S = 600.0
@@ -457,7 +457,7 @@ def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TR
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fl_lightning.one_line import OneLineParser
+    from fl_lightning.records.errors import OneLineParser
 
     environment_uri = os.environ.get("MLFLOW_TRACKING_URI")
     parser = OneLineParser(

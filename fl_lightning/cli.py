@@ -27,7 +27,7 @@ from typing import Any
 from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.records.errors import did_you_mean
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
 
 HELP_FLAGS = ("-h", "--help")
 

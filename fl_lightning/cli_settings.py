@@ -18,7 +18,7 @@ from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.core.module import FederatedModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition_registry import resolved_partition_params
-from fl_lightning.run_schema import DATA_LINKS
+from fl_lightning.records.vocabulary import DATA_LINKS
 
 # the class path a command line with --model.SETTING but no --model gives (the parser's base class)
 BASE_MODULE_PATHS = ("fl_lightning.core.FederatedModule", f"{FederatedModule.__module__}.FederatedModule")

@@ -70,7 +70,6 @@ from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.faults import FitFaults, fault_line, save_traceback
-from fl_lightning.fit_lock import RunLock, check_writable_folder, release_all
 from fl_lightning.parse_errors import diagnose, union_reasons
 from fl_lightning.preflight import (
     PreflightError,
@@ -82,7 +81,8 @@ from fl_lightning.preflight import (
     check_seed,
     check_tracking_store,
 )
-from fl_lightning.run_schema import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
+from fl_lightning.records.fit_lock import RunLock, check_writable_folder, release_all
+from fl_lightning.records.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from fl_lightning.seeding import SEED_ENV
 
 HELP_WIDTH = 100  # columns: ``fit --help`` stays readable in a wide terminal too

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import tempfile
 import zipfile
 from collections.abc import Mapping
@@ -19,11 +18,10 @@ from urllib.parse import urlparse
 
 import yaml
 
-from fl_lightning.one_line import first_line
-from fl_lightning.refusals import PreflightError
-from fl_lightning.store_uri import file_store_folder, sqlite_file
+from fl_lightning.records.errors import PreflightError, first_line
+from fl_lightning.records.store_probe import MLFLOW_TABLES, server_port, unreachable
+from fl_lightning.records.store_uri import file_store_folder, sqlite_file
 
-REACH_TIMEOUT_S = 5.0
 FL_CHECKPOINT_KEYS = ("state_dict", "epoch", "hyper_parameters")
 
 
@@ -110,19 +108,16 @@ def check_lightning_version(path: str, checkpoint: Mapping[str, Any]) -> None:
 
 
 def check_tracking_store(uri: str) -> None:
-    """The MLflow store can be reached: a tracking server answers within ``REACH_TIMEOUT_S``; a
-    SQLite or file store can be created or written where it is (:func:`check_store_folder`)."""
+    """The MLflow store can be reached: a tracking server answers within
+    ``store_probe.REACH_TIMEOUT_S``; a SQLite or file store can be created or written where it is
+    (:func:`check_store_folder`)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        try:
-            with socket.create_connection((parsed.hostname or "localhost", port), timeout=REACH_TIMEOUT_S):
-                pass
-        except OSError as error:
-            reason = "timed out" if isinstance(error, TimeoutError) else error.strerror or str(error)
+        reason = unreachable(uri)
+        if reason is not None:
             raise PreflightError(f"cannot reach the MLflow tracking server {uri} ({reason}): start it "
-                                 f"(mlflow server --port {port}) or log to a local store with "
-                                 "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db") from None
+                                 f"(mlflow server --port {server_port(uri)}) or log to a local store with "
+                                 "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db")
     elif parsed.scheme == "sqlite":
         database = sqlite_file(uri)
         if database is not None:
@@ -171,7 +166,6 @@ def check_store_folder(uri: str, folder: Path, database: Path | None = None) -> 
 
 
 STORE_LOCK_WAIT_S = 60.0  # how long a fit waits for a SQLite store another process holds locked
-MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})  # a whole MLflow SQLite store has these
 
 
 def check_sqlite_store(uri: str, database: Path, option: str = "--trainer.logger.init_args.tracking_uri") -> None:

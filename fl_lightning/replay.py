@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.one_line import OneLineParser
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
-from fl_lightning.store_uri import sqlite_file, sqlite_uri
+from fl_lightning.records.errors import OneLineParser
+from fl_lightning.records.store_uri import sqlite_file, sqlite_uri
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
 
 REPLAY_EXPERIMENT = "replay"
 RESULT_TAG, DATE_TAG = Tag.REPLAY_RESULT, Tag.REPLAY_DATE

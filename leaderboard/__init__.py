@@ -16,7 +16,7 @@
 - ``site``     renders the Jinja2 templates into the site and its Markdown twin
 
 Importing the package loads nothing else. A store is read without creating or altering it by
-``fl_lightning.read_only_store`` (standard library only), which the runner's ``--dry-run`` shares.
+``fl_lightning.records.read_only_store`` (standard library only), which the runner's ``--dry-run`` shares.
 """
 
 __all__ = ["LeaderboardError"]

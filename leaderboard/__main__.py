@@ -1,5 +1,7 @@
 """``python -m leaderboard build [--tracking-uri URI | --from-export DIR ...] [--out DIR | --publish]
-[--experiments NAME ...]``; ``python -m leaderboard register [--root DIR] [--again | --check]`` (the
+[--experiments NAME ...]``; ``python -m leaderboard publish [--out DIR]`` (the published site
+``leaderboard_site/`` from the committed exports in ``evidence/``: one command, byte for byte the same
+build each time); ``python -m leaderboard register [--root DIR] [--again | --check]`` (the
 claims ledger's registration hash, recorded in its plan: ``leaderboard/registration.py``);
 ``python -m leaderboard export --out DIR [--tracking-uri URI] [--experiments NAME ...] [--tag KEY=VALUE ...]
 [--format csv parquet] [--all-metrics] [--complete]`` (the run set as tidy tables: ``leaderboard/export.py``).
@@ -20,8 +22,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: no display needed, PNG only
 
-from fl_lightning.one_line import OneLineParser  # noqa: E402
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI  # noqa: E402
+from fl_lightning.records.errors import OneLineParser  # noqa: E402
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI  # noqa: E402
 from leaderboard import export, site  # noqa: E402
 from leaderboard.papers import DEFAULT_ROOT  # noqa: E402
 from leaderboard.runs import LeaderboardError  # noqa: E402
@@ -52,6 +54,15 @@ def parser() -> argparse.ArgumentParser:
                             "distributions need the store's artifacts and are left out (default: read the store)")
     build.add_argument("--paper-numbers", type=Path, default=DEFAULT_ROOT, metavar="DIR",
                        help="folder holding <paper>/paper_numbers.yaml (default: the repository's benchmarks/)")
+    publishing = commands.add_parser(
+        "publish", help="rebuild the published site, leaderboard_site/, from the committed exports in evidence/",
+        description="Build the repository's published site from every committed export (evidence/exploratory/"
+                    "<suite>/, then evidence/confirmatory/<suite>/) into leaderboard_site/, through a staging "
+                    "folder renamed into place: a failed build leaves the old site. The same exports, code and "
+                    "library releases build the same bytes (tests/test_published_site.py checks the committed "
+                    "site against a fresh build).")
+    publishing.add_argument("--out", type=Path, metavar="DIR",
+                            help="write the build here instead (default: the repository's leaderboard_site/)")
     registering = commands.add_parser(
         "register", help="record the registration hash of the plan, claims, suites and amendments in the plan",
         description="Compute the SHA-256 of the ledger's registered files (the plan without its own hash line, "
@@ -100,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_export(args)
     if args.command == "register":
         return run_register(args)
-    out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
     try:
+        if args.command == "publish":
+            site.publish_site(args.out)
+            return 0
+        out = site.PUBLISHED_SITE if args.publish else args.out or site.DEFAULT_OUT
         site.build_site(args.tracking_uri, out, args.experiments, args.paper_numbers, from_export=args.from_export)
     except LeaderboardError as error:
         print(f"error: {error}", file=sys.stderr)

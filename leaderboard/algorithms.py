@@ -3,7 +3,7 @@
 An algorithm class may carry ``interpretation = "..."``: its implementation is a reading of the
 method from secondary sources (FedGini: its paper is unavailable here). A fit logs it as the run
 tag ``algorithm_interpretation``; runs logged before that tag get the note from
-``fl_lightning.algorithm_facts`` by the algorithm's name. Every row of such an algorithm shows the
+``fl_lightning.records.algorithm_facts`` by the algorithm's name. Every row of such an algorithm shows the
 text under the algorithm's name, on the index matrix and on its table. The leaderboard imports no
 algorithm (and no torch) to learn it.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fl_lightning.algorithm_facts import interpretation_of
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.algorithm_facts import interpretation_of
+from fl_lightning.records.vocabulary import Tag
 from leaderboard.runs import RunRecord
 
 

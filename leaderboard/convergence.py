@@ -4,7 +4,7 @@ ledger read them."""
 
 from __future__ import annotations
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 from leaderboard.runs import RunRecord
 
 CONVERGENCE_WINDOW = 3  # evaluations per window of the convergence check (the ledger's plan may set another)

@@ -70,8 +70,8 @@ import pandas as pd
 from mlflow import MlflowClient
 from tqdm import tqdm
 
-from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Metric, Tag
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Metric, Tag
 from leaderboard import claims as ledger
 from leaderboard.convergence import (
     CONVERGENCE_WINDOW,

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fl_lightning.run_schema import Metric, Tag
+from fl_lightning.records.errors import first_line
+from fl_lightning.records.vocabulary import Metric, Tag
 from leaderboard.runs import (
     EXPORT_PREFIX,
     HISTORY_METRICS,
@@ -105,13 +106,18 @@ def _has_table(folder: Path, name: str) -> bool:
 
 def _table(folder: Path, name: str) -> pd.DataFrame:
     parquet, text = folder / f"{name}.parquet", folder / f"{name}.csv"
-    if parquet.exists():
-        return pd.read_parquet(parquet)
-    if text.exists():
-        # round_trip: pandas < 3 parses floats with its own "high" precision parser, which can miss the
-        # written value by an ulp (0.30000000000000004 read back as 0.3); a build must see the stored bits.
-        return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False, na_values=[""],
-                           float_precision="round_trip")
+    try:
+        if parquet.exists():
+            return pd.read_parquet(parquet)
+        if text.exists():
+            # round_trip: pandas < 3 parses floats with its own "high" precision parser, which can miss the
+            # written value by an ulp (0.30000000000000004 read back as 0.3); a build must see the stored bits.
+            return pd.read_csv(text, dtype={"seed": str, "data_seed": str}, keep_default_na=False,
+                               na_values=[""], float_precision="round_trip")
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError: a corrupt export
+        found = parquet if parquet.exists() else text
+        raise LeaderboardError(f"{found} cannot be read ({first_line(error, type(error).__name__)}): "
+                               "export the suite again") from None
     raise LeaderboardError(f"{folder} holds no {name}.parquet or {name}.csv: pass a folder written by "
                            "`python -m leaderboard export` (or a published site)")
 

@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
 from matplotlib.ticker import MaxNLocator
 
-from fl_lightning.run_schema import Metric, agent_metric, agent_of
+from fl_lightning.records.vocabulary import Metric, agent_metric, agent_of
 from leaderboard.runs import is_agent_series
 from leaderboard.tables import BenchmarkTable, ConfigRow, Stat
 

@@ -39,7 +39,7 @@ from pydantic import (
 )
 
 from fl_lightning.records.errors import first_refusal
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
 FILE_NAME = "paper_numbers.yaml"

@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from fl_lightning.records.errors import one_line
-from fl_lightning.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
+from fl_lightning.records.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
     AMENDMENTS_FILE,
     CONFIRMATORY,
     HASH_KEY,

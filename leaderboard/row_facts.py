@@ -3,8 +3,8 @@ improvement share, CGSV's rho, the seeds."""
 
 from __future__ import annotations
 
-from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Metric
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Metric
 from leaderboard.runs import RunRecord
 from leaderboard.tables import (
     BEST_MARK,

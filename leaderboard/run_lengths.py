@@ -1,9 +1,9 @@
 """Run lengths long enough to judge (issue 48): for each offline suite of the claims ledger (and each
 benchmark in it), the rounds and evaluation cadence of the confirmatory pass, chosen from the
-exploratory runs committed in ``benchmarks/ledger_runs/``. Torch-free; prints a Markdown report
-(committed as ``benchmarks/ledger_runs/run_lengths.md``)::
+exploratory runs committed in ``evidence/exploratory/``. Torch-free; prints a Markdown report
+(committed as ``evidence/exploratory/run_lengths.md``)::
 
-    python -m leaderboard.run_lengths > benchmarks/ledger_runs/run_lengths.md
+    python -m leaderboard.run_lengths > evidence/exploratory/run_lengths.md
 
 The plan's convergence rule (``leaderboard/convergence.py``): the mean accuracy of the last w = 3
 evaluations against the w before, both windows in the second half of the run; a change over 1 pp is
@@ -49,11 +49,13 @@ from pathlib import Path
 import numpy as np
 
 from leaderboard.convergence import CONVERGED, TOO_SHORT, UNCONVERGED, accuracy_history, convergence_status
+from leaderboard.evidence import EXPLORATORY
 from leaderboard.export_reading import read_export
+from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.registration import load_plan
 
-ROOT = Path(__file__).resolve().parent
-EXPORTS = ROOT / "ledger_runs"
+ROOT = DEFAULT_ROOT  # the plan: benchmarks/ledger_plan.yaml
+EXPORTS = EXPLORATORY  # evidence/exploratory/: the exploratory runs, one export per suite
 START_S = 0.6  # a run's start in a warm worker: the smallest wall time less rounds x time per round seen
 JOBS = 2
 TARGET = 0.80  # "most runs converged": the share a benchmark's length aims at
@@ -282,7 +284,7 @@ def report(exports: Path = EXPORTS) -> str:
         "# Run lengths long enough to judge (confirmatory pass, plan version 2)",
         "",
         f"Written by `python -m leaderboard.run_lengths` from the {len(runs):,} FINISHED exploratory runs in "
-        "`benchmarks/ledger_runs/`; the method is in that script's docstring. The plan's rule: last "
+        "`evidence/exploratory/`; the method is in that script's docstring. The plan's rule: last "
         f"{window} evaluations against the {window} before, both in the second half, |change| > {change_pp:g} pp "
         f"unconverged; so a run needs at least {min_evaluations(window)} evaluations, every R / "
         f"{min_evaluations(window)} rounds (the cadence chosen everywhere).",

@@ -4,7 +4,7 @@ The conventions (written by the benchmark runner and ``fl-lightning fit``): one 
 suite, one run per (cell, seed); tags ``suite``, ``scale``, ``paper``, ``benchmark``, ``cell``,
 ``algorithm_config``, ``algorithm``, ``dataset``, ``partition``, ``participation``, ``model``,
 ``seed``, ``git_sha`` (+ ``error`` on failure, ``machine`` when the runner knows it); metrics
-with step = completed rounds; the artifact ``run_schema.Artifact.CLIENT_METRICS``.
+with step = completed rounds; the artifact ``vocabulary.Artifact.CLIENT_METRICS``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from mlflow import MlflowClient
 from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 
-from fl_lightning import run_schema as schema
-from fl_lightning.algorithm_facts import PER_CLIENT_MODEL_ALGORITHMS
-from fl_lightning.fit_lock import fit_is_alive
-from fl_lightning.one_line import first_line
-from fl_lightning.read_only_store import (
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.algorithm_facts import PER_CLIENT_MODEL_ALGORITHMS
+from fl_lightning.records.errors import first_line
+from fl_lightning.records.fit_lock import fit_is_alive
+from fl_lightning.records.read_only_store import (
     EMPTY,
     EXAMPLE_URIS,
     MISSING,
@@ -41,8 +41,8 @@ from fl_lightning.read_only_store import (
     reading,
     sqlite_file,
 )
-from fl_lightning.run_schema import Artifact, ClientMetrics, Metric, Tag, agent_of
-from fl_lightning.store_uri import file_store_folder
+from fl_lightning.records.store_uri import file_store_folder
+from fl_lightning.records.vocabulary import Artifact, ClientMetrics, Metric, Tag, agent_of
 from leaderboard.tasks import Task, task_of
 
 # Metrics whose whole history is read (curves, means over rounds, rounds completed).
@@ -319,7 +319,7 @@ def store_name(uri: str) -> str:
 
 
 def check_store_exists(uri: str) -> str:
-    """The store is there and can be read as it is (``fl_lightning.read_only_store.check_readable``): a sqlite
+    """The store is there and can be read as it is (``fl_lightning.records.read_only_store.check_readable``): a sqlite
     URI naming a file (or a file store naming a folder) that does not exist is a typo, not an
     empty store; an empty file is not a store. Returns the store's state (``READY``, or
     ``NO_EXPERIMENTS`` for MLflow tables without an experiment)."""

@@ -16,10 +16,10 @@ import jinja2
 import markupsafe
 import mlflow
 
-from fl_lightning.machine import cpu_model
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.machine import cpu_model
+from fl_lightning.records.vocabulary import Tag
 from leaderboard import claims as ledger
-from leaderboard import export, export_reading
+from leaderboard import evidence, export, export_reading
 from leaderboard.claims.passes import ClaimPasses, evaluate_passes
 from leaderboard.claims.passes import tally as passes_tally
 from leaderboard.figures import write_figures
@@ -73,7 +73,11 @@ TEMPLATES = Path(__file__).parent / "templates"
 MARKER = ".leaderboard-site"  # written into every built site: only such folders are replaced
 # A build goes to a git-ignored folder of the working directory unless asked for the published site.
 DEFAULT_OUT = Path("leaderboard_build")
-PUBLISHED_SITE = Path(__file__).resolve().parents[1] / "leaderboard_site"  # what the repository publishes: --publish
+PUBLISHED_SITE = evidence.PUBLISHED_SITE  # what the repository publishes: `publish`, `build --publish`
+PUBLISH_COMMAND = "fl-leaderboard publish"  # the footer of the published site, however it was run
+# the libraries whose releases can change a build's bytes (figures, the Parquet download): its marker
+# names them, so that a site is compared byte for byte only with a build of the same releases
+BUILD_LIBRARIES = ("matplotlib", "numpy", "pandas", "pyarrow", "scipy")
 
 
 @dataclass
@@ -110,7 +114,16 @@ def build_command(argv0: str | None = None) -> str:
     return "fl-leaderboard build" if console else "python -m leaderboard build"
 
 
-def provenance(store: StoreContents) -> Provenance:
+def data_time(runs: list) -> str:
+    """When the newest of ``runs`` ended (else started): what a build from exports is stamped with, so
+    that it depends on its exports alone."""
+    newest = max((run_time(run) for run in runs), default=0.0)
+    return f"as of the newest run it reads ({datetime.fromtimestamp(newest, timezone.utc):%Y-%m-%d %H:%M UTC})"
+
+
+def provenance(store: StoreContents, command: str | None = None, from_export: bool = False) -> Provenance:
+    """The page's provenance box. A build from exports is stamped with its newest run's time and names
+    no mlflow release (it reads no store), so that the same exports build the same bytes anywhere."""
     runs = store.runs
     suites = []
     for name in sorted({r.suite for r in runs}):
@@ -126,7 +139,7 @@ def provenance(store: StoreContents) -> Provenance:
         ))
     machines = Counter(r.tags[Tag.MACHINE] for r in runs if r.tags.get(Tag.MACHINE))
     return Provenance(
-        built_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        built_at=data_time(runs) if from_export else datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         tracking_uri=store_name(store.tracking_uri),
         experiments=[(name, sum(1 for r in runs if r.experiment == name)) for name in store.read_experiments],
         git_shas=Counter(r.git_sha or "(no git_sha tag)" for r in runs).most_common(),
@@ -135,8 +148,8 @@ def provenance(store: StoreContents) -> Provenance:
         builder_machine=f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         suites=suites,
         scales=sorted({r.scale for r in runs} - {""}),
-        mlflow_version=mlflow.__version__,
-        build_command=build_command(),
+        mlflow_version="" if from_export else mlflow.__version__,
+        build_command=command or build_command(),
     )
 
 
@@ -192,10 +205,25 @@ def built_files(marker: Path) -> set[str] | None:
     return {line[2:] for line in lines if line.startswith("- ")} or None
 
 
-def write_marker(staging: Path) -> None:
-    """The marker file, with the manifest of every file of the build (read by ``check_output``)."""
-    files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-    (staging / MARKER).write_text(f"built by `{build_command()}`; replaced on every build. Its files:\n"
+def library_releases() -> str:
+    """The releases of BUILD_LIBRARIES this build ran with, as the marker names them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def release(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    return ", ".join(f"{name} {release(name)}" for name in BUILD_LIBRARIES)
+
+
+def write_marker(staging: Path, command: str | None = None) -> None:
+    """The marker file: the command, the releases that shape the bytes and the manifest of every
+    file of the build (read by ``check_output``)."""
+    files = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+    (staging / MARKER).write_text(f"built by `{command or build_command()}`; replaced on every build.\n"
+                                  f"Libraries: {library_releases()}\nIts files:\n"
                                   + "".join(f"- {name}\n" for name in files))
 
 
@@ -339,9 +367,13 @@ def build_site(
     paper_root: Path = DEFAULT_ROOT,
     progress: Progress = print,
     from_export: list[Path] | None = None,
+    command: str | None = None,
+    strict: bool | None = None,
 ) -> Path:
     """Read the store (or the exports ``from_export``: runs without their client-level artifacts),
-    write the site into ``out``; returns the path of ``index.html``."""
+    write the site into ``out``; returns the path of ``index.html``. ``command``: the command the
+    footer names (default: as the user ran it); ``strict``: the claims ledger refuses what the
+    published site must not show (default: when ``out`` is the published site)."""
     check_output(Path(out))
     claims = ledger.load_claims(paper_root)  # a malformed ledger is refused before the store is read
     load_plan(paper_root), load_amendments(paper_root), ledger.load_coverage(paper_root)  # and the plan
@@ -354,7 +386,7 @@ def build_site(
         progress(f"Read {len(paper_numbers)} reported numbers from {paper_root}/*/paper_numbers.yaml")
     tables = build_tables(store.runs, paper_numbers)
     unmatched = unmatched_paper_numbers(paper_numbers, tables)
-    info = provenance(store)
+    info = provenance(store, command, from_export=bool(from_export))
     html, markdown = environment()
 
     staging = prepare_output(Path(out))
@@ -374,7 +406,8 @@ def build_site(
                      f"({len(table.rows)} configurations, {len(table.runs)} runs, {len(figures)} figures)")
         summaries = summarize(tables, paper_numbers)
         claims_context = claims_section(claims, store, tables, paper_root, progress,
-                                        strict=Path(out).resolve() == PUBLISHED_SITE.resolve())
+                                        strict=Path(out).resolve() == PUBLISHED_SITE.resolve() if strict is None
+                                        else strict)
         if claims_context is not None:
             (staging / "claims.csv").write_text(claims_context.pop("csv"))
             (staging / "claims.json").write_text(claims_context.pop("json"))
@@ -395,12 +428,12 @@ def build_site(
             num_runs=len(store.runs),
             claims=claims_context,
             no_ledger=no_ledger_reason(claims, store) if claims_context is None and claims else "",
-            from_export=[str(p) for p in from_export or []],
+            from_export=[evidence.shown(p) for p in from_export or []],
             downloads=downloads,
         )
         (staging / "index.html").write_text(html.get_template("index.html").render(**context))
         (staging / "index.md").write_text(markdown.get_template("index.md.j2").render(**context))
-        write_marker(staging)  # last: the manifest lists every file of the build
+        write_marker(staging, command)  # last: the manifest lists every file of the build
         publish(staging, Path(out))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -409,3 +442,18 @@ def build_site(
     progress(f"Wrote {len(tables)} benchmark page(s) from {len(store.runs)} runs.")
     progress(f"Leaderboard: {index.parent}\nOpen it in a browser: {index.as_uri()}")
     return index
+
+
+def publish_site(out: Path | None = None, exports: list[Path] | None = None, paper_root: Path = DEFAULT_ROOT,
+                 progress: Progress = print) -> Path:
+    """``fl-leaderboard publish``: the published site from the committed exports (``evidence/``, every
+    suite folder of both passes), written into ``out`` (default: ``leaderboard_site/``) through a
+    staging folder renamed into place, so a failed build leaves the old site. Two builds from the
+    same exports, code and library releases are byte-identical; ``tests/test_published_site.py``
+    checks the committed site against one."""
+    try:
+        exports = exports or evidence.published_exports()
+    except FileNotFoundError as error:
+        raise LeaderboardError(str(error)) from None
+    return build_site("", PUBLISHED_SITE if out is None else out, None, paper_root, progress,
+                      from_export=[Path(p) for p in exports], command=PUBLISH_COMMAND, strict=True)

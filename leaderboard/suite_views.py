@@ -3,7 +3,7 @@ FedAvg, variants against their control, and the papers' own numbers."""
 
 from __future__ import annotations
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 from leaderboard.algorithms import interpretations
 from leaderboard.papers import PaperNumber
 from leaderboard.row_facts import (

@@ -19,8 +19,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Metric, Tag
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Metric, Tag
 from leaderboard.papers import PaperNumber
 from leaderboard.runs import CLIENT_TESTS_WITH_OWN_TEST, RunRecord
 from leaderboard.stats import MIN_SEEDS, SIGNIFICANCE, p_between

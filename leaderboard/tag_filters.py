@@ -9,8 +9,8 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from fl_lightning.one_line import first_line
-from fl_lightning.read_only_store import NO_EXPERIMENTS
+from fl_lightning.records.errors import first_line
+from fl_lightning.records.read_only_store import NO_EXPERIMENTS
 from leaderboard.runs import (
     LeaderboardError,
     check_store_exists,

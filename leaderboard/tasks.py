@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fl_lightning import run_schema as schema
-from fl_lightning.run_schema import Tag
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Tag
 
 # field -> label on the page, in the order the page lists them (unknown fields follow, sorted)
 TASK_LABELS = {

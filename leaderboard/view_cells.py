@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 from leaderboard.tables import (
     BEST,
     BEST_MARK,

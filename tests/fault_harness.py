@@ -54,7 +54,7 @@ def strike(where: str, store_write: bool = False) -> None:
 def install() -> None:
     from mlflow.tracking import MlflowClient
 
-    from fl_lightning.callbacks import checkpointing, mlflow_run, tracking_buffer
+    from fl_lightning.callbacks import checkpointing, mlflow_run, mlflow_store, tracking_buffer
     from fl_lightning.core.module import FederatedModule
 
     attribute = MlflowClient.__getattribute__
@@ -70,7 +70,7 @@ def install() -> None:
     MlflowClient.__getattribute__ = refused_when_down  # type: ignore[method-assign]
 
     if PHASE == "store":
-        copyfile = mlflow_run.shutil.copyfile
+        copyfile = mlflow_store.shutil.copyfile
 
         def half_copied(source, target, *args, **kwargs):
             with open(source, "rb") as read, open(target, "wb") as write:
@@ -78,7 +78,7 @@ def install() -> None:
             strike(str(target))
             return copyfile(source, target, *args, **kwargs)
 
-        mlflow_run.shutil.copyfile = half_copied
+        mlflow_store.shutil.copyfile = half_copied
     elif PHASE == "round":
         training_step = FederatedModule.training_step
 

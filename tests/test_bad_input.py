@@ -372,7 +372,7 @@ CASES = [
     case("runner-suite-not-a-mapping", lambda tmp: suite_file(tmp, "- fedfv\n- fedlf\n"),
          SystemExit, r"the file must hold a mapping \(suite:, paper:, scale:, base:, benchmarks:\), got list"),
     case("runner-suite-missing-benchmarks", lambda tmp: suite_file(tmp, SUITE_HEAD),
-         SystemExit, r"it has no 'benchmarks' entry; see the format at the top of fl_lightning/suite_format\.py"),
+         SystemExit, r"it has no 'benchmarks' entry; see the format at the top of fl_lightning/records/suite_format\.py"),
     case("runner-algorithm-without-class-path",
          lambda tmp: suite_file(tmp, SUITE_HEAD + "benchmarks: [{name: b}]\nalgorithms: [{init_args: {mu: 0.1}}]\n"),
          SystemExit, r"algorithm entry 0 must be a mapping with a 'class_path' \(e\.g\. class_path: fl_lightning"),

@@ -8,9 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from fl_lightning.fit_lock import read_lock, release_claim, this_host, try_claim
-
-from fl_lightning import fit_lock
+from fl_lightning.records import fit_lock
+from fl_lightning.records.fit_lock import read_lock, release_claim, this_host, try_claim
 
 
 def test_the_claim_file_says_which_process_of_which_host_since_when_and_is_read_only_to_others(tmp_path):

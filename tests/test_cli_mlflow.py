@@ -119,8 +119,7 @@ def schema(database):
 
 
 def test_a_new_sqlite_store_is_a_copy_of_migrated_schema(template_cache, tmp_path, monkeypatch):
-    from fl_lightning.callbacks.mlflow_run import seed_sqlite_store
-    from fl_lightning.callbacks.mlflow_store import open_mlflow_experiment
+    from fl_lightning.callbacks.mlflow_store import open_mlflow_experiment, seed_sqlite_store
 
     monkeypatch.chdir(tmp_path)  # the default experiment's artifacts: ./mlruns/0, in the working directory
     MlflowClient(f"sqlite:///{tmp_path / 'migrated.db'}").search_experiments()  # MLflow's own migrations
@@ -140,7 +139,7 @@ def test_a_new_sqlite_store_is_a_copy_of_migrated_schema(template_cache, tmp_pat
 
 
 def test_a_broken_template_is_made_again(template_cache, tmp_path, monkeypatch):
-    from fl_lightning.callbacks.mlflow_run import empty_store_template, seed_sqlite_store
+    from fl_lightning.callbacks.mlflow_store import empty_store_template, seed_sqlite_store
 
     template = empty_store_template()
     template.write_bytes(b"not a database")
@@ -153,7 +152,7 @@ def test_a_broken_template_is_made_again(template_cache, tmp_path, monkeypatch):
 @pytest.mark.parametrize("uri", ["file:./mlruns", "sqlite:///:memory:", "sqlite:///no/such/folder/runs.db",
                                  "http://127.0.0.1:5000"])
 def test_only_new_local_sqlite_files_are_seeded(template_cache, tmp_path, monkeypatch, uri):
-    from fl_lightning.callbacks.mlflow_run import seed_sqlite_store
+    from fl_lightning.callbacks.mlflow_store import seed_sqlite_store
 
     monkeypatch.chdir(tmp_path)
     assert not seed_sqlite_store(uri)

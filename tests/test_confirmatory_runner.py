@@ -24,16 +24,16 @@ from benchmarks.ledger import (
 )
 from benchmarks.runner import _cell_config_file, run_suite
 from benchmarks.suites import SUITES_DIR, load_suite
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.vocabulary import Tag
 from leaderboard.registration import PLAN_FILE, registration_hash, registration_problem
 
-EXPORTS = SUITES_DIR / "ledger_runs"
+EXPORTS = SUITES_DIR.parent / "evidence" / "exploratory"  # the committed exploratory exports
 
 
 def registered_copy(tmp_path: Path) -> tuple[Path, str]:
     """benchmarks/'s registered files copied under tmp_path, the plan recording their hash."""
     root = tmp_path / "benchmarks"
-    shutil.copytree(SUITES_DIR, root, ignore=shutil.ignore_patterns("ledger_runs", "perf", "__pycache__", "*.py"))
+    shutil.copytree(SUITES_DIR, root, ignore=shutil.ignore_patterns("perf", "__pycache__", "*.py"))
     digest = registration_hash(root)
     plan = root / PLAN_FILE
     plan.write_text(plan.read_text().rstrip("\n") + f"\nregistered_hash: {digest}\n")

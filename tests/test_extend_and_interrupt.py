@@ -33,8 +33,8 @@ from fl_lightning import cli
 from fl_lightning.callbacks import mlflow_store
 from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
 from fl_lightning.cli import main
-from fl_lightning.run_schema import Tag
-from fl_lightning.store_uri import absolute_tracking_uri
+from fl_lightning.records.store_uri import absolute_tracking_uri
+from fl_lightning.records.vocabulary import Tag
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 

@@ -33,8 +33,8 @@ from mlflow.tracking import MlflowClient
 from printed import printed_line, words
 
 from fl_lightning.cli import main
-from fl_lightning.fit_lock import fit_is_alive
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.fit_lock import fit_is_alive
+from fl_lightning.records.vocabulary import Tag
 from leaderboard.runs import status_as_read
 from tests.test_resume_cli import fit_args
 

@@ -11,9 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.cli import main
-from fl_lightning.fit_lock import LOCK_NAME, RunLock, read_lock, this_host
 from fl_lightning.preflight import PreflightError
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.fit_lock import LOCK_NAME, RunLock, read_lock, this_host
+from fl_lightning.records.vocabulary import Tag
 from tests.test_resume_cli import fit_args, interrupted_fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

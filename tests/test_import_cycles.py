@@ -117,8 +117,8 @@ def test_a_cycle_is_found():
 
 
 def test_the_runner_imports_no_leaderboard_module():
-    """The runner reads and checks stores through the library (``fl_lightning.read_only_store``,
-    ``fl_lightning.store_uri``), not through the leaderboard, which sits on top of it."""
+    """The runner reads and checks stores through the library (``fl_lightning.records.read_only_store``,
+    ``fl_lightning.records.store_uri``), not through the leaderboard, which sits on top of it."""
     graph = import_graph()
     found = sorted(
         f"{importer} -> {imported}"
@@ -132,7 +132,7 @@ def test_the_runner_imports_no_leaderboard_module():
 
 def test_the_leaderboard_imports_no_algorithm_and_no_torch():
     """Issue 35: the leaderboard's floor is below the algorithms'. Its facts about algorithms come
-    from run tags and ``fl_lightning.algorithm_facts``; importing every leaderboard module (in a fresh
+    from run tags and ``fl_lightning.records.algorithm_facts``; importing every leaderboard module (in a fresh
     interpreter) loads no ``fl_lightning.algorithms``, no torch and no Lightning."""
     import json
     import subprocess
@@ -179,12 +179,12 @@ def test_nothing_the_leaderboard_reaches_even_lazily_loads_torch():
     """Issue 35: a lazy import hides a dependency from the interpreter, not from the graph. From the
     leaderboard, following every import (inside functions too), no path reaches the runner, an
     algorithm, the engine, a model or the data, and no module on the way imports torch or
-    Lightning anywhere. (The claims read suites through ``fl_lightning.suite_format``, not through
+    Lightning anywhere. (The claims read suites through ``fl_lightning.records.suite_format``, not through
     ``benchmarks``, whose runner starts fits.)"""
     graph, files = import_graph(), module_files()
     reached = reachable(graph, [name for name in graph if name.startswith("leaderboard")])
     outside = sorted(name for name in reached if not name.startswith("leaderboard"))
-    assert "fl_lightning.suite_format" in outside and "fl_lightning.run_schema" in outside
+    assert "fl_lightning.records.suite_format" in outside and "fl_lightning.records.vocabulary" in outside
     assert [name for name in outside if name.startswith("benchmarks")] == []
     assert [name for name in outside if imports_torch(files[name])] == []
     assert imports_torch(files["fl_lightning.core.module"]) and reachable(graph, ["benchmarks.suites"]) \

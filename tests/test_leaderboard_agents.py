@@ -11,9 +11,9 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.algorithm_facts import INTERPRETATIONS, interpretation_of
 from fl_lightning.algorithms import ALGORITHMS, FedAvg, FedGini
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.algorithm_facts import INTERPRETATIONS, interpretation_of
+from fl_lightning.records.vocabulary import Tag
 from leaderboard.algorithms import interpretations
 from leaderboard.runs import is_agent_series
 from tests.test_leaderboard import build, log_run, page_path, read_page, rows_by_config, task_tags

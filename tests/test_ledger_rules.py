@@ -12,7 +12,7 @@ import warnings
 import pytest
 from scipy import stats as sps
 
-from fl_lightning.suite_format import AlgorithmEntry, SuiteFormatError, SuiteSpec
+from fl_lightning.records.suite_format import AlgorithmEntry, SuiteFormatError, SuiteSpec
 from leaderboard import claims as ledger
 from leaderboard.claims.results import combine
 from leaderboard.registration import LedgerPlan
@@ -483,7 +483,7 @@ def test_still_improving_is_unconverged_at_the_end():
     assert still_improving(rising)
 
 
-# --- fl_lightning.suite_format: each refusal names the entry and what to write ----------------------
+# --- fl_lightning.records.suite_format: each refusal names the entry and what to write ----------------------
 
 SUITE_ONE = {"suite": "s", "paper": "p", "scale": "offline", "base": {}, "benchmarks": [{"name": "b"}],
              "algorithms": [{"class_path": "FedAvg"}]}
@@ -518,7 +518,8 @@ def test_a_wrong_entry_is_refused_naming_it_and_what_to_write(change, message):
         del raw["benchmarks"]
     with pytest.raises(SuiteFormatError) as refused:
         SuiteSpec.parse(raw, "'t'")
-    assert str(refused.value) == f"suite 't': {message}; see the format at the top of fl_lightning/suite_format.py"
+    assert str(refused.value) == (f"suite 't': {message}; see the format at the top of "
+                                  "fl_lightning/records/suite_format.py")
 
 
 def test_a_file_that_is_not_a_mapping_is_refused_saying_what_it_holds():

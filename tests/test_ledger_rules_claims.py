@@ -668,7 +668,7 @@ def test_a_row_carries_the_claims_words_its_evidence_pages_and_the_commands_that
 
 
 def test_a_shared_model_tested_on_the_shared_set_reads_its_global_accuracy_as_the_clients():
-    from fl_lightning.run_schema import Tag
+    from fl_lightning.records.vocabulary import Tag
     record = run("A", 0, 0.5)
     del record.histories["test_acc_mean"]
     record.metrics.pop("test_acc_mean")

@@ -1,4 +1,4 @@
-"""Metric names are spelled once (fl_lightning.run_schema.Metric): the writers log what the readers
+"""Metric names are spelled once (fl_lightning.records.vocabulary.Metric): the writers log what the readers
 look up, and no module of the library, the runner or the leaderboard spells a name itself."""
 
 import io
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from fl_lightning.metrics.fairness import SUMMARY_KEYS, fairness_summary
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {value for key, value in vars(Metric).items() if key.isupper() and key != "TEST_ACC_PREFIX"}
@@ -36,6 +36,6 @@ def spelled_names(path: Path) -> list[str]:
 
 def test_no_module_spells_a_metric_name_itself():
     found = [hit for package in ("fl_lightning", "benchmarks", "leaderboard")
-             for path in sorted((ROOT / package).rglob("*.py")) if path.name != "run_schema.py"
+             for path in sorted((ROOT / package).rglob("*.py")) if path.name != "vocabulary.py"
              for hit in spelled_names(path)]
-    assert not found, "use fl_lightning.run_schema.Metric instead:\n" + "\n".join(found)
+    assert not found, "use fl_lightning.records.vocabulary.Metric instead:\n" + "\n".join(found)

@@ -21,8 +21,8 @@ from benchmarks import runner
 from benchmarks.launchers import STOPPED
 from benchmarks.suite_store import claims_folder, ensure_experiment, latest_unfinished_run, resumable_checkpoint
 from benchmarks.suites import expand_algorithms, load_suite
-from fl_lightning.fit_lock import read_lock, this_host
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.fit_lock import read_lock, this_host
+from fl_lightning.records.vocabulary import Tag
 from tests.test_runner import SUITE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_sk
     # is not it)
     from mlflow.tracking import MlflowClient
 
-    from fl_lightning.run_schema import Tag
+    from fl_lightning.records.vocabulary import Tag
 
     store = MlflowClient(uri)
     experiment = store.get_experiment_by_name(cell.suite).experiment_id

@@ -25,10 +25,9 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """The repository's registered files, copied (without the exports and the code)."""
+    """The repository's registered files, copied (without the code; the exports live in evidence/)."""
     copy = tmp_path / "benchmarks"
-    shutil.copytree(BENCHMARKS, copy, ignore=shutil.ignore_patterns("ledger_runs", "perf", "__pycache__", "*.py",
-                                                                     "*.md"))
+    shutil.copytree(BENCHMARKS, copy, ignore=shutil.ignore_patterns("perf", "__pycache__", "*.py", "*.md"))
     plan = copy / PLAN_FILE
     plan.write_text("".join(line for line in plan.read_text().splitlines(keepends=True)
                             if not line.startswith("registered_hash:")))

@@ -12,7 +12,7 @@ from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.kernels import cross_entropy_and_correct, softmax_last
 from fl_lightning.core.local import batch_order
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 
 # ----------------------------------------------------------------------------- the kernels

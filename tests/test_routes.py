@@ -103,7 +103,7 @@ def test_cli_trainer_script_and_runner_at_one_and_two_jobs_give_the_same_bits(tm
 def test_the_runner_gives_each_job_its_share_of_the_cores(tmp_path, monkeypatch):
     """threads "auto" (the default) resolves in each worker to cores // --jobs, and is logged as that number."""
     from benchmarks.command_line import main as run_suite
-    from fl_lightning.machine import available_cores
+    from fl_lightning.records.machine import available_cores
 
     monkeypatch.chdir(tmp_path)
     model = {"backbone": "fl_logreg", "num_rounds": 1, "eval_every": 1, "fraction": 0.5, "batch_size": 10}

@@ -22,7 +22,7 @@ from fl_lightning.callbacks.fit_runs import run_name_for
 from fl_lightning.callbacks.mlflow_ui import ui_links
 from fl_lightning.cli import main
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.vocabulary import Tag
 
 NAME = re.compile(r"^(?P<algorithm>\w+) seed (?P<seed>\d+)(?: data (?P<data_seed>\d+))?(?: \((?P<settings>.*)\))?"
                   r" \| (?P<data>.+) \| (?P<id>\d{4}-[0-9a-f]{4})$")
@@ -342,16 +342,17 @@ def test_cli_runs_carry_the_task_tags(three_runs):
 
 
 def test_the_run_schema_is_torch_free_and_holds_the_defaults_the_modules_use():
-    """``fl_lightning.run_schema`` imports the standard library only (the leaderboard reads it where
+    """``fl_lightning.records.vocabulary`` imports the standard library only (the leaderboard reads it where
     PyTorch is not installed), and its defaults are the modules' own."""
     import inspect
     import subprocess
     import sys
 
-    from fl_lightning import run_schema as schema
     from fl_lightning.core.module import FederatedModule
+    from fl_lightning.records import vocabulary as schema
 
-    code = "import sys, fl_lightning.run_schema; assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    code = ("import sys, fl_lightning.records.vocabulary; "
+            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
     module_defaults = inspect.signature(FederatedModule.__init__).parameters
     data_defaults = inspect.signature(FederatedDataModule.__init__).parameters

@@ -1,4 +1,4 @@
-"""MLflow store URIs are parsed in one module (fl_lightning.store_uri): its readings, and a
+"""MLflow store URIs are parsed in one module (fl_lightning.records.store_uri): its readings, and a
 check that no other module of the library, the runner or the leaderboard takes a URI apart."""
 
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_lightning.store_uri import (
+from fl_lightning.records.store_uri import (
     absolute_tracking_uri,
     file_store_folder,
     local_store_missing,
@@ -67,4 +67,4 @@ def test_no_other_module_parses_a_store_uri_by_hand():
              for package in ("fl_lightning", "benchmarks", "leaderboard")
              for path in sorted((ROOT / package).rglob("*.py")) if path.name != "store_uri.py"
              for number, line in enumerate(path.read_text().splitlines(), 1) if BY_HAND.search(line)]
-    assert not found, "parse the URI with fl_lightning.store_uri instead:\n" + "\n".join(found)
+    assert not found, "parse the URI with fl_lightning.records.store_uri instead:\n" + "\n".join(found)

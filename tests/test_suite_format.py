@@ -1,9 +1,9 @@
-"""The suite format as declared pydantic models (fl_lightning.suite_format): what it accepts, and
+"""The suite format as declared pydantic models (fl_lightning.records.suite_format): what it accepts, and
 each refusal as one line that names the entry and what to write."""
 
 import pytest
 
-from fl_lightning.suite_format import AlgorithmEntry, BenchmarkEntry, SuiteFormatError, SuiteSpec
+from fl_lightning.records.suite_format import AlgorithmEntry, BenchmarkEntry, SuiteFormatError, SuiteSpec
 
 HEAD = {"suite": "s", "paper": "p", "scale": "offline", "base": {}}
 ONE = {**HEAD, "benchmarks": [{"name": "b"}], "algorithms": [{"class_path": "FedAvg"}]}
@@ -43,4 +43,4 @@ def test_a_wrong_suite_is_refused_in_one_line_that_says_what_to_write(change, me
         SuiteSpec.parse({**ONE, **change}, "'t'")
     text = str(refused.value)
     assert text.startswith(f"suite 't': {message}") and "\n" not in text
-    assert text.endswith("; see the format at the top of fl_lightning/suite_format.py")
+    assert text.endswith("; see the format at the top of fl_lightning/records/suite_format.py")

@@ -1,13 +1,21 @@
 """Issue 52, every run name in one vocabulary: the metric and artifact names a fit writes and the
-leaderboard reads are spelled in ``fl_lightning.run_schema`` alone; a writer or reader that spells
+leaderboard reads are spelled in ``fl_lightning.records.vocabulary`` alone; a writer or reader that spells
 one itself (a string, or the fixed part of an f-string) fails here."""
 
 import ast
 import sys
 from pathlib import Path
 
-from fl_lightning import run_schema
-from fl_lightning.run_schema import SHAPLEY_ERRORS, Artifact, ClientMetrics, Metric, agent_metric, agent_of, shapley_gap
+from fl_lightning.records import vocabulary
+from fl_lightning.records.vocabulary import (
+    SHAPLEY_ERRORS,
+    Artifact,
+    ClientMetrics,
+    Metric,
+    agent_metric,
+    agent_of,
+    shapley_gap,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +44,7 @@ def spelled(source: str) -> list[tuple[int, str]]:
                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and spells_a_name(node.value))
 
 
-VOCABULARY = {Path(str(module.__file__)).resolve() for module in (run_schema, sys.modules[Metric.__module__])}
+VOCABULARY = {Path(str(module.__file__)).resolve() for module in (vocabulary, sys.modules[Metric.__module__])}
 
 
 def modules(*packages: str) -> list[Path]:
@@ -48,7 +56,7 @@ def test_no_reader_or_writer_spells_a_name_of_the_vocabulary():
     found = [f"{path.relative_to(ROOT)}:{line}: {text!r}"
              for path in modules("leaderboard", "fl_lightning", "benchmarks")
              for line, text in spelled(path.read_text())]
-    assert not found, "use fl_lightning.run_schema's Metric / Artifact / ClientMetrics:\n" + "\n".join(found)
+    assert not found, "use fl_lightning.records.vocabulary's Metric / Artifact / ClientMetrics:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_a_name_spelled_by_hand():

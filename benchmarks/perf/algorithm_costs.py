@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from fl_lightning.store_uri import sqlite_uri
+from fl_lightning.records.store_uri import sqlite_uri
 
 SHORT, LONG, EVAL_EVERY = 10, 30, 10
 DEFAULT_MODELS = ("fl_mlp", "fl_logreg")

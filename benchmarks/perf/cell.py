@@ -25,7 +25,7 @@ from benchmarks.perf.machine import proc_kib_as_mib
 from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.engines import is_out_of_memory
 from fl_lightning.core.simulation import clients_per_round
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 # a throughput cell's settings where its spec (round_throughput.run_cell) leaves them out
 CELL_DEFAULTS = {

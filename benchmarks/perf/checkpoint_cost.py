@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fl_lightning.run_schema import FRACTION
+from fl_lightning.records.vocabulary import FRACTION
 
 CASES: dict[str, list[str]] = {
     "fedfv_10pct": ["--model", "FedFV", "--model.num_rounds", "20", "--data.num_clients", "100"],

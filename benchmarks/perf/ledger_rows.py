@@ -57,7 +57,7 @@ def time_row(suite_file: str, benchmark: str | None, config: str | None, scratch
     from benchmarks.launchers import _fit_in_this_process
     from benchmarks.runner import _cell_config_file
     from benchmarks.suites import deep_merge, load_suite
-    from fl_lightning.store_uri import sqlite_uri
+    from fl_lightning.records.store_uri import sqlite_uri
 
     cells = load_suite(suite_file)
     cell = next(c for c in cells if (benchmark is None or c.benchmark == benchmark)
@@ -85,7 +85,7 @@ def time_row(suite_file: str, benchmark: str | None, config: str | None, scratch
 SIDE_BY_SIDE = 1.3  # two 1-thread fits on 2 cores, each against alone (docs: performance-and-threads, <= 1.29)
 
 
-def estimate(label: str, exports: Path = Path("benchmarks/ledger_runs"), jobs: int = 2) -> list[dict]:
+def estimate(label: str, exports: Path = Path("evidence/exploratory"), jobs: int = 2) -> list[dict]:
     """The confirmatory pass's wall time from the measurement ``label`` (every entry of that label)
     and the published ledger's exports: each published cell's median run time, rescaled to the
     pass's rounds, times its suite's factor (the measured rows' projected seconds over the same

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from fl_lightning.machine import cpu_model
+from fl_lightning.records.machine import cpu_model
 
 
 def describe_machine(device: torch.device) -> dict:

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", help="a checkout whose fl_lightning/ to time instead of the installed one")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    from fl_lightning.machine import cpu_model
+    from fl_lightning.records.machine import cpu_model
 
     load_before = os.getloadavg()[0]
     result = measure(args.repeats, args.source)

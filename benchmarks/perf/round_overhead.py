@@ -34,7 +34,7 @@ from fl_lightning.algorithms import ALGORITHMS
 from fl_lightning.core.local import batch_order
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.data.datamodule import FederatedDataModule
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 
 def build(fraction: float, rounds: int):

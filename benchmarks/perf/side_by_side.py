@@ -122,7 +122,7 @@ def trial(route: str, case: str, threads: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fl_lightning.machine import available_cores, cpu_model
+    from fl_lightning.records.machine import available_cores, cpu_model
 
     cores = available_cores()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -13,7 +13,7 @@ from fl_lightning.algorithms.qp import simplex_projection
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload, ServerStep
-from fl_lightning.run_schema import FRACTION, FULL_PARTICIPATION, Metric, agent_metric
+from fl_lightning.records.vocabulary import FRACTION, FULL_PARTICIPATION, Metric, agent_metric
 
 
 @register_algorithm

@@ -22,7 +22,7 @@ from pydantic import Field
 from fl_lightning.core import settings
 from fl_lightning.core.module import GLOBAL_MODEL, FederatedModule, RoundContext
 from fl_lightning.core.simulation import round_generator
-from fl_lightning.run_schema import FRACTION, agent_metric
+from fl_lightning.records.vocabulary import FRACTION, agent_metric
 
 MAX_LOGGED_AGENTS = 20  # per-agent curves (cgsv_r/<i>, cgsv_density/<i>, ...) up to this N
 

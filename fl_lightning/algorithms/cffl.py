@@ -40,11 +40,11 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
-from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import RoundContext, RoundPayload, ServerStep
+from fl_lightning.records.algorithm_facts import INTERPRETATIONS
 
 Reputation = Literal["validation", "leave_one_out"]
 

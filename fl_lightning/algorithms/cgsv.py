@@ -51,7 +51,7 @@ from fl_lightning.metrics.shapley import (
     fig1_errors,
     sampled_cgsv,
 )
-from fl_lightning.run_schema import SHAPLEY_ERRORS, ClientMetrics, Metric, shapley_error, shapley_gap
+from fl_lightning.records.vocabulary import SHAPLEY_ERRORS, ClientMetrics, Metric, shapley_error, shapley_gap
 
 Sparsify = Literal["per_tensor", "model"]
 Result = TypeVar("Result")

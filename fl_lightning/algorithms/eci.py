@@ -32,13 +32,13 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
-from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.agents import ValidatedAgents, top_magnitude_mask
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import RoundPayload, ServerStep
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.metrics.shapley import MAX_EXACT_AGENTS, exact_shapley, sampled_shapley
+from fl_lightning.records.algorithm_facts import INTERPRETATIONS
 
 
 @register_algorithm

@@ -31,10 +31,10 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
-from fl_lightning.algorithm_facts import INTERPRETATIONS
 from fl_lightning.algorithms.registry import register_algorithm
 from fl_lightning.core import settings
 from fl_lightning.core.module import FederatedModule, RoundPayload
+from fl_lightning.records.algorithm_facts import INTERPRETATIONS
 
 Weighting = Literal["gini", "reference"]
 

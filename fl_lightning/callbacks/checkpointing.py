@@ -32,7 +32,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from fl_lightning import private_api
 from fl_lightning.core.state import ClientStateMixin
 from fl_lightning.faults import naming
-from fl_lightning.one_line import first_line
+from fl_lightning.records.errors import first_line
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI repla
 settings with the checkpoint's before any hook, so the CLI reads the requested count first
 (``cli_settings.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
 per param: the run's ``num_rounds`` param keeps the first value, and the tag
-``extended_to_rounds`` (``run_schema.Tag.EXTENDED_TO_ROUNDS``) and the ``task`` tag hold the new count.
+``extended_to_rounds`` (``vocabulary.Tag.EXTENDED_TO_ROUNDS``) and the ``task`` tag hold the new count.
 
 The rest happens in callbacks, through public Lightning hooks and ``MlflowClient`` calls:
 :class:`~fl_lightning.callbacks.mlflow_run.MLflowRunInfo` (tags, inputs, artifacts, the runs in
@@ -64,7 +64,7 @@ from fl_lightning.callbacks.mlflow_store import (
 )
 from fl_lightning.callbacks.mlflow_ui import chart_aliases
 from fl_lightning.callbacks.run_identity import loggable_hparams, run_name
-from fl_lightning.store_uri import local_store_missing
+from fl_lightning.records.store_uri import local_store_missing
 
 TRACKING_URI_OPTION = "--trainer.logger.init_args.tracking_uri"
 RESUMABLE_CHANGES = frozenset({"num_rounds"})  # params a continued run may change (it keeps the first value)

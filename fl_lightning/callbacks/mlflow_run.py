@@ -3,7 +3,7 @@
 Tags: algorithm, dataset, partition, partition_params (defaults filled in), num_clients,
 participation, model, seed, data_seed, the task's (task, task_key, client_test,
 client_test_size, per_client_models: ``run_identity.task_tags``), git sha, machine: names
-from ``run_schema.Tag``. A suite's tags (suite, cell, ...) are the logger's own: the benchmark
+from ``records.vocabulary.Tag``. A suite's tags (suite, cell, ...) are the logger's own: the benchmark
 runner writes them into each cell's config. (Params: ``LogHyperparameters``.) Input: the
 federated split as a dataset (the UI's Dataset column). Artifacts: the partition statistics
 (table and figure) at the start, every client's final metrics (JSON) and a figure of the
@@ -24,14 +24,10 @@ checkpoint's own round is logged if the process died before logging it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, cast
@@ -45,8 +41,6 @@ from matplotlib.figure import Figure
 from mlflow.entities import RunTag
 
 from fl_lightning import private_api
-from fl_lightning import run_schema as schema
-from fl_lightning.cache import cache_dir
 from fl_lightning.callbacks.checkpointing import flush_loggers, in_memory_checkpoint
 from fl_lightning.callbacks.run_identity import (
     algorithm_config,
@@ -68,107 +62,17 @@ from fl_lightning.core.round_log import RoundLog
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.reports import BAR_CLIENTS_MAX, partition_figure, partition_table
 from fl_lightning.faults import fault_line
-from fl_lightning.fit_lock import fit_tags, mark_dead_runs, process_alive
-from fl_lightning.machine import cpu_description
-from fl_lightning.run_schema import Artifact, ClientMetrics, Tag
-from fl_lightning.store_uri import (
-    absolute_tracking_uri,
-    local_store_missing,
-    sqlite_file,
-    sqlite_uri,
-)
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.fit_lock import fit_tags, mark_dead_runs
+from fl_lightning.records.machine import cpu_description
+from fl_lightning.records.store_uri import absolute_tracking_uri
+from fl_lightning.records.vocabulary import Artifact, ClientMetrics, Tag
 
 # in every checkpoint: {"rounds_completed": k, "round_metrics": {"step": k, "metrics": {...}} | None,
 #                       "runs": [{"tracking_uri", "experiment_id", "run_id"}, ...]}
 # (tracking_uri: absolute since the store is resolved when the checkpoint is written)
 CHECKPOINT_KEY = "mlflow_runs"
 INTERRUPTS = (KeyboardInterrupt, SIGTERMException)  # a fit stopped by Ctrl-C or SIGTERM: its run ends KILLED
-
-
-def _schema_revision(database: Path) -> str | None:
-    """The MLflow schema revision an SQLite store file is at (None if it is not a sound store)."""
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
-            if connection.execute("PRAGMA quick_check").fetchone() != ("ok",):
-                return None
-            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
-    except sqlite3.Error:
-        return None
-    return None if row is None else str(row[0])
-
-
-def empty_store_template() -> Path | None:
-    """An empty MLflow SQLite store at the installed MLflow's schema, made once per MLflow
-    version in the user cache (``fl_lightning.cache.cache_dir``): MLflow builds a new
-    store by running every schema migration since its first release, seconds of alembic work.
-
-    The template is made by MLflow's own ``_initialize_tables`` (the step its ``SqlAlchemyStore``
-    runs on an empty database), and holds only the schema: the store's default experiment is
-    created, as always, by the MLflow client that opens the copy. None where it cannot be made
-    (a private MLflow helper gone, a read-only cache): MLflow then builds the store itself."""
-    import mlflow
-
-    folder = cache_dir()
-    for template in sorted(folder.glob(f"mlflow-store-{mlflow.__version__}-*.db")):
-        if _schema_revision(template) == template.stem.rsplit("-", 1)[1]:
-            return template
-    try:
-        from mlflow.store.db.utils import create_sqlalchemy_engine
-
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=folder) as scratch:
-            database = Path(scratch) / "store.db"
-            engine = create_sqlalchemy_engine(sqlite_uri(database))
-            try:
-                private_api.initialize_mlflow_tables(engine)
-            finally:
-                engine.dispose()
-            revision = _schema_revision(database)
-            if revision is None:
-                return None
-            template = folder / f"mlflow-store-{mlflow.__version__}-{revision}.db"
-            os.replace(database, template)
-        return template
-    except Exception:  # MLflow builds the store itself, as it would without a template
-        return None
-
-
-def seed_sqlite_store(tracking_uri: str) -> bool:
-    """Create a local SQLite store that does not exist yet, complete or not at all: a copy of the
-    empty-store template (:func:`empty_store_template`; else MLflow's own migrations) written to a
-    temporary file in the same folder and renamed, so that a full disk or a killed process never
-    leaves a half-made store. Returns whether it did; other stores, existing files and folders
-    that do not exist are left to MLflow; a failed write raises ``OSError`` naming the store.
-    Call it under the store's lock (``mlflow_store._store_lock``)."""
-    uri = absolute_tracking_uri(tracking_uri)
-    database = sqlite_file(uri)
-    if database is None or "?" in uri or not local_store_missing(uri):
-        return False
-    if not database.parent.is_dir():
-        return False
-    for stale in database.parent.glob(f".{database.name}.*.partial"):  # ours, of a creation that was killed
-        pid = stale.name[len(database.name) + 2:-len(".partial")]
-        if pid.isdigit() and not process_alive(int(pid)):
-            with contextlib.suppress(OSError):
-                stale.unlink()
-    partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
-    try:
-        template = empty_store_template()
-        if template is not None:
-            shutil.copyfile(template, partial)
-        else:  # MLflow's own migrations, into the temporary file
-            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-            # MLflow's default root
-            SqlAlchemyStore(sqlite_uri(partial), str(Path("mlruns").resolve())).engine.dispose()
-        os.replace(partial, database)
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise OSError(
-            error.errno, f"the MLflow store could not be created ({error.strerror})", str(database)
-        ) from error
-    return True
 
 
 def git_sha() -> str:

@@ -1,4 +1,5 @@
-"""The MLflow stores a fit logs to: creating a store's tables and experiment, and finding runs in it.
+"""The MLflow stores a fit logs to: creating a store (from an empty-store template), its tables and
+experiment, and finding runs in it.
 
 A store is named by its tracking URI (``sqlite:///mlruns.db``, ``file:./mlruns``, ``http://...``).
 Fits started together on a fresh store (``benchmarks`` ``--jobs``, several shells) race to create
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,18 +24,17 @@ import tenacity
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.callbacks.mlflow_run import (
-    absolute_tracking_uri,
-    local_store_missing,
-    seed_sqlite_store,
-)
+from fl_lightning import private_api
+from fl_lightning.cache import cache_dir
 from fl_lightning.callbacks.mlflow_ui import EXPERIMENT_TAGS
 from fl_lightning.faults import fault_line
-from fl_lightning.run_schema import DEFAULT_TRACKING_URI
-from fl_lightning.store_uri import sqlite_file
+from fl_lightning.records.fit_lock import process_alive
+from fl_lightning.records.store_probe import schema_revision
+from fl_lightning.records.store_uri import absolute_tracking_uri, local_store_missing, sqlite_file, sqlite_uri
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-# the stores a fit logs to when none is given: the CLI's default (run_schema.DEFAULT_TRACKING_URI) and
+# the stores a fit logs to when none is given: the CLI's default (vocabulary.DEFAULT_TRACKING_URI) and
 # MLFlowLogger's own; a resume finds its run in the store its checkpoint recorded instead
 DEFAULT_STORES = (DEFAULT_TRACKING_URI, "file:./mlruns")
 
@@ -47,6 +50,91 @@ def _store_lock(tracking_uri: str) -> Any:
     database = database.resolve()
     digest = hashlib.sha1(str(database).encode()).hexdigest()[:16]
     return FileLock(Path(tempfile.gettempdir()) / f"fl-lightning-mlflow-{digest}.lock", timeout=300)
+
+
+def _schema_revision(database: Path) -> str | None:
+    """The MLflow schema revision an SQLite store file is at (None if it is not a sound store)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+            if connection.execute("PRAGMA quick_check").fetchone() != ("ok",):
+                return None
+            return schema_revision(connection)
+    except sqlite3.Error:
+        return None
+
+
+def empty_store_template() -> Path | None:
+    """An empty MLflow SQLite store at the installed MLflow's schema, made once per MLflow
+    version in the user cache (``fl_lightning.cache.cache_dir``): MLflow builds a new
+    store by running every schema migration since its first release, seconds of alembic work.
+
+    The template is made by MLflow's own ``_initialize_tables`` (the step its ``SqlAlchemyStore``
+    runs on an empty database), and holds only the schema: the store's default experiment is
+    created, as always, by the MLflow client that opens the copy. None where it cannot be made
+    (a private MLflow helper gone, a read-only cache): MLflow then builds the store itself."""
+    import mlflow
+
+    folder = cache_dir()
+    for template in sorted(folder.glob(f"mlflow-store-{mlflow.__version__}-*.db")):
+        if _schema_revision(template) == template.stem.rsplit("-", 1)[1]:
+            return template
+    try:
+        from mlflow.store.db.utils import create_sqlalchemy_engine
+
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            database = Path(scratch) / "store.db"
+            engine = create_sqlalchemy_engine(sqlite_uri(database))
+            try:
+                private_api.initialize_mlflow_tables(engine)
+            finally:
+                engine.dispose()
+            revision = _schema_revision(database)
+            if revision is None:
+                return None
+            template = folder / f"mlflow-store-{mlflow.__version__}-{revision}.db"
+            os.replace(database, template)
+        return template
+    except Exception:  # MLflow builds the store itself, as it would without a template
+        return None
+
+
+def seed_sqlite_store(tracking_uri: str) -> bool:
+    """Create a local SQLite store that does not exist yet, complete or not at all: a copy of the
+    empty-store template (:func:`empty_store_template`; else MLflow's own migrations) written to a
+    temporary file in the same folder and renamed, so that a full disk or a killed process never
+    leaves a half-made store. Returns whether it did; other stores, existing files and folders
+    that do not exist are left to MLflow; a failed write raises ``OSError`` naming the store.
+    Call it under the store's lock (:func:`_store_lock`)."""
+    uri = absolute_tracking_uri(tracking_uri)
+    database = sqlite_file(uri)
+    if database is None or "?" in uri or not local_store_missing(uri):
+        return False
+    if not database.parent.is_dir():
+        return False
+    for stale in database.parent.glob(f".{database.name}.*.partial"):  # ours, of a creation that was killed
+        pid = stale.name[len(database.name) + 2:-len(".partial")]
+        if pid.isdigit() and not process_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
+    try:
+        template = empty_store_template()
+        if template is not None:
+            shutil.copyfile(template, partial)
+        else:  # MLflow's own migrations, into the temporary file
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            # MLflow's default root
+            SqlAlchemyStore(sqlite_uri(partial), str(Path("mlruns").resolve())).engine.dispose()
+        os.replace(partial, database)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise OSError(
+            error.errno, f"the MLflow store could not be created ({error.strerror})", str(database)
+        ) from error
+    return True
 
 
 def open_mlflow_experiment(tracking_uri: str, name: str | None, artifact_location: str | None = None,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 DEFAULT_UI_URL = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 

@@ -27,10 +27,10 @@ from typing import Any, cast
 import lightning.pytorch as pl
 from mlflow.data.dataset_source import DatasetSource
 
-from fl_lightning import run_schema as schema
 from fl_lightning.core.simulation import participation_that_runs
 from fl_lightning.data.source_registry import reads_files
-from fl_lightning.run_schema import Tag, canonical, task_json, task_key
+from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.vocabulary import Tag, canonical, task_json, task_key
 from fl_lightning.seeding import SEED_ENV, run_seed
 
 TRAIN_CONTEXT = "train"  # the dataset input's context tag (mlflow.data.context)

@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import conflict_counts
 from fl_lightning.core.payload import RoundOutcome
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 
 def round_outcome(outputs: Any) -> RoundOutcome | None:

@@ -19,7 +19,7 @@ from fl_lightning.core.evaluation import (
 )
 from fl_lightning.core.flat import ParameterLayout, assign_model_vector
 from fl_lightning.metrics import fairness_summary
-from fl_lightning.run_schema import ClientMetrics, Metric
+from fl_lightning.records.vocabulary import ClientMetrics, Metric
 
 Sets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, index (K, n), sizes (K,)
 

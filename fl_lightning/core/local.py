@@ -22,7 +22,7 @@ from fl_lightning.core.settings import (
     SettingsGroup,
     StepSize,
 )
-from fl_lightning.run_schema import DEFAULT_BATCH_SIZE, DEFAULT_LOCAL_EPOCHS, DEFAULT_LR
+from fl_lightning.records.vocabulary import DEFAULT_BATCH_SIZE, DEFAULT_LOCAL_EPOCHS, DEFAULT_LR
 
 # objective(logits (m,B,C), targets (m,B), mask (m,B), local_params {name: [m, ...]},
 #           global_params {name: [...]}) -> every client's minibatch loss (m,)

@@ -67,7 +67,7 @@ from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import GLOBAL_MODEL, ClientStateMixin
 from fl_lightning.core.threads import FitThreads
 from fl_lightning.models import create_fl_model
-from fl_lightning.run_schema import (
+from fl_lightning.records.vocabulary import (
     DEFAULT_BACKBONE,
     DEFAULT_BATCH_SIZE,
     DEFAULT_EVAL_EVERY,

@@ -22,7 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelSummary, TQDMProgressBar
 from tqdm.auto import tqdm
 
-from fl_lightning.run_schema import Metric
+from fl_lightning.records.vocabulary import Metric
 
 _SHOWN = {
     f"{Metric.TEST_ACC_MEAN}_now": "mean acc",

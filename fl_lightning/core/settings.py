@@ -27,7 +27,7 @@ from pydantic import (
 
 from fl_lightning.choices import check_choice, choices_of
 from fl_lightning.records.errors import first_refusal
-from fl_lightning.run_schema import DEFAULT_EVAL_EVERY, DEFAULT_FRACTION, DEFAULT_NUM_ROUNDS
+from fl_lightning.records.vocabulary import DEFAULT_EVAL_EVERY, DEFAULT_FRACTION, DEFAULT_NUM_ROUNDS
 
 # ----------------------------------------------------------------------------- closed choices
 EngineName = Literal["auto", "vectorised", "sequential"]

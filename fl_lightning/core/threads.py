@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
-from fl_lightning.machine import available_cores
+from fl_lightning.records.machine import available_cores
 
 AUTO = "auto"
 

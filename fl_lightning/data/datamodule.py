@@ -46,7 +46,7 @@ from fl_lightning.data.source_registry import (
     load_source,
     source_info,
 )
-from fl_lightning.run_schema import (
+from fl_lightning.records.vocabulary import (
     DEFAULT_DATA_DIR,
     DEFAULT_LOCAL_TEST_FRACTION,
     DEFAULT_NUM_CLIENTS,

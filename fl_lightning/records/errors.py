@@ -1,9 +1,12 @@
-"""A user's mistake in a declared format, in one line: pydantic's first refusal (where, the value,
-what is wrong, the closest key the model takes) and the did-you-mean for a name not in a list.
-Standard library only when imported; pydantic is asked only about an error it raised."""
+"""A user's mistake in one line: a setting refused before anything runs (``PreflightError``), a
+mistyped command line (``OneLineParser``), pydantic's first refusal in a declared format (where, the
+value, what is wrong, the closest key the model takes) and the did-you-mean for a name not in a list.
+Standard library only when imported (the runner, the fit lock and the leaderboard use it where torch
+is not loaded); pydantic is asked only about an error it raised."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import types
@@ -13,6 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
+
+
+class PreflightError(ValueError):
+    """A setting that cannot work, found before anything ran: the CLI, the runner and the fit lock
+    raise it, and the CLI says it in one line (what is wrong and what to do), with no traceback."""
 
 
 def did_you_mean(name: object, known: Iterable[str], prefix: str = "") -> str:
@@ -144,3 +152,36 @@ def _is_model(annotation: Any) -> bool:
         return isinstance(annotation, type) and hasattr(annotation, "model_fields") and not typing.get_args(annotation)
     except TypeError:
         return False
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line (what is wrong, where the help is), exit code 2, instead of
+    argparse's usage block followed by the error; a mistyped option gets a did-you-mean from the
+    options of the command it was given to."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(parsed)
+            options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+            mistyped = next((a.split("=")[0] for a in extras if a.startswith("--")), None)
+            hint = did_you_mean(mistyped, options) if mistyped else ""
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand ``parsed`` chose (itself when it has none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, argparse.ArgumentParser):
+                    return chosen
+        return self
+
+
+def first_line(text: object, default: str = "") -> str:
+    """The first non-empty line of ``str(text)``, stripped; ``default`` when it has none."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), default)

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.refusals import PreflightError
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.errors import PreflightError
+from fl_lightning.records.vocabulary import Tag
 
 LOCK_NAME = "fit.lock"
 _HELD: list[RunLock] = []

@@ -15,7 +15,6 @@ and the runner uses it before it needs MLflow.
 from __future__ import annotations
 
 import shutil
-import socket
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -23,9 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from fl_lightning.store_uri import file_store_folder, sqlite_file, sqlite_uri
+from fl_lightning.records.store_probe import MLFLOW_TABLES, schema_revision, server_port, unreachable
+from fl_lightning.records.store_uri import file_store_folder, sqlite_file, sqlite_uri
 
-REACH_TIMEOUT_S = 5.0  # a tracking server that does not accept a connection by then is not there
 SQLITE_HEADER = b"SQLite format 3\x00"
 EXAMPLE_URIS = "e.g. --tracking-uri sqlite:////abs/path/mlruns.db or http://host:5000"
 
@@ -106,15 +105,15 @@ def sqlite_state(path: Path) -> tuple[str, str]:
                 tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 if not tables:
                     return EMPTY, ""
-                if not {"experiments", "runs", "alembic_version"} <= tables:
+                if not MLFLOW_TABLES <= tables:
                     return FOREIGN, ", ".join(sorted(tables)[:6])
-                row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+                revision = schema_revision(connection)
                 experiments = connection.execute("SELECT COUNT(*) FROM experiments").fetchone()[0]
             finally:
                 connection.close()
     except sqlite3.Error as error:
         return NOT_SQLITE, f"an SQLite file that cannot be read ({error})"
-    revision = str(row[0]) if row else "(none)"
+    revision = "(none)" if revision is None else revision
     head = latest_schema_revision()
     if head is not None and revision != head:
         return OTHER_SCHEMA, revision
@@ -122,20 +121,16 @@ def sqlite_state(path: Path) -> tuple[str, str]:
 
 
 def check_reachable(uri: str, flag: str = "--tracking-uri") -> None:
-    """A tracking server (http/https URI) accepts a connection within ``REACH_TIMEOUT_S``."""
-    parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https"):
+    """A tracking server (http/https URI) accepts a connection within
+    ``store_probe.REACH_TIMEOUT_S``."""
+    reason = unreachable(uri)
+    if reason is None:
         return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname or "localhost", port), timeout=REACH_TIMEOUT_S):
-            pass
-    except OSError as error:
-        reason = "timed out" if isinstance(error, TimeoutError) else error.strerror or str(error)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        raise StoreError(f"cannot reach the MLflow tracking server {parts.scheme}://{host} ({reason}): start it "
-                         f"(mlflow server --port {port}) or pass a local store with {flag} sqlite:///mlruns.db"
-                         ) from None
+    parts = urlsplit(uri)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    raise StoreError(f"cannot reach the MLflow tracking server {parts.scheme}://{host} ({reason}): start it "
+                     f"(mlflow server --port {server_port(uri)}) or pass a local store with {flag} "
+                     "sqlite:///mlruns.db")
 
 
 def _schema_message(uri: str, revision: str) -> str:

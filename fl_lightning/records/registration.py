@@ -9,7 +9,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from fl_lightning.run_schema import Tag
+from fl_lightning.records.vocabulary import Tag
 
 LEDGER_ROOT = Path(__file__).resolve().parent.parent / "benchmarks"
 """The registered files' folder in this repository (the papers' folders and the ledger's own files)."""

@@ -1,7 +1,7 @@
 """A suite YAML as declared pydantic models: ``SuiteSpec.parse`` checks the structure the runner
 relies on and refuses what it does not know (``extra="forbid"``: a misspelt key would otherwise be
 ignored in silence), with one line that names the entry and what to write instead. Torch-free and
-beside ``run_schema``: the runner (``benchmarks``) and the leaderboard's claims both read suites
+beside ``vocabulary``: the runner (``benchmarks``) and the leaderboard's claims both read suites
 with it, and the leaderboard reaches no algorithm through it.
 
 The format (one file per suite, ``benchmarks/<paper>/<name>.yaml``)::
@@ -47,7 +47,7 @@ from pydantic_core import PydanticCustomError
 
 from fl_lightning.records.errors import did_you_mean, first_refusal
 
-FORMAT_HINT = "see the format at the top of fl_lightning/suite_format.py"
+FORMAT_HINT = "see the format at the top of fl_lightning/records/suite_format.py"
 NOT_SUITES = ("paper_numbers", "claims")  # the papers' numbers and claims sit beside the suites
 ANCHOR_PREFIX = "x-"  # top-level keys that only hold YAML anchors
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fl_lightning.run_schema import Metric, agent_metric
+from fl_lightning.records.vocabulary import Metric, agent_metric
 from leaderboard.convergence import value_at
 from leaderboard.registration import OVER_ROUNDS_LABELS
 from leaderboard.runs import RunRecord

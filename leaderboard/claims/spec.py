@@ -14,7 +14,7 @@ import jinja2
 import yaml
 from pydantic import ValidationError
 
-from fl_lightning.suite_format import NOT_SUITES, SuiteFormatError, SuiteSpec
+from fl_lightning.records.suite_format import NOT_SUITES, SuiteFormatError, SuiteSpec
 from leaderboard.claims.claims_format import (
     ClaimsFileSpec,
     ClaimSpec,
@@ -403,7 +403,7 @@ class SuiteFile:
 
 def suite_files(root: Path = DEFAULT_ROOT) -> dict[str, SuiteFile]:
     """The suites defined under ``root`` (``<paper>/<name>.yaml`` with a ``suite`` key), by suite
-    name, each read by the runner's own suite format (``fl_lightning.suite_format``): a malformed
+    name, each read by the runner's own suite format (``fl_lightning.records.suite_format``): a malformed
     suite file is a ClaimsError naming it, never a suite the claims silently miss."""
     suites = {}
     for path in sorted(Path(root).glob("*/*.yaml")):

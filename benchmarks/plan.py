@@ -228,9 +228,9 @@ def rescaled_durations(durations: dict[str, list[float]], before: list[Cell],
 
 
 def published_durations(suite: str, path: Path = PUBLISHED_RUNS) -> dict[str, list[float]]:
-    """Wall seconds of the published ledger's finished runs of ``suite``, per cell (empty where
-    the file or the suite is missing): a clean re-run's best estimate, the code that made them
-    being close to this one."""
+    """Wall seconds of the published ledger's finished exploratory runs of ``suite``, per cell (empty
+    where the file or the suite is missing): a clean re-run's best estimate, the code that made them
+    being close to this one. The confirmatory pass's runs are left out: they ran at its own rounds."""
     return _published_durations_by_suite(path).get(suite, {})
 
 
@@ -247,6 +247,8 @@ def _published_durations_by_suite(path: Path) -> dict[str, dict[str, list[float]
             for row in csv.DictReader(rows):
                 if row.get("status") != "FINISHED" or not row.get("end_time"):
                     continue
+                if row.get("task_ledger_pass") == "confirmatory":
+                    continue  # run at the confirmatory pass's rounds and cadence, not the suite's
                 seconds = (
                     datetime.fromisoformat(row["end_time"]) - datetime.fromisoformat(row["start_time"])
                 ).total_seconds()

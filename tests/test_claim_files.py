@@ -1,15 +1,20 @@
-"""A runner's claim on a cell (``try_claim`` / ``release_claim``): the file it writes, and the races
-around a claim taken over from a process that is gone (another runner removing the file first)."""
+"""A runner's claim on a cell (``try_claim`` / ``release_claim``) and a fit's lock on its run
+(``RunLock``, the same kind of file): the file written, the races around a claim taken over from
+a process that is gone (another runner removing the file first), and the one-line refusals."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 from pathlib import Path
 
+import pytest
+
 from fl_lightning.records import fit_lock
-from fl_lightning.records.fit_lock import read_lock, release_claim, this_host, try_claim
+from fl_lightning.records.errors import PreflightError
+from fl_lightning.records.fit_lock import LOCK_NAME, RunLock, read_lock, release_claim, this_host, try_claim
 
 
 def test_the_claim_file_says_which_process_of_which_host_since_when_and_is_read_only_to_others(tmp_path):
@@ -54,3 +59,51 @@ def test_releasing_a_claim_whose_file_is_already_gone_is_quiet(tmp_path, monkeyp
     monkeypatch.setattr(fit_lock, "read_lock", lambda _: {"host": this_host(), "pid": os.getpid()})
     release_claim(path)  # ours by its record, removed meanwhile: nothing to do
     assert not Path(path).exists()
+
+
+def test_a_lock_that_cannot_be_created_or_written_is_refused_in_one_line_and_leaves_no_file(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    create = fit_lock.os.open
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(fit_lock.os, "open", refused)
+    with pytest.raises(PreflightError, match=r"^cannot lock the run's checkpoint folder .*run \(Permission denied\): "
+                                             "make it writable"):
+        RunLock.acquire(run)
+    monkeypatch.setattr(fit_lock.os, "open", create)
+
+    def full(record, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fit_lock.json, "dump", full)
+    with pytest.raises(PreflightError, match=r"^cannot write the lock .*fit.lock \(No space left on device\): "
+                                             "free some space"):
+        RunLock.acquire(run)
+    assert list(run.iterdir()) == []  # no empty lock left to refuse every later resume
+
+
+def test_a_lock_this_process_holds_already_is_its_own_and_released_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(fit_lock, "_HELD", [])
+    first = RunLock.acquire(tmp_path)
+    again = RunLock.acquire(tmp_path)  # the same fit asking twice
+    assert again.path == first.path and fit_lock._HELD == [first]
+    fit_lock.release_all()
+    assert not (tmp_path / LOCK_NAME).exists() and fit_lock._HELD == []
+
+
+def test_a_lock_held_by_a_live_process_names_it_and_one_of_another_host_says_how_to_clear_it(tmp_path):
+    path = tmp_path / LOCK_NAME
+    path.write_text(json.dumps({"host": this_host(), "pid": os.getppid(), "started": "2026-12-07 08:00:00"}))
+    with pytest.raises(PreflightError) as live:
+        RunLock.acquire(tmp_path)
+    assert str(live.value) == (f"another fit is running this run (process {os.getppid()} on {this_host()}, since "
+                               f"2026-12-07 08:00:00; lock {path}): wait for it to end or stop it")
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 7, "started": "then"}))
+    with pytest.raises(PreflightError, match="process 7 on elsewhere, since then; .*delete the lock file and resume"):
+        RunLock.acquire(tmp_path)
+    path.write_text("")  # unreadable: being written
+    with pytest.raises(PreflightError, match=r"\(an unknown process; lock .*delete the lock file"):
+        RunLock.acquire(tmp_path)

@@ -110,13 +110,14 @@ def test_a_cell_is_estimated_from_the_store_then_the_published_ledger_then_the_p
     or a cost-table row, falls back to its benchmark's runs, then to the perf figures."""
     published = tmp_path / "runs.csv"
     published.write_text(
-        "run_id,suite,status,cell,start_time,end_time\n"
-        "a,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T10:00:30\n"
-        "b,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:01:00,2026-11-01T10:01:50\n"
-        "c,plan-test,KILLED,mnist/iid|FedAvg,2026-11-01T10:02:00,2026-11-01T10:09:00\n"
-        "d,other-suite,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T11:00:00\n")
+        "run_id,suite,status,cell,start_time,end_time,task_ledger_pass\n"
+        "a,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T10:00:30,\n"
+        "b,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:01:00,2026-11-01T10:01:50,\n"
+        "c,plan-test,KILLED,mnist/iid|FedAvg,2026-11-01T10:02:00,2026-11-01T10:09:00,\n"
+        "d,other-suite,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T11:00:00,\n"
+        "e,plan-test,FINISHED,mnist/iid|FedAvg,2026-11-01T10:00:00,2026-11-01T10:02:00,confirmatory\n")
     durations = plan.published_durations("plan-test", published)
-    assert durations == {"mnist/iid|FedAvg": [30.0, 50.0]}  # finished runs of this suite only
+    assert durations == {"mnist/iid|FedAvg": [30.0, 50.0]}  # this suite's finished exploratory runs only
     assert plan.published_durations("plan-test", tmp_path / "missing.csv") == {}
 
     class Cell:

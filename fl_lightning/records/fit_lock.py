@@ -76,38 +76,25 @@ class RunLock:
             except OSError as error:
                 raise PreflightError(f"cannot make the run's checkpoint folder {folder} ({error.strerror}): "
                                      "make its parent writable or pass --trainer.default_root_dir") from None
-        record = {"host": this_host(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        for _ in range(2):
-            try:
-                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = read_lock(path)
-                alive = fit_is_alive(holder.get("host"), holder.get("pid"))
-                if holder.get("pid") == os.getpid() and holder.get("host") == this_host():
-                    return cls(path)  # this process holds it already
-                if alive is False:
-                    path.unlink(missing_ok=True)  # its fit is gone: a stale lock of ours
-                    continue
-                who = (f"process {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
-                       if holder else "an unknown process")
-                raise PreflightError(
-                    f"another fit is running this run ({who}; lock {path}): wait for it to end or stop it"
-                    + ("" if alive else "; if no fit runs there any more, delete the lock file and resume again")
-                ) from None
-            except OSError as error:  # a folder we cannot write to: the fit would fail at its first checkpoint
-                raise PreflightError(f"cannot lock the run's checkpoint folder {folder} ({error.strerror}): "
-                                     "make it writable or resume from a copy of the checkpoint elsewhere") from None
-            try:
-                with os.fdopen(descriptor, "w") as file:
-                    json.dump(record, file)
-            except OSError as error:  # a full disk: no empty lock left to refuse every later resume
-                path.unlink(missing_ok=True)
-                raise PreflightError(f"cannot write the lock {path} ({error.strerror}): free some space, "
-                                     "then resume again") from None
-            lock = cls(path)
+        try:
+            holder = try_claim(path)
+        except ClaimNotWritten as error:  # a full disk: no empty lock left to refuse every later resume
+            raise PreflightError(f"cannot write the lock {path} ({error.strerror}): free some space, "
+                                 "then resume again") from None
+        except OSError as error:  # a folder we cannot write to: the fit would fail at its first checkpoint
+            raise PreflightError(f"cannot lock the run's checkpoint folder {folder} ({error.strerror}): "
+                                 "make it writable or resume from a copy of the checkpoint elsewhere") from None
+        if holder is not None:
+            alive = fit_is_alive(holder.get("host"), holder.get("pid"))
+            who = (f"process {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
+                   if holder else "an unknown process")
+            raise PreflightError(
+                f"another fit is running this run ({who}; lock {path}): wait for it to end or stop it"
+                + ("" if alive else "; if no fit runs there any more, delete the lock file and resume again"))
+        lock = cls(path)
+        if all(held.path != path for held in _HELD):  # held already: released once, at exit
             _HELD.append(lock)
-            return lock
-        raise PreflightError(f"cannot take the lock {path}: another fit keeps taking it; try again")
+        return lock
 
     def release(self) -> None:
         """Remove the lock if it is still this process's own."""
@@ -133,10 +120,16 @@ def check_writable_folder(folder: Path) -> None:
                              "writable or pass another --trainer.default_root_dir")
 
 
+class ClaimNotWritten(OSError):
+    """A claim (or lock) file was created but its record could not be written (a full disk); it
+    was removed again."""
+
+
 def try_claim(path: Path) -> dict[str, Any] | None:
     """Take the claim file ``path`` for this process (``O_EXCL``; a claim of a process of this
-    host that is gone is taken over); None when taken, else the record of the process holding it
-    (``{}``: unreadable, e.g. being written). A folder that cannot be written raises ``OSError``."""
+    host that is gone is taken over); None when taken (or held already), else the record of the
+    process holding it (``{}``: unreadable, e.g. being written). A folder that cannot be written
+    raises ``OSError``; a record that cannot be written, ``ClaimNotWritten``."""
     record = {"host": this_host(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     for _ in range(2):
         try:
@@ -152,9 +145,9 @@ def try_claim(path: Path) -> dict[str, Any] | None:
         try:
             with os.fdopen(descriptor, "w") as file:
                 json.dump(record, file)
-        except OSError:
+        except OSError as error:
             path.unlink(missing_ok=True)
-            raise
+            raise ClaimNotWritten(error.errno, error.strerror, str(path)) from error
         return None
     return read_lock(path)
 

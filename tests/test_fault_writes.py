@@ -290,6 +290,36 @@ def test_a_spill_without_a_folder_or_over_a_torn_file(tmp_path):
     assert [row["step"] for row in read_unsent(tmp_path / UNSENT_FILE)] == [1]
 
 
+def test_a_spill_says_which_store_its_metrics_were_for(tmp_path):
+    server, buffered = lost_buffer()
+    buffered.log_batch("r", metrics=[metric(1)])
+    buffered.spill(tmp_path)
+    spilled = json.loads((tmp_path / UNSENT_FILE).read_text())
+    assert spilled.keys() == {"tracking_uri", "metrics"} and spilled["tracking_uri"] == server.tracking_uri
+
+
+def test_a_spill_whose_write_fails_names_the_partial_and_keeps_the_error_when_the_partial_cannot_go(
+        tmp_path, monkeypatch):
+    _, buffered = lost_buffer()
+    buffered.log_batch("r", metrics=[metric(1)])
+    partial = tmp_path / f".{UNSENT_FILE}.partial"
+    write_text, unlink = Path.write_text, Path.unlink
+
+    def half_written(path, text, *args, **kwargs):
+        write_text(path, text[:10], *args, **kwargs)
+        raise OSError(EDQUOT, "Disk quota exceeded")  # a write names no file
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "write_text", half_written)
+    monkeypatch.setattr(Path, "unlink", refused)
+    with pytest.raises(OSError) as failed:
+        buffered.spill(tmp_path)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    assert fault_line(failed.value) == f"the disk is full (writing {partial})"
+
+
 def test_a_spill_the_disk_refuses_names_its_file_and_leaves_no_partial(tmp_path, monkeypatch):
     _, buffered = lost_buffer()
     buffered.log_batch("r", metrics=[metric(1)])

@@ -123,7 +123,8 @@ def data_time(runs: list) -> str:
 
 def provenance(store: StoreContents, command: str | None = None, from_export: bool = False) -> Provenance:
     """The page's provenance box. A build from exports is stamped with its newest run's time and names
-    no mlflow release (it reads no store), so that the same exports build the same bytes anywhere."""
+    no mlflow release (it reads no store) and no builder machine, so that the same exports build the
+    same bytes on any machine."""
     runs = store.runs
     suites = []
     for name in sorted({r.suite for r in runs}):
@@ -145,7 +146,9 @@ def provenance(store: StoreContents, command: str | None = None, from_export: bo
         git_shas=Counter(r.git_sha or "(no git_sha tag)" for r in runs).most_common(),
         machines=machines.most_common(),
         untagged_machine_runs=sum(1 for r in runs if not r.tags.get(Tag.MACHINE)),
-        builder_machine=f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
+        # a build from exports names no builder: the page must not depend on the machine that built it
+        builder_machine="" if from_export else
+        f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         suites=suites,
         scales=sorted({r.scale for r in runs} - {""}),
         mlflow_version="" if from_export else mlflow.__version__,

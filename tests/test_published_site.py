@@ -138,3 +138,16 @@ def test_the_rounds_download_is_kept_or_left_out_by_its_rows_not_its_compressed_
     assert [name for name, _ in export.write_site_files([], [], tmp_path, said.append)] == ["runs.csv"]
     assert not (tmp_path / "rounds.parquet").exists() and said == [
         "  rounds.parquet left out of the site (5 rows > 4): `python -m leaderboard export` writes it"]
+
+
+def test_a_build_from_exports_names_neither_the_builder_machine_nor_the_clock(monkeypatch):
+    """The provenance of a published build depends on the exports alone: built on another machine,
+    or later, it says the same."""
+    from leaderboard.runs import StoreContents
+
+    store = StoreContents("", [], [], [])
+    monkeypatch.setattr(site, "cpu_model", lambda: "Some Other CPU")
+    from_exports = site.provenance(store, site.PUBLISH_COMMAND, from_export=True)
+    assert from_exports.builder_machine == "" and from_exports.mlflow_version == ""
+    assert from_exports.built_at == site.data_time([])
+    assert "Some Other CPU" in site.provenance(store).builder_machine  # a build from a store names it

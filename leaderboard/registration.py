@@ -5,31 +5,30 @@ The plan fixes, before the runs, the point at which a run is read (and the sensi
 mark a verdict fragile), alpha and the multiplicity rule, the seeds per suite, the convergence
 criterion and the degeneracy rule. Every later change to a claim or to the plan is an amendment:
 an append-only list of dated entries (before, after, reason, whether results had been seen), shown
-on the site; a claim that an amendment names is badged "amended".
+on the site; a claim that an amendment names is badged "amended". The files' formats (the pydantic
+models and the checks of their values) live in ``fl_lightning.records.plan_format``; here they are read.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from fl_lightning.records.errors import one_line
+from fl_lightning.records.plan_format import (
+    OVER_ROUNDS_LABELS,
+    AmendmentSpec,
+    ConvergenceSpec,
+    DegeneracySpec,
+    OverRoundsSpec,
+    PlanSpec,
+    SeedsSpec,
+    window_of,
+)
 from fl_lightning.records.registration import (  # noqa: F401  (the registration, re-exported for the ledger's readers)
     AMENDMENTS_FILE,
     CONFIRMATORY,
@@ -46,35 +45,14 @@ from fl_lightning.records.registration import (  # noqa: F401  (the registration
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import LeaderboardError
 
-POINT = re.compile(r"^(final|last([1-9][0-9]*))$")
-
 
 class RegistrationError(LeaderboardError):
     """A plan or amendments file that cannot be read: says which file, which key and what is wrong."""
 
 
-def window_of(point: str) -> int:
-    """How many of a run's last evaluations a point averages: ``final`` 1, ``last<k>`` k."""
-    match = POINT.match(point)
-    if match is None:
-        raise ValueError(f"unknown point {point!r}: use 'final' or 'last<k>' (e.g. last3)")
-    return int(match.group(2) or 1)
-
-
 def point_label(point: str) -> str:
     k = window_of(point)
     return "final evaluation" if k == 1 else f"mean of the last {k} evaluations"
-
-
-OVER_ROUNDS_LABELS = {"all": "mean over every round", "second_half": "mean over the second half of the rounds",
-                      "final": "last round"}
-"""The readings of a quantity the papers average over rounds (``claims.quantities.OVER_ROUNDS_READINGS``)."""
-
-
-def _over_reading(reading: Any) -> str:
-    if str(reading) not in OVER_ROUNDS_LABELS:
-        raise ValueError(f"unknown reading over rounds {reading!r}: use one of {', '.join(OVER_ROUNDS_LABELS)}")
-    return str(reading)
 
 
 @dataclass(frozen=True)
@@ -150,65 +128,6 @@ class LedgerPlan:
         return (self.primary_point, *self.sensitivity_points)
 
 
-Positive = Annotated[StrictInt, Field(gt=0)]
-
-
-class _Declared(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SeedsSpec(_Declared):
-    default: Positive = 10
-    suites: dict[str, Positive] | None = None
-
-
-class ConvergenceSpec(_Declared):
-    window: Positive = 3
-    change_pp: Annotated[StrictFloat | StrictInt, Field(gt=0)] = 1.0
-
-
-class DegeneracySpec(_Declared):
-    constant_predictor: StrictBool = True
-    worst5_at_zero: StrictBool = True
-
-
-def _point(point: Any) -> str:
-    window_of(str(point))  # refuses anything but final / last<k>
-    return str(point)
-
-
-Point = Annotated[str, BeforeValidator(_point)]
-OverReading = Annotated[str, BeforeValidator(_over_reading)]
-
-
-class OverRoundsSpec(_Declared):
-    primary: OverReading = "all"
-    sensitivity: list[OverReading] | None = None
-
-
-class PlanSpec(_Declared):
-    """``ledger_plan.yaml`` as declared (``extra="forbid"``: a misspelt key is refused)."""
-
-    version: Positive = 1
-    registered: Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v, dt.date) else v)] = ""
-    primary_point: Point = "final"
-    sensitivity_points: list[Point] | None = None
-    alpha: Annotated[StrictFloat | StrictInt, Field(gt=0, lt=0.5)] = 0.05
-    multiplicity: str | None = None
-    seeds: SeedsSpec | None = None
-    min_seeds: Positive = 3
-    star_min_seeds: Positive = 10
-    margin_rule: str | None = None
-    convergence: ConvergenceSpec | None = None
-    degeneracy: DegeneracySpec | None = None
-    over_rounds: OverRoundsSpec | None = None
-    scale: str | None = None
-    knife_edge: str | None = None
-    registered_hash: str | None = None
-    seeds_rule: str | None = None
-    timing: str | None = None
-
-
 def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
     if not isinstance(raw, Mapping):
         raise RegistrationError(f"{where}: expected a mapping of the plan's keys")
@@ -275,34 +194,6 @@ class Amendment:
     @property
     def on_plan(self) -> bool:
         return self.target.startswith("plan")
-
-
-def _date(value: Any) -> str:
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    try:
-        return dt.date.fromisoformat(str(value)).isoformat()
-    except ValueError:
-        raise ValueError(f"`date` must be YYYY-MM-DD, got {value!r}") from None
-
-
-def _stripped(value: Any) -> Any:
-    return str(value).strip() if isinstance(value, str | int | float) and not isinstance(value, bool) else value
-
-
-Stripped = Annotated[str, BeforeValidator(_stripped)]
-
-
-class AmendmentSpec(_Declared):
-    """One entry of ``ledger_amendments.yaml`` as declared (``extra="forbid"``)."""
-
-    id: Stripped
-    date: Annotated[str, BeforeValidator(_date)]
-    target: Stripped
-    before: Stripped
-    after: Stripped
-    reason: Stripped
-    results_seen: StrictBool
 
 
 def parse_amendments(raw: object, where: str = AMENDMENTS_FILE) -> list[Amendment]:

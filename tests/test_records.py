@@ -69,7 +69,7 @@ def test_the_scan_sees_every_way_of_importing():
     source = '''
 import fl_lightning
 import benchmarks.runner
-from fl_lightning import preflight
+from fl_lightning.cli import preflight
 from fl_lightning.records import vocabulary
 from fl_lightning.records.vocabulary import Tag
 from fl_lightning.core.module import FederatedModule
@@ -80,7 +80,7 @@ def lazy():
     watched = ("fl_lightning", "benchmarks", "leaderboard")
     names = [imported for _, imported in imported_names(source, "leaderboard.claims.x")
              if outside(imported, (RECORDS, "leaderboard"), watched)]
-    assert names == ["fl_lightning", "benchmarks.runner", "fl_lightning.preflight",
+    assert names == ["fl_lightning", "benchmarks.runner", "fl_lightning.cli.preflight",
                      "fl_lightning.core.module.FederatedModule", "fl_lightning.cache.cache_dir"]
     # what the leaderboard imported before the records package (issue 52) is refused
     assert outside("fl_lightning.run_schema", (RECORDS, "leaderboard"), watched)
@@ -96,6 +96,19 @@ def test_importing_every_records_module_loads_no_torch():
                                        check=True).stdout)
     assert "fl_lightning.records.vocabulary" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("torch", "lightning", "pytorch_lightning")] == []
+
+
+def test_the_claims_and_plan_formats_load_no_torch_and_no_leaderboard():
+    """The formats of ``claims.yaml``, the plan and the amendments sit in ``records``: importing them
+    in a fresh interpreter loads no torch, no Lightning and no leaderboard module."""
+    probe = ("import json, sys\n"
+             "import fl_lightning.records.claims_format, fl_lightning.records.plan_format\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                                       check=True).stdout)
+    assert {"fl_lightning.records.claims_format", "fl_lightning.records.plan_format"} <= set(loaded)
+    assert [m for m in loaded
+            if m.split(".")[0] in ("torch", "lightning", "pytorch_lightning", "leaderboard")] == []
 
 
 def test_store_probes_are_written_once():

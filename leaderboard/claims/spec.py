@@ -14,8 +14,7 @@ import jinja2
 import yaml
 from pydantic import ValidationError
 
-from fl_lightning.records.suite_format import NOT_SUITES, SuiteFormatError, SuiteSpec
-from leaderboard.claims.claims_format import (
+from fl_lightning.records.claims_format import (
     ClaimsFileSpec,
     ClaimSpec,
     ComparisonSpec,
@@ -23,6 +22,7 @@ from leaderboard.claims.claims_format import (
     SideSpec,
     refusal,
 )
+from fl_lightning.records.suite_format import NOT_SUITES, SuiteFormatError, SuiteSpec
 from leaderboard.claims.quantities import AGENT_METRICS, QUANTITIES, quantity_of
 from leaderboard.papers import DEFAULT_ROOT
 from leaderboard.runs import (

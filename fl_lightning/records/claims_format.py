@@ -1,8 +1,8 @@
 """The format of ``benchmarks/<paper>/claims.yaml``, declared: pydantic models of what the file may
 hold (``extra="forbid"``: a misspelt key is refused with a did-you-mean, not ignored), and
-pydantic's refusals said in the file's own words, one line each. ``claims.spec`` builds the
-ledger's claims from the validated models (inherited benchmarks and quantities, the checks that
-need the whole claim)."""
+pydantic's refusals said in the file's own words, one line each. Torch-free and beside
+``suite_format``; the leaderboard's ``claims.spec`` builds the ledger's claims from the validated
+models (inherited benchmarks and quantities, the checks that need the whole claim)."""
 
 from __future__ import annotations
 

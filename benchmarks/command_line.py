@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -63,9 +64,24 @@ def suite_table(prog: str, width: int = LIST_WIDTH) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    """``fl-benchmarks`` on ``argv`` (default: the command line): ``run``, ``list`` or ``ledger``; its exit status."""
     prog = program_name()
+    parser, run, ledger = _parser(prog)
+    args = parser.parse_args(argv)
+    if args.command == "ledger":
+        return _ledger_command(args, ledger)
+    if args.command == "list":
+        return _list_command(prog)
+    _check_run_options(args, run)
+    return run_suite(args.suite, seeds=args.seeds, jobs=args.jobs, tracking_uri=args.tracking_uri,
+                     dry_run=args.dry_run, isolate=args.isolate, cluster=args.cluster, job_folder=args.job_folder,
+                     slurm_partition=args.slurm_partition, timeout_min=args.timeout_min,
+                     cpus_per_job=args.cpus_per_job, benchmarks=args.benchmarks, configs=args.configs,
+                     confirmatory=args.confirmatory)
+
+
+def _parser(prog: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser, with its ``run`` and ``ledger`` parsers (which say their own refusals)."""
     environment_uri = os.environ.get("MLFLOW_TRACKING_URI")
     parser = OneLineParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -77,6 +93,21 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a suite (resumable)",
                          description="Run every (benchmark, algorithm configuration, seed) of a suite that the "
                                      "store holds no finished run of.")
+    _add_run_options(run, prog, environment_uri)
+    sub.add_parser("list", help="list the suites: runs, estimated time, description",
+                   description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
+                               "--jobs 1 and the first sentence of its description.")
+    ledger = sub.add_parser(
+        "ledger", help="run the offline claims ledger's suites, exporting each finished one (resumable)",
+        description="Run every offline suite the claims read, one after the other; when a suite has finished "
+                    "every run, write its complete export to EXPORTS/<suite> and skip it from then on, so that "
+                    "the ledger can run in parts, on machines replaced between them.")
+    _add_ledger_options(ledger, environment_uri)
+    return parser, run, ledger
+
+
+def _add_run_options(run: argparse.ArgumentParser, prog: str, environment_uri: str | None) -> None:
+    """Adds ``run``'s suite and options."""
     run.add_argument("suite", help=f"a suite name (`{prog} list` shows them with their sizes and estimated "
                                    "times, e.g. quickstart/offline) or a path to a suite YAML")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds (default: the suite's own)")
@@ -95,6 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dry-run", action="store_true",
                      help="list the runs that would run, the data files they lack and an estimate of their time "
                           "(reads the store; never creates or alters it)")
+    _add_placement_options(run)
+    run.add_argument("--confirmatory", action="store_true",
+                     help="the claims ledger's confirmatory pass: refused unless the registered files (plan, "
+                          "amendments, ledger_confirmatory.yaml, claims, suites) match the plan's registered_hash; "
+                          "runs the pass's fresh seeds at the rounds and cadence of ledger_confirmatory.yaml, each "
+                          f"run tagged ledger_pass and ledger_plan_hash (the files' folder: ${ROOT_VARIABLE}, "
+                          "default benchmarks/)")
+
+
+def _add_placement_options(run: argparse.ArgumentParser) -> None:
+    """Adds ``run``'s options of where the cells run: --isolate, or --cluster and its jobs' settings."""
     run.add_argument("--isolate", action="store_true",
                      help="run every cell in a fresh process (slower: start-up and data loading paid per cell) "
                           "instead of in --jobs reused worker processes (default: reused workers)")
@@ -112,20 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                                                       "default: this machine's cores / --jobs); a run's torch "
                                                       "threads are its model.threads (by default auto: "
                                                       "these cores)")
-    run.add_argument("--confirmatory", action="store_true",
-                     help="the claims ledger's confirmatory pass: refused unless the registered files (plan, "
-                          "amendments, ledger_confirmatory.yaml, claims, suites) match the plan's registered_hash; "
-                          "runs the pass's fresh seeds at the rounds and cadence of ledger_confirmatory.yaml, each "
-                          f"run tagged ledger_pass and ledger_plan_hash (the files' folder: ${ROOT_VARIABLE}, "
-                          "default benchmarks/)")
-    sub.add_parser("list", help="list the suites: runs, estimated time, description",
-                   description="One line per suite: its name, its runs (cells x seeds), their estimated time at "
-                               "--jobs 1 and the first sentence of its description.")
-    ledger = sub.add_parser(
-        "ledger", help="run the offline claims ledger's suites, exporting each finished one (resumable)",
-        description="Run every offline suite the claims read, one after the other; when a suite has finished "
-                    "every run, write its complete export to EXPORTS/<suite> and skip it from then on, so that "
-                    "the ledger can run in parts, on machines replaced between them.")
+
+
+def _add_ledger_options(ledger: argparse.ArgumentParser, environment_uri: str | None) -> None:
+    """Adds ``ledger``'s options."""
     ledger.add_argument("--exports", type=Path, metavar="EXPORTS",
                         help=f"the folder of the suites' exports (default: {DEFAULT_EXPORTS}/ in the working folder; "
                              f"{DEFAULT_CONFIRMATORY_EXPORTS}/ with --confirmatory)")
@@ -139,22 +171,31 @@ def main(argv: list[str] | None = None) -> int:
     ledger.add_argument("--tracking-uri", default=environment_uri or DEFAULT_TRACKING_URI,
                         help=f"the MLflow store the runs log to (default: $MLFLOW_TRACKING_URI, else "
                              f"{DEFAULT_TRACKING_URI})")
-    args = parser.parse_args(argv)
-    if args.command == "ledger":
-        if args.jobs < 1:
-            ledger.error("--jobs must be >= 1")
-        if args.exports is None:
-            args.exports = Path(DEFAULT_CONFIRMATORY_EXPORTS if args.confirmatory else DEFAULT_EXPORTS)
-        if args.exports.exists() and not args.exports.is_dir():
-            ledger.error(f"--exports {args.exports} is a file: give a folder")
-        return run_ledger(args.tracking_uri, args.exports, args.jobs, dry_run=args.dry_run,
-                          confirmatory=args.confirmatory)
-    if args.command == "list":
-        try:
-            print("\n".join(suite_table(prog)), flush=True)
-        except BrokenPipeError:  # `... list | head`: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+
+
+def _ledger_command(args: argparse.Namespace, ledger: argparse.ArgumentParser) -> int:
+    """``ledger``: its options checked, then the ledger's suites run; the exit status."""
+    if args.jobs < 1:
+        ledger.error("--jobs must be >= 1")
+    if args.exports is None:
+        args.exports = Path(DEFAULT_CONFIRMATORY_EXPORTS if args.confirmatory else DEFAULT_EXPORTS)
+    if args.exports.exists() and not args.exports.is_dir():
+        ledger.error(f"--exports {args.exports} is a file: give a folder")
+    return run_ledger(args.tracking_uri, args.exports, args.jobs, dry_run=args.dry_run,
+                      confirmatory=args.confirmatory)
+
+
+def _list_command(prog: str) -> int:
+    """``list``: prints the table of suites; 0."""
+    try:
+        print("\n".join(suite_table(prog)), flush=True)
+    except BrokenPipeError:  # `... list | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _check_run_options(args: argparse.Namespace, run: argparse.ArgumentParser) -> None:
+    """Refuses ``run``'s options that do not go together, before the store is touched."""
     if args.jobs < 1:
         run.error("--jobs must be >= 1")
     if args.cluster is not None and args.isolate:
@@ -170,11 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.confirmatory and args.seeds is not None:
         run.error("--seeds and --confirmatory: the confirmatory pass runs the seeds registered in "
                   "ledger_confirmatory.yaml")
-    return run_suite(args.suite, seeds=args.seeds, jobs=args.jobs, tracking_uri=args.tracking_uri,
-                     dry_run=args.dry_run, isolate=args.isolate, cluster=args.cluster, job_folder=args.job_folder,
-                     slurm_partition=args.slurm_partition, timeout_min=args.timeout_min,
-                     cpus_per_job=args.cpus_per_job, benchmarks=args.benchmarks, configs=args.configs,
-                     confirmatory=args.confirmatory)
 
 
 def cli() -> int:

@@ -80,6 +80,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops the 
 ELSEWHERE = "ELSEWHERE"  # a cell another live runner of the store has claimed
 BAD_ENDS = ("FAILED", "KILLED")  # a cell that ended so makes the runner's exit status 1
 WAIT_S = 2.0  # how often a runner looks again at the cells another runner holds
+ExploratoryAndPass = tuple[list[Cell], list[Cell]]  # a confirmatory pass's cells beside their exploratory ones
 
 
 class SuiteStopped(KeyboardInterrupt):
@@ -218,90 +219,140 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     anything is created unless the registered files under ``root`` (default ``benchmarks/``, or
     $FL_BENCHMARKS_LEDGER_ROOT) match the plan's registration hash; then the suite runs on the pass's
     seeds at its registered rounds and cadence, every run tagged with the pass and the hash."""
-    rescale: tuple[list[Cell], list[Cell]] | None = None
-    if confirmatory:
-        from benchmarks.confirmatory import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
-
-        plan_hash = registered_hash_or_exit(root)  # before the store, a folder or a cell is touched
-        registered = load_confirmatory(root)
-        if seeds is not None and not set(seeds) <= set(registered.seeds):  # the timing driver: one seed a call
-            raise SystemExit(f"--seeds and --confirmatory: only the pass's registered seeds {registered.seeds} "
-                             f"may be picked, got {seeds}")
-        in_root = ledger_root(root) / f"{name}.yaml"
-        source = str(in_root) if Path(name).suffix not in (".yaml", ".yml") and in_root.is_file() else name
-        picked = registered.seeds if seeds is None else [s for s in registered.seeds if s in seeds]
-        exploratory = select_cells(load_suite(source, picked), name, benchmarks, configs)
-        cells = confirmatory_cells(exploratory, registered, plan_hash)
-        rescale = (exploratory, cells)
-    else:
-        cells = select_cells(load_suite(name, seeds), name, benchmarks, configs)
+    cells, rescale = _suite_cells(name, seeds, benchmarks, configs, confirmatory, root)
     check_algorithms(cells, name)  # before the store is touched and before any cell runs
     suite = cells[0].suite if cells else name
-    durations: dict[str, list[float]] = {}
-    if dry_run:  # reads the store, never creates or alters it
-        done, durations, note = finished_runs_read_only(tracking_uri, suite)
-    else:
-        check_store(tracking_uri)
-        ensure_experiment(tracking_uri, suite)  # a new store: one runner makes it, the others wait
-        done, note = finished_runs_or_exit(tracking_uri, suite), ""
+    done, durations, note = _finished_runs(tracking_uri, suite, dry_run)
     todo = [c for c in cells if (c.cell, str(c.seed), c.config_tag) not in done]
     print(f"suite {suite}: {len(cells)} runs ({len({c.cell for c in cells})} cells x seeds), "
           f"{len(cells) - len(todo)} already finished, {len(todo)} to run with {jobs} job(s)", flush=True)
     if note:
         print(f"  ({note})")
     if dry_run:
-        from benchmarks.plan import plan_lines, published_durations, rescaled_durations
-
-        published = published_durations(suite)
-        if rescale is not None:  # times measured at the exploratory lengths, rescaled to the registered ones
-            durations, published = {}, rescaled_durations(published, *rescale)
-            print(f"  (confirmatory pass: seeds {cells[0].seed if cells else ''}..{cells[-1].seed if cells else ''}, "
-                  f"plan hash {cells[0].plan_hash[:12] if cells else ''}, the rounds and cadence of "
-                  "ledger_confirmatory.yaml)")
-        for cell in todo:
-            rounds = (cell.config.get("model") or {}).get("init_args", {}).get("num_rounds", "")
-            every = (cell.config.get("model") or {}).get("init_args", {}).get("eval_every", "")
-            length = f" ({rounds} rounds, eval every {every})" if rescale is not None else ""
-            print(f"  would run {cell.cell} seed {cell.seed}{length}")
-        print("\n".join(plan_lines(todo, durations, jobs, published)))
+        _print_plan(suite, cells, todo, durations, jobs, rescale)
         return 0
     log_dir = Path("benchmark_logs") / suite
     log_dir.mkdir(parents=True, exist_ok=True)
     claims = claims_folder(tracking_uri, suite, log_dir)
     threads = threads_per_job(jobs)
-    outcomes: dict[tuple[str, int], tuple[str, float]] = {}
+    progress = _Progress(len(todo))
     started = time.perf_counter()
-    launcher: Launcher
-    if cluster is not None:
-        launcher = SubmititJobs(cluster, Path(job_folder or Path("benchmark_jobs") / suite), cpus_per_job or threads,
-                                timeout_min, slurm_partition)
-    else:
-        launcher = IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
-    pool = ThreadPoolExecutor(max_workers=jobs)
-    STOPPED.clear()
-    futures: list[Any] = []
-    reported: set[Any] = set()
-    waiting: dict[tuple[str, int], str] = {}  # the cells another runner holds, and what was said of them
+    launcher = _launcher(suite, jobs, threads, isolate, cluster, job_folder, slurm_partition, timeout_min,
+                         cpus_per_job)
+    stopped_by = _run_cells(todo, launcher, progress, jobs=jobs, tracking_uri=tracking_uri, log_dir=log_dir,
+                            claims=claims, name=name, confirmatory=confirmatory)
+    progress.report_late()
+    for cell in todo:  # dropped when the suite stopped (not "skipped": that is a run finished before)
+        progress.outcomes.setdefault((cell.cell, cell.seed), ("NOT-RUN", 0.0))
+    _print_summary(name, suite, cells, progress.outcomes, tracking_uri, log_dir, started)
+    return exit_status(progress.outcomes, stopped_by if STOPPED.is_set() else None)
 
-    def report(future: Any) -> Cell | None:
+
+def _suite_cells(name: str, seeds: list[int] | None, benchmarks: list[str] | None, configs: list[str] | None,
+                 confirmatory: bool, root: Path | str | None) -> tuple[list[Cell], ExploratoryAndPass | None]:
+    """The suite's cells to run, and for the confirmatory pass (its exploratory cells, its cells)."""
+    if not confirmatory:
+        return select_cells(load_suite(name, seeds), name, benchmarks, configs), None
+    rescale = _confirmatory_cells(name, seeds, benchmarks, configs, root)
+    return rescale[1], rescale
+
+
+def _confirmatory_cells(name: str, seeds: list[int] | None, benchmarks: list[str] | None,
+                        configs: list[str] | None, root: Path | str | None) -> ExploratoryAndPass:
+    """(exploratory cells, pass cells) of the confirmatory pass; refused unless registered and on its seeds."""
+    from benchmarks.confirmatory import confirmatory_cells, ledger_root, load_confirmatory, registered_hash_or_exit
+
+    plan_hash = registered_hash_or_exit(root)  # before the store, a folder or a cell is touched
+    registered = load_confirmatory(root)
+    if seeds is not None and not set(seeds) <= set(registered.seeds):  # the timing driver: one seed a call
+        raise SystemExit(f"--seeds and --confirmatory: only the pass's registered seeds {registered.seeds} "
+                         f"may be picked, got {seeds}")
+    in_root = ledger_root(root) / f"{name}.yaml"
+    source = str(in_root) if Path(name).suffix not in (".yaml", ".yml") and in_root.is_file() else name
+    picked = registered.seeds if seeds is None else [s for s in registered.seeds if s in seeds]
+    exploratory = select_cells(load_suite(source, picked), name, benchmarks, configs)
+    return exploratory, confirmatory_cells(exploratory, registered, plan_hash)
+
+
+def _finished_runs(tracking_uri: str, suite: str,
+                   dry_run: bool) -> tuple[set[tuple[str, str, str]], dict[str, list[float]], str]:
+    """(finished runs, wall seconds per cell, a note) from the store; only a real run may create it."""
+    if dry_run:
+        return finished_runs_read_only(tracking_uri, suite)
+    check_store(tracking_uri)
+    ensure_experiment(tracking_uri, suite)  # a new store: one runner makes it, the others wait
+    return finished_runs_or_exit(tracking_uri, suite), {}, ""
+
+
+def _print_plan(suite: str, cells: list[Cell], todo: list[Cell], durations: dict[str, list[float]], jobs: int,
+                rescale: ExploratoryAndPass | None) -> None:
+    """``--dry-run``: prints the runs that would run, the data they lack and an estimate of their time."""
+    from benchmarks.plan import plan_lines, published_durations, rescaled_durations
+
+    published = published_durations(suite)
+    if rescale is not None:  # times measured at the exploratory lengths, rescaled to the registered ones
+        durations, published = {}, rescaled_durations(published, *rescale)
+        print(f"  (confirmatory pass: seeds {cells[0].seed if cells else ''}..{cells[-1].seed if cells else ''}, "
+              f"plan hash {cells[0].plan_hash[:12] if cells else ''}, the rounds and cadence of "
+              "ledger_confirmatory.yaml)")
+    for cell in todo:
+        rounds = (cell.config.get("model") or {}).get("init_args", {}).get("num_rounds", "")
+        every = (cell.config.get("model") or {}).get("init_args", {}).get("eval_every", "")
+        length = f" ({rounds} rounds, eval every {every})" if rescale is not None else ""
+        print(f"  would run {cell.cell} seed {cell.seed}{length}")
+    print("\n".join(plan_lines(todo, durations, jobs, published)))
+
+
+def _launcher(suite: str, jobs: int, threads: int, isolate: bool, cluster: str | None, job_folder: str | None,
+              slurm_partition: str | None, timeout_min: int, cpus_per_job: int | None) -> Launcher:
+    """The launcher the options choose: submitit jobs, a fresh process per cell, or reused workers."""
+    if cluster is not None:
+        return SubmititJobs(cluster, Path(job_folder or Path("benchmark_jobs") / suite), cpus_per_job or threads,
+                            timeout_min, slurm_partition)
+    return IsolatedProcesses(threads) if isolate else WarmWorkers(jobs, threads)
+
+
+class _Progress:
+    """The outcomes of a suite's cells as they end, each said in one line."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total  # the runs to run
+        self.outcomes: dict[tuple[str, int], tuple[str, float]] = {}
+        self.futures: list[Any] = []  # every submitted cell, including the ones looked at again
+        self.reported: set[Any] = set()
+        self.waiting: dict[tuple[str, int], str] = {}  # the cells another runner holds, and what was said of them
+
+    def report(self, future: Any) -> Cell | None:
         """Says how the cell ended; the cell, if another runner holds it (looked at again later)."""
-        reported.add(future)
+        self.reported.add(future)
         cell, status, seconds, error = future.result()
         key = (cell.cell, cell.seed)
         if status == ELSEWHERE:
-            outcomes[key] = (status, 0.0)
-            if key not in waiting:  # said once, not on every look
-                waiting[key] = error
-                print(f"[-/{len(todo)}] {status:8s} {0:6.0f}s  {cell.cell} seed {cell.seed}  ({first_line(error)}; "
+            self.outcomes[key] = (status, 0.0)
+            if key not in self.waiting:  # said once, not on every look
+                self.waiting[key] = error
+                print(f"[-/{self.total}] {status:8s} {0:6.0f}s  {cell.cell} seed {cell.seed}  ({first_line(error)}; "
                       "waiting for it)", flush=True)
             return cell
-        waiting.pop(key, None)
-        outcomes[key] = (status, seconds)
+        self.waiting.pop(key, None)
+        self.outcomes[key] = (status, seconds)
         note = f"  ({first_line(error)})" if error else ""
-        number = sum(1 for value, _ in outcomes.values() if value != ELSEWHERE)
-        print(f"[{number}/{len(todo)}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
+        number = sum(1 for value, _ in self.outcomes.values() if value != ELSEWHERE)
+        print(f"[{number}/{self.total}] {status:8s} {seconds:6.0f}s  {cell.cell} seed {cell.seed}{note}", flush=True)
         return None
 
+    def report_late(self) -> None:
+        """Says the cells that ended while the suite stopped."""
+        for future in self.futures:
+            if future not in self.reported and future.done() and not future.cancelled() and future.exception() is None:
+                self.report(future)
+
+
+def _run_cells(todo: list[Cell], launcher: Launcher, progress: _Progress, *, jobs: int, tracking_uri: str,
+               log_dir: Path, claims: Path, name: str, confirmatory: bool) -> int:
+    """Runs the cells until all ended or a signal stopped the suite; that signal (SIGINT if none)."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    STOPPED.clear()
     stopped_by: int = signal.SIGINT
     # SIGINT (Ctrl-C; also where a background job of a script inherited it ignored), SIGTERM (kill,
     # a scheduler's stop) and SIGHUP (the terminal closed) stop the suite; after SIGTERM and SIGHUP
@@ -311,39 +362,46 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
     previous = {number: signal.signal(number, _stop_suite) for number in STOP_SIGNALS} if main_thread else {}
     try:
         batch = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher, claims) for cell in todo]
-        futures += batch
+        progress.futures += batch
         while batch:
-            held = [left for left in (report(future) for future in as_completed(batch)) if left is not None]
+            held = [left for left in (progress.report(future) for future in as_completed(batch)) if left is not None]
             if held:  # another runner's cells: looked at again until it lets them go
                 time.sleep(WAIT_S)
             batch = [pool.submit(run_cell, cell, tracking_uri, log_dir, launcher, claims) for cell in held]
-            futures += batch
+            progress.futures += batch
     except KeyboardInterrupt as stop:  # the cells not started are dropped, the running ones stop with their fits
-        STOPPED.set()
-        for number in previous:  # a second signal (a scheduler's repeat) must not cut the stop short
-            signal.signal(number, signal.SIG_IGN)
-        if isinstance(stop, SuiteStopped):
-            stopped_by = stop.signum
-        if stopped_by != signal.SIGINT:  # Ctrl-C reaches the workers from the terminal
-            launcher.stop(signal.SIGTERM)
-        verb = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(signal.Signals(stopped_by), "interrupted")
-        print(
-            f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
-            f"`{program_name()} run {name}{' --confirmatory' if confirmatory else ''}` again runs them, "
-            "from their last checkpoint where the suite keeps checkpoints",
-            file=sys.stderr,
-            flush=True,
-        )
+        stopped_by = _stop_cells(stop, previous, launcher, name, confirmatory)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launcher.close()
         for number, handler in previous.items():
             signal.signal(number, handler)
-    for future in futures:  # the cells that ended while the suite stopped
-        if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
-            report(future)
-    for cell in todo:  # dropped when the suite stopped (not "skipped": that is a run finished before)
-        outcomes.setdefault((cell.cell, cell.seed), ("NOT-RUN", 0.0))
+    return stopped_by
+
+
+def _stop_cells(stop: KeyboardInterrupt, previous: dict[Any, Any], launcher: Launcher, name: str,
+                confirmatory: bool) -> int:
+    """Stops the suite's cells and says how to run them again; the signal that stopped it."""
+    STOPPED.set()
+    for number in previous:  # a second signal (a scheduler's repeat) must not cut the stop short
+        signal.signal(number, signal.SIG_IGN)
+    stopped_by: int = stop.signum if isinstance(stop, SuiteStopped) else signal.SIGINT
+    if stopped_by != signal.SIGINT:  # Ctrl-C reaches the workers from the terminal
+        launcher.stop(signal.SIGTERM)
+    verb = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(signal.Signals(stopped_by), "interrupted")
+    print(
+        f"\n{verb} ({signal.Signals(stopped_by).name}): the cells in flight end KILLED; "
+        f"`{program_name()} run {name}{' --confirmatory' if confirmatory else ''}` again runs them, "
+        "from their last checkpoint where the suite keeps checkpoints",
+        file=sys.stderr,
+        flush=True,
+    )
+    return stopped_by
+
+
+def _print_summary(name: str, suite: str, cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, float]],
+                   tracking_uri: str, log_dir: Path, started: float) -> None:
+    """Prints how the suite ended, its cells' table, what failed and how to build the leaderboard."""
     ended = "stopped" if STOPPED.is_set() else "done" if exit_status(outcomes, None) == 0 else "ended"
     print(f"\nsuite {suite} {ended} in {time.perf_counter() - started:.0f}s; "
           f"logs in {log_dir}\n")
@@ -356,7 +414,6 @@ def run_suite(name: str, *, seeds: list[int] | None = None, jobs: int = 1,
         print(f"\n{killed} run(s) were stopped by a signal to their fits: "
               f"`{program_name()} run {name}` again resumes them")
     print(f"\nStore: {tracking_uri}\nBuild the leaderboard from it:  {leaderboard_command(tracking_uri)}", flush=True)
-    return exit_status(outcomes, stopped_by if STOPPED.is_set() else None)
 
 
 def exit_status(outcomes: dict[tuple[str, int], tuple[str, float]], stopped_by: int | None) -> int:

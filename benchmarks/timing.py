@@ -250,6 +250,40 @@ def timing_cells(name: str, seeds: list[int] | None, confirmatory: bool, root: P
     return confirmatory_cells(load_suite(source, registered.seeds), registered, plan_hash)
 
 
+@dataclass(frozen=True)
+class _TimingPlan:
+    """A timing suite's cells, what it reads and the order its fits run in."""
+
+    name: str  # the suite as it was named (a name or a YAML path)
+    cells: list[Cell]
+    reading: Reading
+    arms: list[Arm]
+    labels: dict[Arm, str]
+    by_key: dict[tuple[int, Arm], Cell]  # (seed, arm) -> its cell
+    seeds: list[int]
+    order: list[tuple[int, int, int, Arm]]  # (seed position, seed, arm number, arm), in running order
+
+    @property
+    def experiment(self) -> str:
+        """The suite's experiment in the store."""
+        return self.cells[0].suite
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One timed fit: its place in the order, its exit status and what was measured around it."""
+
+    position: int
+    seed: int
+    number: int
+    arm: Arm
+    outcome: int
+    seconds: float
+    waited: float
+    load_before: float
+    load_after: float
+
+
 def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load: float = DEFAULT_MAX_LOAD,
                max_wait_s: float = DEFAULT_MAX_WAIT_S, seeds: list[int] | None = None, dry_run: bool = False,
                confirmatory: bool = False, root: Path | str | None = None,
@@ -258,91 +292,104 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
     failed or the machine stayed busy; 128 + the signal that stopped it). ``run`` is the runner's
     ``run_suite`` (replaceable in tests); ``runner_options`` are passed on to each of its calls (e.g.
     an option of a confirmatory pass), never ``seeds``, ``jobs``, ``benchmarks`` or ``configs``."""
-    fixed = ({"seeds", "jobs", "benchmarks", "configs", "tracking_uri", "dry_run", "confirmatory", "root"}
-             & set(runner_options or {}))
-    if fixed:
-        raise ValueError(f"runner_options may not set {sorted(fixed)}: the driver sets them")
+    _refuse_fixed_options(runner_options)
     if run is None:
-        from benchmarks.runner import run_suite as run
-    cells = timing_cells(name, seeds, confirmatory, root)
-    check_algorithms(cells, name)
-    if not cells:
-        raise SystemExit(f"timing: suite {name!r} has no cells")
-    experiment = cells[0].suite
-    reading = READINGS.get(experiment, DEFAULT_READING)
-    arms = suite_arms(cells)
-    labels = arm_labels(arms)
-    by_key = {(c.seed, Arm(c.benchmark, c.algorithm_config)): c for c in cells}
-    seed_list = list(dict.fromkeys(c.seed for c in cells))
+        from benchmarks.runner import run_suite
+
+        run = run_suite
+    plan = _timing_plan(name, seeds, confirmatory, root)
     runner_options = dict(runner_options or {})
     if confirmatory:  # each call: one of the pass's seeds (the runner checks it is one)
         runner_options |= {"confirmatory": True, "root": root}
-    order = [(position, seed, number, arm) for position, seed in enumerate(seed_list)
-             for number, arm in enumerate(arm_order(arms, position), start=1)]
-    if dry_run:
-        from benchmarks.suite_store import finished_runs_read_only
-
-        done, _, note = finished_runs_read_only(tracking_uri, experiment)
-    else:
-        check_store(tracking_uri)
-        done, note = finished_runs(tracking_uri, experiment), ""
-    todo = [item for item in order
-            if (by_key[(item[1], item[3])].cell, str(item[1]), by_key[(item[1], item[3])].config_tag) not in done]
-    print(f"timing {experiment}: {len(arms)} arms x {len(seed_list)} seeds, arms alternated per seed; "
-          f"{len(order) - len(todo)} already finished, {len(todo)} to run one at a time "
+    done, note = _finished_fits(tracking_uri, plan.experiment, dry_run)
+    todo = [(position, seed, number, arm) for position, seed, number, arm in plan.order
+            if (plan.by_key[(seed, arm)].cell, str(seed), plan.by_key[(seed, arm)].config_tag) not in done]
+    print(f"timing {plan.experiment}: {len(plan.arms)} arms x {len(plan.seeds)} seeds, arms alternated per seed; "
+          f"{len(plan.order) - len(todo)} already finished, {len(todo)} to run one at a time "
           f"(each after the 1-minute load is below {max_load}); machine: {cpu_description()}", flush=True)
     if note:
         print(f"  ({note})")
     if dry_run:
-        for _, seed, number, arm in order:
-            cell = by_key[(seed, arm)]
-            mark = "finished" if (cell.cell, str(seed), cell.config_tag) in done else "to run"
-            print(f"  seed {seed} arm {number}/{len(arms)}: {labels[arm]:40s} {mark}")
+        _print_timing_plan(plan, done)
         return 0
 
-    path = record_path(tracking_uri, experiment)
-    record = read_record(path) or {"suite": experiment, "suite_file": name, "reading": asdict(reading), "runs": {}}
+    path = record_path(tracking_uri, plan.experiment)
+    record = read_record(path) or {"suite": plan.experiment, "suite_file": name, "reading": asdict(plan.reading),
+                                   "runs": {}}
+    status = _time_fits(plan, todo, run, runner_options, tracking_uri=tracking_uri, max_load=max_load,
+                        max_wait_s=max_wait_s, record=record, path=path)
+    print()
+    print(summary(tracking_uri, plan.cells, plan.arms, plan.reading, record, plan.seeds))
+    if path.is_file():
+        print(f"\nrecord: {path}", flush=True)
+    return status
+
+
+def _refuse_fixed_options(runner_options: dict[str, Any] | None) -> None:
+    """Refuses ``runner_options`` that set what the driver sets itself."""
+    fixed = ({"seeds", "jobs", "benchmarks", "configs", "tracking_uri", "dry_run", "confirmatory", "root"}
+             & set(runner_options or {}))
+    if fixed:
+        raise ValueError(f"runner_options may not set {sorted(fixed)}: the driver sets them")
+
+
+def _timing_plan(name: str, seeds: list[int] | None, confirmatory: bool, root: Path | str | None) -> _TimingPlan:
+    """The timing suite's plan: its cells (refused when it has none), arms and the order of its fits."""
+    cells = timing_cells(name, seeds, confirmatory, root)
+    check_algorithms(cells, name)
+    if not cells:
+        raise SystemExit(f"timing: suite {name!r} has no cells")
+    arms = suite_arms(cells)
+    seed_list = list(dict.fromkeys(c.seed for c in cells))
+    order = [(position, seed, number, arm) for position, seed in enumerate(seed_list)
+             for number, arm in enumerate(arm_order(arms, position), start=1)]
+    return _TimingPlan(name, cells, READINGS.get(cells[0].suite, DEFAULT_READING), arms, arm_labels(arms),
+                      {(c.seed, Arm(c.benchmark, c.algorithm_config)): c for c in cells}, seed_list, order)
+
+
+def _finished_fits(tracking_uri: str, experiment: str, dry_run: bool) -> tuple[set[tuple[str, str, str]], str]:
+    """(the finished runs in the store, a note); a dry run reads the store without creating or altering it."""
+    if dry_run:
+        from benchmarks.suite_store import finished_runs_read_only
+
+        done, _, note = finished_runs_read_only(tracking_uri, experiment)
+        return done, note
+    check_store(tracking_uri)
+    return finished_runs(tracking_uri, experiment), ""
+
+
+def _print_timing_plan(plan: _TimingPlan, done: set[tuple[str, str, str]]) -> None:
+    """``--dry-run``: prints every fit in its order, finished or to run."""
+    for _, seed, number, arm in plan.order:
+        cell = plan.by_key[(seed, arm)]
+        mark = "finished" if (cell.cell, str(seed), cell.config_tag) in done else "to run"
+        print(f"  seed {seed} arm {number}/{len(plan.arms)}: {plan.labels[arm]:40s} {mark}")
+
+
+def _time_fits(plan: _TimingPlan, todo: list[tuple[int, int, int, Arm]], run: Callable[..., int],
+               runner_options: dict[str, Any], *, tracking_uri: str, max_load: float, max_wait_s: float,
+               record: dict[str, Any], path: Path) -> int:
+    """Runs the fits one at a time, each on an idle machine, recording each; the exit status."""
     status = 0
     on_term = (signal.signal(signal.SIGTERM, _stop) if threading.current_thread() is threading.main_thread()
                else None)
     try:
         for count, (position, seed, number, arm) in enumerate(todo, start=1):
-            cell = by_key[(seed, arm)]
             load_before, waited = wait_until_idle(max_load, max_wait_s)
-            print(f"[{count}/{len(todo)}] seed {seed}, arm {number}/{len(arms)} {labels[arm]} "
+            print(f"[{count}/{len(todo)}] seed {seed}, arm {number}/{len(plan.arms)} {plan.labels[arm]} "
                   f"(load {load_before:.2f})", flush=True)
-            started = time.perf_counter()
-            output = io.StringIO()
-            with contextlib.redirect_stdout(output):
-                outcome = run(name, seeds=[seed], jobs=1, benchmarks=[arm.benchmark], configs=[arm.config],
-                              tracking_uri=tracking_uri, **runner_options)
-            seconds = time.perf_counter() - started
+            outcome, seconds, output = _timed_fit(plan.name, seed, arm, run, tracking_uri, runner_options)
             load_after = load_1min()
             if outcome >= 128:  # stopped by a signal: the runner ended the fit KILLED
-                print(output.getvalue(), end="")
-                print(f"timing: stopped ({signal.Signals(outcome - 128).name}) at seed {seed}, {labels[arm]}; "
-                      f"no fit is left running; `{PROG} {name}` again resumes", file=sys.stderr, flush=True)
+                print(output, end="")
+                print(f"timing: stopped ({signal.Signals(outcome - 128).name}) at seed {seed}, {plan.labels[arm]}; "
+                      f"no fit is left running; `{PROG} {plan.name}` again resumes", file=sys.stderr, flush=True)
                 status = outcome
                 break
-            tags = {TAG_LOAD_BEFORE: f"{load_before:.2f}", TAG_LOAD_AFTER: f"{load_after:.2f}",
-                    TAG_ORDER: f"seed position {position}, arm {number} of {len(arms)}",
-                    TAG_MACHINE: cpu_description()}
-            run_id, value = run_value(tracking_uri, cell, reading, tags) if outcome == 0 else ("", None)
-            record["runs"][_entry_key(seed, arm)] = {
-                "seed": seed, "benchmark": arm.benchmark, "algorithm_config": arm.config,
-                "seed_position": position, "arm_number": number, "status": "FINISHED" if outcome == 0 else "FAILED",
-                "run_id": run_id, "seconds": round(seconds, 2), "waited_s": round(waited, 1),
-                "load_1min_before": round(load_before, 2), "load_1min_after": round(load_after, 2),
-                "max_load": max_load, "machine": machine(),
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "value": value, "unit": reading.unit,
-            }
-            write_record(path, record)
-            shown = "no value" if value is None else f"{value:.4g} {reading.unit}"
-            print(f"    {'FINISHED' if outcome == 0 else 'FAILED'} in {seconds:.0f} s: {shown}; "
-                  f"load after {load_after:.2f}", flush=True)
+            fit = _Fit(position, seed, number, arm, outcome, seconds, waited, load_before, load_after)
+            _record_fit(plan, fit, tracking_uri, max_load, record, path)
             if outcome != 0:
-                print(output.getvalue(), end="", flush=True)
+                print(output, end="", flush=True)
                 status = 1
     except MachineBusy as busy:
         print(str(busy), file=sys.stderr, flush=True)
@@ -350,16 +397,48 @@ def run_timing(name: str, *, tracking_uri: str = DEFAULT_TRACKING_URI, max_load:
     except KeyboardInterrupt as stop:  # between fits (waiting for the machine, reading the store)
         signum = stop.signum if isinstance(stop, TimingStopped) else signal.SIGINT
         print(f"\ntiming: stopped ({signal.Signals(signum).name}) between fits; no fit is left running; "
-              f"`{PROG} {name}` again resumes", file=sys.stderr, flush=True)
+              f"`{PROG} {plan.name}` again resumes", file=sys.stderr, flush=True)
         status = 128 + signum
     finally:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)
-    print()
-    print(summary(tracking_uri, cells, arms, reading, record, seed_list))
-    if path.is_file():
-        print(f"\nrecord: {path}", flush=True)
     return status
+
+
+def _timed_fit(name: str, seed: int, arm: Arm, run: Callable[..., int], tracking_uri: str,
+               runner_options: dict[str, Any]) -> tuple[int, float, str]:
+    """Runs one arm on one seed through the runner, its output kept; (exit status, seconds, output)."""
+    started = time.perf_counter()
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        outcome = run(name, seeds=[seed], jobs=1, benchmarks=[arm.benchmark], configs=[arm.config],
+                      tracking_uri=tracking_uri, **runner_options)
+    seconds = time.perf_counter() - started
+    return outcome, seconds, output.getvalue()
+
+
+def _record_fit(plan: _TimingPlan, fit: _Fit, tracking_uri: str, max_load: float, record: dict[str, Any],
+                path: Path) -> None:
+    """Tags the fit's run, writes the fit to the record and says how it ended."""
+    tags = {TAG_LOAD_BEFORE: f"{fit.load_before:.2f}", TAG_LOAD_AFTER: f"{fit.load_after:.2f}",
+            TAG_ORDER: f"seed position {fit.position}, arm {fit.number} of {len(plan.arms)}",
+            TAG_MACHINE: cpu_description()}
+    cell = plan.by_key[(fit.seed, fit.arm)]
+    run_id, value = run_value(tracking_uri, cell, plan.reading, tags) if fit.outcome == 0 else ("", None)
+    record["runs"][_entry_key(fit.seed, fit.arm)] = {
+        "seed": fit.seed, "benchmark": fit.arm.benchmark, "algorithm_config": fit.arm.config,
+        "seed_position": fit.position, "arm_number": fit.number,
+        "status": "FINISHED" if fit.outcome == 0 else "FAILED",
+        "run_id": run_id, "seconds": round(fit.seconds, 2), "waited_s": round(fit.waited, 1),
+        "load_1min_before": round(fit.load_before, 2), "load_1min_after": round(fit.load_after, 2),
+        "max_load": max_load, "machine": machine(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "value": value, "unit": plan.reading.unit,
+    }
+    write_record(path, record)
+    shown = "no value" if value is None else f"{value:.4g} {plan.reading.unit}"
+    print(f"    {'FINISHED' if fit.outcome == 0 else 'FAILED'} in {fit.seconds:.0f} s: {shown}; "
+          f"load after {fit.load_after:.2f}", flush=True)
 
 
 def _values(tracking_uri: str, cells: Sequence[Cell], reading: Reading,
@@ -392,8 +471,18 @@ def summary(tracking_uri: str, cells: Sequence[Cell], arms: Sequence[Arm], readi
 
 def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], reading: Reading,
                   record: dict[str, Any], seeds: Sequence[int]) -> str:
+    """The summary's text: the record's machines and loads, each arm's values, then the paired ratios."""
     labels = arm_labels(arms)
-    width = max(len(label) for label in labels.values())
+    lines = _record_lines(record, reading) + _arm_lines(values, arms, labels, seeds)
+    baseline = next((a for a in arms if a.cell == reading.baseline), None)
+    others = [a for a in arms if a != baseline]
+    if baseline is None or not others or not any((s, baseline) in values for s in seeds):
+        return "\n".join(lines)
+    return "\n".join(lines + _ratio_lines(values, baseline, others, labels, seeds))
+
+
+def _record_lines(record: dict[str, Any], reading: Reading) -> list[str]:
+    """What the summary reads, the machines it ran on and the loads around its fits."""
     machines = sorted({e["machine"]["cpu"] + f" ({e['machine']['cores']} cores)"
                        for e in record.get("runs", {}).values() if e.get("machine")})
     loads = [e["load_1min_before"] for e in record.get("runs", {}).values() if "load_1min_before" in e]
@@ -407,7 +496,14 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
         lines.append(f"{len(busy)} fit(s) ended with a 1-minute load above 1 + the limit (the fit itself is about 1): "
                      "other work may have run beside them: " + ", ".join(
                          f"seed {e['seed']} {e['benchmark']}|{e['algorithm_config']}" for e in busy))
-    lines.append(f"  {'arm':{width}s}  runs  {'median':>9s} {'min':>9s} {'max':>9s}")
+    return lines
+
+
+def _arm_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], labels: dict[Arm, str],
+               seeds: Sequence[int]) -> list[str]:
+    """Per arm: its runs and the median, min and max of their values."""
+    width = max(len(label) for label in labels.values())
+    lines = [f"  {'arm':{width}s}  runs  {'median':>9s} {'min':>9s} {'max':>9s}"]
     for arm in arms:
         got = [values[(s, arm)] for s in seeds if (s, arm) in values]
         if got:
@@ -415,11 +511,13 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
                          f"{min(got):9.4g} {max(got):9.4g}")
         else:
             lines.append(f"  {labels[arm]:{width}s}  {0:4d}  {'—':>9s} {'—':>9s} {'—':>9s}")
-    baseline = next((a for a in arms if a.cell == reading.baseline), None)
-    others = [a for a in arms if a != baseline]
-    if baseline is None or not others or not any((s, baseline) in values for s in seeds):
-        return "\n".join(lines)
-    lines.append(f"paired ratio per seed: each arm's value over {labels[baseline]}'s")
+    return lines
+
+
+def _ratio_lines(values: dict[tuple[int, Arm], float], baseline: Arm, others: list[Arm], labels: dict[Arm, str],
+                 seeds: Sequence[int]) -> list[str]:
+    """Per seed, each other arm's value over the baseline arm's; then their median, min and max."""
+    lines = [f"paired ratio per seed: each arm's value over {labels[baseline]}'s"]
     head = "  ".join(f"{labels[a]:>{max(9, len(labels[a]))}s}" for a in others)
     lines.append(f"  {'seed':>6s}  {head}")
     ratios: dict[Arm, list[float]] = {a: [] for a in others}
@@ -441,7 +539,7 @@ def summary_lines(values: dict[tuple[int, Arm], float], arms: Sequence[Arm], rea
         text = f"{statistics.median(got):.3g} [{min(got):.3g}, {max(got):.3g}]" if got else "—"
         stats.append(f"{labels[arm]}: {text}")
     lines.append(f"  median [min, max]: {'; '.join(stats)}")
-    return "\n".join(lines)
+    return lines
 
 
 def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TRACKING_URI,

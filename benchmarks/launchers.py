@@ -126,7 +126,7 @@ def _serve_cells(connection: Any, threads: int) -> None:
     # SIGTERM (the runner passing on its own) stops this worker as Ctrl-C does: a fit in flight ends
     # its run KILLED (exit 143), an idle worker leaves its loop
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    import fl_lightning.lightning_cli  # noqa: F401 - the start-up every cell of this worker shares
+    import fl_lightning.cli.lightning_cli  # noqa: F401 - the start-up every cell of this worker shares
 
     while True:
         try:

@@ -68,7 +68,7 @@ def finished_runs_or_exit(tracking_uri: str, suite: str) -> set[tuple[str, str, 
 def check_store(tracking_uri: str) -> None:
     """What would stop the runs from logging to the store, refused before any run starts (a folder
     that does not exist, a file that is not an MLflow store, a server that does not answer)."""
-    from fl_lightning.preflight import PreflightError, check_sqlite_store
+    from fl_lightning.cli.preflight import PreflightError, check_sqlite_store
     from fl_lightning.records.read_only_store import StoreError, check_writable
     from fl_lightning.records.store_uri import sqlite_file
 

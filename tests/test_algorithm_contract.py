@@ -256,14 +256,14 @@ def test_the_engine_asks_the_training_samples_and_evaluation_metrics_hooks():
     probe = Probe(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, seed=3)
     probe.attach_data(data)
     for _ in range(2):
-        shards = probe._client_shards(torch.tensor([1, 4]))
+        shards = probe.client_shards(torch.tensor([1, 4]))
         assert shards.sizes_cpu == [1, 1] and torch.equal(shards.index, data.train_index[[1, 4], :1])
     assert len(asked) == 1
-    metrics = probe._evaluate_all_clients()
+    metrics = probe.evaluate_all_clients()
     assert metrics["probe_metric"] == 1.0 and metrics["probe_clients"] == 8.0 and "test_acc_mean" in metrics
     probe.added = {"test_acc_mean": 0.0}
     with pytest.raises(ValueError, match="evaluation_metrics adds"):
-        probe._evaluate_all_clients()
+        probe.evaluate_all_clients()
 
 
 # ------------------------------------------------------------------------- defaults on the CLI
@@ -313,10 +313,10 @@ def engine_reads(source: str, names: set[str]) -> list[tuple[int, str]]:
 
 def test_the_engine_scan_finds_a_planted_read():
     names = engine_names()
-    assert {"_layout", "_global_vector", "_local_train", "_federated_data", "attacker", "log_round",
-            "round_context"} <= names
-    planted = "class A:\n    def aggregate(self, payload):\n        return self._global_vector() + self.log_round({})\n"
-    assert engine_reads(planted, names) == [(3, "_global_vector"), (3, "log_round")]
+    assert {"round_engine", "federated_data", "client_shards", "attacker", "log_round", "round_context"} <= names
+    planted = ("class A:\n    def aggregate(self, payload):\n"
+               "        return self.round_engine.global_vector() + self.log_round({})\n")
+    assert sorted(engine_reads(planted, names)) == [(3, "log_round"), (3, "round_engine")]
 
 
 @pytest.mark.parametrize("path", sorted(ALGORITHMS_DIR.rglob("*.py")), ids=lambda p: p.name)
@@ -354,8 +354,8 @@ def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand
     context = seen["context"]
     assert isinstance(context, RoundContext) and context.round == 2
     assert context.lr == pytest.approx(0.2 * 0.5**2)
-    assert torch.equal(context.global_vector, probe._global_vector())
-    assert context.layout is probe._layout and context.num_clients_total == 8
+    assert torch.equal(context.global_vector, probe.round_engine.global_vector())
+    assert context.layout is probe.round_engine.layout and context.num_clients_total == 8
     with pytest.raises(AttributeError):
         context.lr = 1.0  # read-only
     # issue 50: the layer lists are handed out as tuples, so a hook cannot edit the engine's own
@@ -370,7 +370,7 @@ def test_hooks_receive_a_read_only_round_context_also_on_a_payload_built_by_hand
         probe.aggregate(hand_built)  # the hook itself, unwrapped: no context added in silence
     assert Probe.aggregate is vars(Probe)["aggregate"]  # a breakpoint in aggregate lands in aggregate
     trained = context.local_train(context.client_shards(torch.arange(2)))
-    assert trained[probe._layout.names[0]].shape[0] == 2  # one model per client, this round's lr
+    assert trained[probe.round_engine.layout.names[0]].shape[0] == 2  # one model per client, this round's lr
 
 
 BARE_TYPES = {"float", "int", "bool", "float | None", "int | None", "Optional[float]", "Optional[int]"}  # no rule

@@ -23,6 +23,7 @@ from benchmarks import command_line, suites
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.algorithms.qp import batched_min_norm_simplex, box_around, min_norm_simplex
 from fl_lightning.cli import main as cli_main
+from fl_lightning.cli.replay import main as replay_main
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.gram import combine, conflict_counts, gram, layer_grams
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -35,7 +36,6 @@ from fl_lightning.metrics import (
     worst_fraction,
 )
 from fl_lightning.models import create_fl_model
-from fl_lightning.replay import main as replay_main
 from leaderboard.runs import LeaderboardError, load_runs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

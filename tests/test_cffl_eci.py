@@ -52,26 +52,26 @@ def attached(cls, data, **kwargs):
     module = cls(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape, fraction=1.0,
                  **kwargs)
     module.attach_data(data)
-    module._materialise_client_states(data.num_clients)
+    module.materialise_client_states(data.num_clients)
     return module
 
 
 def test_validation_set_is_held_out_of_every_agents_training_data():
     data = digits()
     module = attached(CFFL, data, validation_fraction=0.2)
-    training, held = module.validation_split(module._federated_data)
+    training, held = module.validation_split(module.federated_data)
     sizes = data.train_sizes.tolist()
     assert training.train_sizes.tolist() == [n - round(0.2 * n) for n in sizes]
     assert held.numel() == sum(round(0.2 * n) for n in sizes)
-    shards = module._client_shards(torch.arange(data.num_clients))
+    shards = module.client_shards(torch.arange(data.num_clients))
     trained_on = {int(i) for k, n in enumerate(shards.sizes_cpu) for i in shards.index[k, :n]}
     everything = {int(i) for k, n in enumerate(sizes) for i in data.train_index[k, :n]}
     assert trained_on.isdisjoint(held.tolist()) and trained_on | set(held.tolist()) == everything
-    again = (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2))[1]
+    again = (lambda m: m.validation_split(m.federated_data))(attached(CFFL, digits(), validation_fraction=0.2))[1]
     assert torch.equal(held, again)  # drawn from the seed
     assert not torch.equal(
         held,
-        (lambda m: m.validation_split(m._federated_data))(attached(CFFL, digits(), validation_fraction=0.2, seed=1))[1],
+        (lambda m: m.validation_split(m.federated_data))(attached(CFFL, digits(), validation_fraction=0.2, seed=1))[1],
     )
 
 
@@ -81,7 +81,7 @@ def tiny(cls, num_agents=3, **kwargs):
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, **kwargs)
     for p in module.model.parameters():
         torch.nn.init.zeros_(p)
-    module._materialise_client_states(num_agents)
+    module.materialise_client_states(num_agents)
     return module
 
 

@@ -30,7 +30,7 @@ def module():
                 upload_fraction=0.5)
     for p in cffl.model.parameters():
         torch.nn.init.zeros_(p)
-    cffl._materialise_client_states(3)
+    cffl.materialise_client_states(3)
     return cffl
 
 
@@ -50,7 +50,7 @@ def run_round(cffl, monkeypatch, round_index, delta_w, accuracies):
     step = cffl.server_round(payload)
     with torch.no_grad():  # w_g ← w_g − step
         params = dict(cffl.model.named_parameters())
-        for name, piece in cffl._layout.unflatten(cffl._global_vector() - step).items():
+        for name, piece in cffl.round_engine.layout.unflatten(cffl.round_engine.global_vector() - step).items():
             params[name].copy_(piece)
     assert len(scored) == 1
     return -step, scored[0]
@@ -107,4 +107,4 @@ def test_a_party_below_the_threshold_is_aggregated_in_its_round_and_left_out_aft
     assert torch.allclose(moved[1], torch.tensor(ROUND_1[1]) - 1 / 3 * torch.tensor(UPLOADS_1[1])
                           + torch.tensor([0.0, 1.0, 0.0, 4 / 3]))
     assert torch.equal(moved[2], torch.tensor(ROUND_1[2]))  # outside R: its own training only
-    assert cffl._global_vector().tolist() == pytest.approx([2.5 + 2 / 3, 3.0, 0.5 + 1 / 3, 1 + 4 / 3])
+    assert cffl.round_engine.global_vector().tolist() == pytest.approx([2.5 + 2 / 3, 3.0, 0.5 + 1 / 3, 1 + 4 / 3])

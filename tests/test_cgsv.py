@@ -22,7 +22,7 @@ def tiny_agents(cls=CGSV, num_agents=3, **kwargs):
     """A module whose model has D = 4 parameters (logistic regression 1 -> 2: weight 2x1,
     bias 2), with its per-agent state set up for ``num_agents`` agents."""
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(1,), **kwargs)
-    module._materialise_client_states(num_agents)
+    module.materialise_client_states(num_agents)
     return module
 
 
@@ -77,7 +77,7 @@ class Recorder(pl.Callback):
 
     def on_train_epoch_end(self, trainer, module):
         self.rounds.append({k: float(v) for k, v in trainer.callback_metrics.items()})
-        self.servers.append(module._global_vector().clone())
+        self.servers.append(module.round_engine.global_vector().clone())
         self.agents.append(module.agent_models.clone())
 
 
@@ -89,7 +89,7 @@ def test_three_agent_round_by_hand():
     u_N = (3,1,3,1)/12, ψ = (2/√5, 2/√5, 1/√5), r ∝ 0.05 ψ -> (0.4, 0.4, 0.2),
     q = ⌊4 tanh(β r_i) / tanh(0.4)⌋ = (4, 4, 2): agent 3 gets the 2 largest entries of u_N."""
     module = tiny_agents(sparsify="model")
-    w0 = module._global_vector().clone()
+    w0 = module.round_engine.global_vector().clone()
     step, v = run_round(module, payload([[2, 2, 2, 2], [2, 2, 2, 2], [3, -3, 3, -3]], [10, 10, 10]))
     u_N = torch.tensor([3.0, 1.0, 3.0, 1.0]) / 12
     assert torch.allclose(step, -u_N, atol=1e-6)  # the server moves by u_N: step = -u_N
@@ -97,7 +97,7 @@ def test_three_agent_round_by_hand():
     assert math.floor(4 * math.tanh(0.2) / math.tanh(0.4)) == 2
     assert torch.allclose(v[0], u_N, atol=1e-6) and torch.allclose(v[1], u_N, atol=1e-6)
     assert torch.allclose(v[2], torch.tensor([3.0, 0.0, 3.0, 0.0]) / 12, atol=1e-6)
-    assert torch.equal(module._global_vector(), w0)  # applying the step is the core's job
+    assert torch.equal(module.round_engine.global_vector(), w0)  # applying the step is the core's job
 
     # round 2 aggregates with r = (0.4, 0.4, 0.2): u_N = 0.6 (1,1,1,1)/4, ψ = (1, 1, -1),
     # r = 0.95 r + 0.05 ψ = (0.43, 0.43, 0.14) (already sums to 1), q_3 = ⌊4 tanh(.14)/tanh(.43)⌋ = 1
@@ -129,7 +129,7 @@ def test_round_matches_a_direct_transcription(sparsify):
     torch.manual_seed(0)
     module = CGSV(backbone="fl_mlp", backbone_kwargs={"hidden_sizes": [16]}, num_classes=10,
                   input_shape=(1, 8, 8), sparsify=sparsify, beta=1.5, gamma=0.3)
-    module._materialise_client_states(5)
+    module.materialise_client_states(5)
     r_before = torch.tensor([0.1, 0.3, 0.2, 0.25, 0.15], dtype=torch.float64)
     module.r.copy_(r_before)
     delta_w = torch.randn(5, module.num_parameters) * torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])[:, None]
@@ -153,7 +153,7 @@ def test_round_matches_a_direct_transcription(sparsify):
             assert int(kept.sum()) == math.floor(module.num_parameters * float(ratio[i]))
             pieces = [slice(0, module.num_parameters)]
         else:
-            pieces = list(module._layout.slices().values())
+            pieces = list(module.round_engine.layout.slices().values())
             for s in pieces:
                 assert int(kept[s].sum()) == math.ceil((s.stop - s.start) * float(ratio[i]))
         for s in pieces:
@@ -174,7 +174,7 @@ def test_beta_infinity_fit_is_vanilla_fl():
     recorder = Recorder()
     module = fit(CGSV, digits(3), callbacks=[recorder], beta=float("inf"), num_rounds=2)
     assert all(r["cgsv_density_min"] == 1.0 for r in recorder.rounds)
-    assert torch.allclose(module.agent_models, module._global_vector().expand(3, -1), atol=1e-6)
+    assert torch.allclose(module.agent_models, module.round_engine.global_vector().expand(3, -1), atol=1e-6)
     assert not torch.allclose(recorder.servers[0], recorder.servers[1])
 
 
@@ -198,14 +198,14 @@ def test_label_noise_lowers_importance_and_download_density():
     assert max(r[1], r[3]) < min(r[0], r[2])
     assert max(density[1], density[3]) < min(density[0], density[2])
     assert sum(r) == pytest.approx(1.0, abs=1e-6) and last["cgsv_r_min"] == pytest.approx(min(r))
-    distance = (module.agent_models - module._global_vector()).norm(dim=1)
+    distance = (module.agent_models - module.round_engine.global_vector()).norm(dim=1)
     assert distance[[1, 3]].min() > distance[[0, 2]].max()
 
     # ρ_r and ρ (Sec. 4.1, App. B.3), recomputed from the module's state
     final = torch.tensor(module.last_client_metrics["test_accuracy"], dtype=torch.float64)
     n = data.global_test_y.shape[0]
     everything = torch.arange(n).expand(4, n)
-    standalone = evaluate_clients_stacked(module.model, module._layout, module.standalone_models,
+    standalone = evaluate_clients_stacked(module.model, module.round_engine.layout, module.standalone_models,
                                           data.global_test_x, data.global_test_y, everything,
                                           torch.full((4,), n))[1]
     assert standalone.mean().item() == pytest.approx(last["standalone_test_acc_mean"], abs=1e-6)
@@ -225,7 +225,7 @@ def test_standalone_trains_alone_and_equals_cgsv_standalone_tracking():
     tracked = fit(CGSV, data, track_standalone=True)
     assert torch.allclose(alone.agent_models, tracked.standalone_models, atol=1e-6)
     assert not torch.allclose(alone.agent_models, recorder.start)  # the agents learned
-    assert torch.equal(alone._global_vector(), recorder.start[0])  # nothing was aggregated
+    assert torch.equal(alone.round_engine.global_vector(), recorder.start[0])  # nothing was aggregated
     assert min(alone.last_client_metrics["test_accuracy"]) > 0.5  # evaluated on the agents' models
 
 

@@ -63,8 +63,8 @@ def payload(updates, num_samples, round_index=0):
 def module_for(num_agents, **kwargs):
     """A module with D = 1220 parameters (logistic regression, 121 inputs -> 10 classes)."""
     module = CGSV(backbone="fl_logreg", num_classes=10, input_shape=(121,), **kwargs)
-    module._materialise_client_states(num_agents)
-    assert sum(module._layout.numels) == 1220
+    module.materialise_client_states(num_agents)
+    assert sum(module.round_engine.layout.numels) == 1220
     return module
 
 

@@ -6,7 +6,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fl_lightning.cli import DEFAULT_CONFIG, main
+from fl_lightning.cli import main
+from fl_lightning.configs import DEFAULT_CONFIG
 
 pytestmark = pytest.mark.integration
 

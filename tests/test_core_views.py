@@ -146,8 +146,8 @@ def test_chunks_sized_by_the_activations_give_the_bits_of_one_chunk(name, shape,
 
 def test_the_module_keeps_the_sample_positions_between_rounds():
     module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=(60,))
-    kept = module._evaluator.kept
-    assert module._evaluator.kept is kept  # one per module, not one per access
+    kept = module.round_engine.evaluator.kept
+    assert module.round_engine.evaluator.kept is kept  # one per module, not one per access
     index, sizes = torch.arange(6).view(2, 3), torch.tensor([3, 2])
     first = kept.of(index, sizes)
     assert kept.of(index.clone(), sizes.clone()) is first and kept.of(index, torch.tensor([3, 3])) is not first
@@ -157,7 +157,7 @@ class PersonalCopies(FedAvg):
     """Evaluates K identical copies of the global model through the per-client path."""
 
     def evaluation_params(self):
-        return self._global_vector().unsqueeze(0).expand(self._num_clients_total, -1)  # a test may peek
+        return self.round_engine.global_vector().unsqueeze(0).expand(self.num_clients_total, -1)  # a test may peek
 
 
 def _fit(module, data):
@@ -181,7 +181,7 @@ def test_lr_decay_conflicts_and_improvement_are_logged():
     data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=0)
     module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3, eval_every=1,
                     fraction=1.0, lr=0.2, lr_decay=0.5, track_improvement=True, layer_grouping="module")
-    assert module._round_lr(0) == 0.2 and module._round_lr(2) == pytest.approx(0.05)
+    assert module.round_engine.round_lr(0) == 0.2 and module.round_engine.round_lr(2) == pytest.approx(0.05)
     metrics = _fit(module, data).callback_metrics
     assert 0 <= metrics["improved_fraction"].item() <= 1
     assert 0 <= metrics["conflicts_model"].item() <= 6

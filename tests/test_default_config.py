@@ -67,7 +67,7 @@ def split_defaults(capsys, monkeypatch, tmp_path) -> dict[str, tuple]:
     ``partition_params``: the parameters a data module built with no arguments uses (its
     partitioner's defaults, which ``None`` stands for), as the CLI prints them."""
     from fl_lightning.algorithms import FedAvg
-    from fl_lightning.cli_settings import DATA_LINKS
+    from fl_lightning.cli.settings import DATA_LINKS
     from fl_lightning.core.module import FederatedModule
 
     printed = cli_printed_config(capsys, monkeypatch, tmp_path)

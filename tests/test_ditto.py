@@ -43,11 +43,11 @@ class Recorder(pl.Callback):
     """w^0 and, after every round, the global model and the personal models."""
 
     def on_train_start(self, trainer, module):
-        self.start = module._global_vector().clone()
+        self.start = module.round_engine.global_vector().clone()
         self.servers, self.personal = [], []
 
     def on_train_epoch_end(self, trainer, module):
-        self.servers.append(module._global_vector().clone())
+        self.servers.append(module.round_engine.global_vector().clone())
         self.personal.append(module.personal_models.clone())
 
 
@@ -56,7 +56,7 @@ def plain_local_sgd(module, data, client, start, rounds, lr):
     ordinary model and torch.optim.SGD on the minibatches the core draws for each round
     (full participation: the round's clients are 0..K-1, in order)."""
     model = copy.deepcopy(module.model)
-    assign_model_vector(model, module._layout, start)
+    assign_model_vector(model, module.round_engine.layout, start)
     K = data.num_clients
     max_n = int(data.train_sizes.max())
     n = int(data.train_sizes[client])
@@ -81,7 +81,7 @@ def test_lambda_zero_personal_models_are_pure_local_training_and_global_is_fedav
         alone = plain_local_sgd(ditto, data, client, recorder.start, rounds=[0, 1], lr=0.1)
         assert torch.allclose(ditto.personal_models[client], alone, atol=1e-5)
     fedavg = fit(FedAvg, data, lr_decay=0.9)
-    assert torch.equal(ditto._global_vector(), fedavg._global_vector())  # Alg. 1 line 9: FedAvg
+    assert torch.equal(ditto.round_engine.global_vector(), fedavg.round_engine.global_vector())  # Alg. 1 line 9: FedAvg
 
 
 def test_prox_pulls_towards_the_current_global_model():
@@ -94,7 +94,7 @@ def test_prox_pulls_towards_the_current_global_model():
     ditto = fit(Ditto, data, callbacks=[recorder], lam=1 / lr, lr=lr, batch_size=None)
     model = copy.deepcopy(ditto.model)
     for client in range(3):
-        assign_model_vector(model, ditto._layout, recorder.personal[0][client])
+        assign_model_vector(model, ditto.round_engine.layout, recorder.personal[0][client])
         rows = data.train_index[client, : int(data.train_sizes[client])]
         model.zero_grad()
         torch.nn.functional.cross_entropy(model(data.train_x[rows]), data.train_y[rows]).backward()

@@ -237,8 +237,8 @@ def known_flags() -> frozenset[str]:
     from benchmarks.command_line import main as benchmarks_main
     from fl_lightning.algorithms import ALGORITHMS
     from fl_lightning.cli import main as fit_main
-    from fl_lightning.cli_settings import signature_defaults
-    from fl_lightning.replay import main as replay_main
+    from fl_lightning.cli.replay import main as replay_main
+    from fl_lightning.cli.settings import signature_defaults
     from leaderboard.__main__ import main as leaderboard_main
 
     flags = help_flags(lambda: fit_main(["fit", "--help"]))

@@ -46,8 +46,8 @@ def test_loss_aware_selection_takes_the_highest_loss_candidates(monkeypatch):
 def test_candidate_losses_are_the_clients_training_losses_at_the_global_model():
     module = attached(fraction=0.3, selection="loss_aware")
     candidates = torch.tensor([0, 3, 7])
-    shards = module._client_shards(candidates)
-    expected, _ = module._evaluator.shared(module.model, (shards.x, shards.y, shards.index, shards.sizes))
+    shards = module.client_shards(candidates)
+    expected, _ = module.round_engine.evaluator.shared(module.model, (shards.x, shards.y, shards.index, shards.sizes))
     assert torch.allclose(module.candidate_losses(module.round_context(0), candidates), expected)
 
 

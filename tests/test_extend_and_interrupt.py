@@ -29,9 +29,9 @@ from printed import printed_line, run_as_printed, user_shell_env, words  # tests
 from test_docs_algorithm import docs_block
 from test_resume_cli import dying_logger
 
-from fl_lightning import cli
 from fl_lightning.callbacks import mlflow_store
 from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
+from fl_lightning.cli import console as cli
 from fl_lightning.cli import main
 from fl_lightning.records.store_uri import absolute_tracking_uri
 from fl_lightning.records.vocabulary import Tag

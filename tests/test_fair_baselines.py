@@ -64,7 +64,7 @@ class Iterates(pl.Callback):
         self.models, self.metrics = [], []
 
     def on_train_epoch_end(self, trainer, pl_module):
-        self.models.append(pl_module._global_vector().clone())
+        self.models.append(pl_module.round_engine.global_vector().clone())
         self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
@@ -117,7 +117,7 @@ def test_afl_weights_by_client_id_and_moves_lambda_towards_the_worst_client(data
     assert answer.metrics["afl_lambda_max"] == pytest.approx(0.4)
 
     module.mixture.copy_(uniform)
-    module.on_round_end(module._with_round_context(p), step)
+    module.on_round_end(module.with_round_context(p), step)
     shifted = uniform + 0.1 * torch.tensor([3.0, 0.2, 0.5, 0.1, 0.0, 0.0])  # λ + γ_λ F, F by client id
     expected = shifted - (shifted.sum() - 1) / NUM_CLIENTS  # the projection when no weight hits 0
     assert (expected > 0).all()
@@ -166,8 +166,8 @@ def test_fedfa_three_client_round_by_hand(data):
 
 
 def test_fedfa_clients_use_momentum_gamma_unless_told_otherwise():
-    assert make(FedFa)._local_sgd.momentum == 0.9 and make(FedFa, gamma=0.5).hparams.momentum == 0.5
-    assert make(FedFa, momentum=0.0)._local_sgd.momentum == 0.0
+    assert make(FedFa).round_engine.local_sgd.momentum == 0.9 and make(FedFa, gamma=0.5).hparams.momentum == 0.5
+    assert make(FedFa, momentum=0.0).round_engine.local_sgd.momentum == 0.0
 
 
 # --------------------------------------------------------------------------- DRFL and FedGini
@@ -235,9 +235,10 @@ def test_bad_hyper_parameters_are_refused(cls, kwargs):
 @pytest.mark.parametrize("cls", [QFedAvg, FedFa, DRFL, FedGini])
 def test_short_fit(cls, data):
     module = fit_module(cls, data, fraction=0.5)
-    start = module._global_vector().clone()
+    start = module.round_engine.global_vector().clone()
     iterates = fit(module, data)
-    assert torch.isfinite(module._global_vector()).all() and not torch.equal(module._global_vector(), start)
+    end = module.round_engine.global_vector()
+    assert torch.isfinite(end).all() and not torch.equal(end, start)
     assert {"conflicts_model", "server_step_norm", "test_acc_mean"} <= set(iterates.metrics[-1])
     if cls is FedFa:
         assert int(module.participation.sum()) == 2 * 3  # 3 clients answered in each of 2 rounds

@@ -86,7 +86,7 @@ def test_dropped_clients_are_left_out_and_the_algorithm_sees_the_answered_set():
     module.aggregate = recording
     rounds = run(module, data)
     for t, (clients, logged) in enumerate(zip(seen, rounds)):
-        expected = module._drop_clients(t, torch.arange(10)).tolist()
+        expected = module.round_engine.drop_clients(t, torch.arange(10)).tolist()
         assert clients == expected  # FedFV's projection order is over the answered set
         assert logged["clients_answered"] == len(expected) < logged["clients_sampled"] == 10
     assert (module.last_seen >= 0).sum() == len(set().union(*map(set, seen)))
@@ -95,7 +95,7 @@ def test_dropped_clients_are_left_out_and_the_algorithm_sees_the_answered_set():
 def test_a_round_where_nobody_answers_keeps_the_model_and_is_logged():
     data = data_for(num_clients=2)
     module = make("FedAvg", data, fraction=1.0, dropout_prob=0.9, num_rounds=6)
-    nobody = [t for t in range(6) if len(module._drop_clients(t, torch.arange(2))) == 0]
+    nobody = [t for t in range(6) if len(module.round_engine.drop_clients(t, torch.arange(2))) == 0]
     assert nobody, "the seed must give at least one empty round"
     rounds = run(module, data)
     for t in nobody:

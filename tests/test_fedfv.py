@@ -186,7 +186,7 @@ def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
                          num_sanity_val_steps=0, callbacks=[recorder], default_root_dir=tmp_path)
     trainer.fit(module, datamodule=data)
 
-    assert torch.isfinite(module._global_vector()).all()
+    assert torch.isfinite(module.round_engine.global_vector()).all()
     last_sampled = module.sample_clients(module.round_context(2))
     assert (module.last_seen[last_sampled] == 2).all()
     assert set(module.last_seen.tolist()) <= {-1, 0, 1, 2}
@@ -197,7 +197,7 @@ def test_short_fit_keeps_history_of_the_sampled_clients(data, tmp_path):
     restored = FedFV.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
     assert torch.equal(restored.last_seen, module.last_seen)
     # the checkpoint holds the window's rows, less those of the clients that answer round 3
-    answering = module._drop_clients(3, module.sample_clients(module.round_context(3)))
+    answering = module.round_engine.drop_clients(3, module.sample_clients(module.round_context(3)))
     kept = in_window.clone()
     kept[answering] = False
     assert kept.any() and (in_window & ~kept).any()

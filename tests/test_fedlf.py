@@ -19,9 +19,9 @@ def fedlf(slices, num_clients=8, **kwargs):
     """A FedLF whose aggregation sees hand-made vectors cut into ``slices``."""
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedLF(**(params | kwargs))
-    module._layer_slices = slices
+    module.round_engine.layer_slices = slices
     module.register_client_history(slices[-1].stop)  # the hand-made vectors' d
-    module._materialise_client_states(num_clients)
+    module.materialise_client_states(num_clients)
     return module
 
 
@@ -44,7 +44,8 @@ def conflict_free_groups(module, result, vectors):
     many groups had a non-zero direction."""
     nonzero, step = 0, result.direction
     for group, zero in result.details["groups"]:
-        piece = slice(module._layer_slices[group[0]].start, module._layer_slices[group[-1]].stop)
+        slices = module.round_engine.layer_slices
+        piece = slice(slices[group[0]].start, slices[group[-1]].stop)
         if zero:
             assert not step[piece].any()
         else:
@@ -127,7 +128,7 @@ def test_matches_a_transcription_of_the_paper(fair_gradient, solver):
                        fair_gradient=fair_gradient)
         t = 3
         eta = 2.0 * 0.5 * 0.9**t  # η_t = server_lr · lr · decay^t
-        ours = module.propose(payload(g * module._round_lr(t), losses, t=t)).direction  # updates = η_t g
+        ours = module.propose(payload(g * module.round_engine.round_lr(t), losses, t=t)).direction  # updates = η_t g
         theirs = transcribed_step(g, losses, slices, eta, fair_gradient=fair_gradient)
         assert torch.allclose(ours.double(), theirs, atol=1e-5 * theirs.norm()), seed
 
@@ -142,7 +143,7 @@ def test_batched_and_cvxopt_solvers_give_the_same_direction():
             module = fedlf(slices_of(sizes), num_clients=10, qp_solver=solver)
             old = payload(history_g, [1.0, 1.0, 1.0], clients=[7, 8, 9])
             # 7-9 become absent, recent clients
-            module.on_round_end(module._with_round_context(old), module.propose(old).direction)
+            module.on_round_end(module.with_round_context(old), module.propose(old).direction)
             steps.append(module.propose(payload(g, losses, t=1)).direction)
         assert torch.allclose(steps[0], steps[1], atol=1e-5 * steps[1].norm()), seed
 
@@ -151,7 +152,7 @@ def test_step_has_the_norm_of_the_mean_gradient_times_the_decayed_lr():
     g, losses = random_round(5, 4, [3, 4])
     module = fedlf(slices_of([3, 4]), lr=0.2, server_lr=1.5, server_lr_decay=0.99)
     t = 7
-    step = module.propose(payload(g * module._round_lr(t), losses, t=t)).direction
+    step = module.propose(payload(g * module.round_engine.round_lr(t), losses, t=t)).direction
     expected = 1.5 * 0.2 * 0.99**t * g.mean(0).norm()
     assert torch.isclose(step.norm(), expected, rtol=1e-5)
 
@@ -169,7 +170,7 @@ def test_property_no_online_client_conflicts_at_any_layer_unless_stationary():
         absent, _ = random_round(1000 + case, 4, sizes)
         if case % 3:  # clients m..m+3 were online in round 0 and are absent in round 1
             old = payload(absent, torch.rand(4).tolist(), clients=range(m, m + 4))
-            module.on_round_end(module._with_round_context(old), module.propose(old).direction)
+            module.on_round_end(module.with_round_context(old), module.propose(old).direction)
         g, losses = random_round(case, m, sizes, equal_losses=case % 5 == 0)
         result = module.propose(payload(g, losses, t=1))
         step = result.direction
@@ -282,7 +283,7 @@ def test_tau_and_the_absent_clients_over_a_sequence_of_rounds():
         assert result.metrics["fedlf_absent_added"] == len(absent or [])
         if absent:  # their last gradients are in the QP: no conflict with them either
             assert conflict_free_groups(module, result, module.history[absent]) > 0
-        module.on_round_end(module._with_round_context(p), result.direction)
+        module.on_round_end(module.with_round_context(p), result.direction)
         assert torch.allclose(module.history[online], g) and (module.last_seen[online] == t).all()
 
 
@@ -322,7 +323,7 @@ def test_fit_with_partial_participation_never_conflicts_with_an_online_client(da
             assert r["conflicts_layer_max"] == 0
     assert rounds[0]["fedlf_absent_added"] == 0 and rounds[-1]["fedlf_absent_added"] > 0
     assert all(r["fedlf_fair_used"] == 1 for r in rounds)
-    assert torch.isfinite(model_vector(module.model, module._layout)).all()
+    assert torch.isfinite(model_vector(module.model, module.round_engine.layout)).all()
     assert int(module.last_seen.max()) == 3 and int((module.last_seen >= 0).sum()) >= 4
     assert {"history", "last_seen"} <= set(module.state_dict())  # checkpoints hold the state
     assert "test_acc_mean" in rounds[-1]
@@ -331,7 +332,7 @@ def test_fit_with_partial_participation_never_conflicts_with_an_online_client(da
 def test_full_batch_signal_is_the_clients_gradient_at_w(data):
     module, rounds = fit(data, gradient="full_batch", num_rounds=1, layer_grouping="module")
     assert rounds[0]["conflicts_model"] == 0
-    shards = module._client_shards(torch.tensor([0, 3]))
+    shards = module.client_shards(torch.tensor([0, 3]))
     gradients = module.train_clients(module.round_context(1), shards)
     for row, k in enumerate([0, 3]):
         samples = shards.index[row, : shards.sizes_cpu[row]]

@@ -21,7 +21,7 @@ def fedmdfg(d, num_clients=8, **kwargs):
     params = dict(backbone="fl_logreg", num_classes=2, input_shape=(1,), fraction=1.0, lr=1.0)
     module = FedMDFG(**(params | kwargs))
     module.register_client_history(d)  # the hand-made vectors' d
-    module._materialise_client_states(num_clients)
+    module.materialise_client_states(num_clients)
     return module
 
 
@@ -107,13 +107,13 @@ def test_absent_clients_are_those_of_the_previous_round_and_zero_updates_are_lef
         assert module.absent_clients(p.clients).tolist() == absent, t
         result = module.propose(p)
         assert result.metrics["fedmdfg_absent_added"] == len(absent)
-        module.on_round_end(module._with_round_context(p), result.direction)
+        module.on_round_end(module.with_round_context(p), result.direction)
     # a client whose update is zero is left out of the QP and of the history
     p = payload([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0]], [1.0, 2.0], clients=[0, 1], t=4)
     result = module.propose(p)
     step = result.direction
     assert result.metrics["fedmdfg_zero_clients"] == 1 and torch.isfinite(step).all()
-    module.on_round_end(module._with_round_context(p), step)
+    module.on_round_end(module.with_round_context(p), step)
     assert module.last_seen.tolist() == [4, 2, 2, 2, 3]
 
 
@@ -180,7 +180,7 @@ def test_fit_is_a_common_descent_with_history(data, gradient):
     assert all(r["conflicts_model"] == 0 for r in rounds)
     assert all("fedmdfg_guided" in r and "fedmdfg_fairness_angle" in r for r in rounds)
     assert rounds[0]["fedmdfg_absent_added"] == 0 and any(r["fedmdfg_absent_added"] > 0 for r in rounds[1:])
-    assert torch.isfinite(model_vector(module.model, module._layout)).all()
+    assert torch.isfinite(model_vector(module.model, module.round_engine.layout)).all()
     assert int(module.last_seen.max()) == 2
     assert {"history", "last_seen"} <= set(module.state_dict())  # checkpoints hold the state
     seen = module.last_seen >= 0

@@ -183,7 +183,7 @@ def test_short_fit_logs_qp_and_improvement():
     rounds = Rounds()
     pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, num_sanity_val_steps=0, callbacks=[rounds]).fit(module, datamodule=data)
-    assert torch.isfinite(module._global_vector()).all()
+    assert torch.isfinite(module.round_engine.global_vector()).all()
     assert len(rounds.metrics) == 2
     for metrics in rounds.metrics:
         assert {"qp_fallback", "qp_fallbacks_total", "global_lr", "improved_fraction"} <= set(metrics)

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.cli import main
-from fl_lightning.preflight import PreflightError
+from fl_lightning.cli.preflight import PreflightError
 from fl_lightning.records.fit_lock import LOCK_NAME, RunLock, read_lock, this_host
 from fl_lightning.records.vocabulary import Tag
 from tests.test_resume_cli import fit_args, interrupted_fit

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from fl_lightning import cli
 from fl_lightning.algorithms import ALGORITHMS
+from fl_lightning.cli import console as cli
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.data.partition_registry import resolved_partition_params
@@ -118,7 +118,7 @@ def test_the_printed_config_is_the_fits(algorithm, printed, monkeypatch, tmp_pat
     """``--print_config`` is printed inside the parse, before the algorithm's own defaults are
     restored: it showed AFL's fraction 0.1 (FedAvg's, carried over) where the fit runs at 1.0, FedFa's
     momentum 0.0 where the fit takes γ. It now shows the settings the fit is built from."""
-    from fl_lightning.lightning_cli import FederatedCLI
+    from fl_lightning.cli.lightning_cli import FederatedCLI
 
     def stop(cli):
         raise Parsed(cli.config[cli.subcommand])

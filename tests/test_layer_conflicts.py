@@ -142,14 +142,14 @@ def fit_rounds(cls, data, callbacks=(), **kwargs):
 def test_fedlf_conflicts_with_no_layer_of_any_online_client(data, grouping):
     groups = Groups()
     module, rounds = fit_rounds(FedLF, data, callbacks=[groups], layer_grouping=grouping)
-    paper = paper_layer_slices(module.model, module._layout)
+    paper = paper_layer_slices(module.model, module.round_engine.layout)
     # The per-layer QP gives g_{i,l}·d_l < 0 at every group it solved with d_l ≠ 0 (App. A.1,
     # eq. (5)); Combine Layers merges a group whose d_l is 0 with its neighbour. Every final group
     # here is non-zero and inside one module (per tensor: fc.bias, 10 one-class clients, is
     # stationary and joins fc.weight), so no (client, layer) pair can conflict: Table 4's FedLF row.
     for round_groups in groups.rounds:
         for group, zero in round_groups:
-            first, last = module._layer_slices[group[0]], module._layer_slices[group[-1]]
+            first, last = module.round_engine.layer_slices[group[0]], module.round_engine.layer_slices[group[-1]]
             assert not zero and any(p.start <= first.start and last.stop <= p.stop for p in paper), group
     assert [r["conflicts_model"] for r in rounds] == [0.0] * ROUNDS
     assert [r["conflicts_layer"] for r in rounds] == [0.0] * ROUNDS

@@ -176,7 +176,7 @@ def test_fedavg_fits_pydoc_chars_with_the_lstm():
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=data)
-    assert module._engines.engine_used == "vectorised"
+    assert module.round_engine.runner.engine_used == "vectorised"
     assert trainer.current_epoch == 2
     assert all(torch.isfinite(p).all() for p in module.model.parameters())
 

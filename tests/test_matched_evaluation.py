@@ -28,9 +28,9 @@ def module_for(cls, data, **kwargs):
 
 def test_matched_accuracy_is_the_label_weighted_class_accuracy(matched_data):
     data = matched_data
-    metrics = module_for(FedAvg, data)._evaluate_all_clients()
+    metrics = module_for(FedAvg, data).evaluate_all_clients()
     module = module_for(FedAvg, data)
-    module._evaluate_all_clients()
+    module.evaluate_all_clients()
     accuracies = torch.tensor(module.last_client_metrics["test_accuracy"])
     with torch.no_grad():
         correct = (module.model(data.global_test_x).argmax(1) == data.global_test_y).float()
@@ -49,12 +49,12 @@ def test_per_client_models_agree_with_the_shared_path(matched_data):
     """Ditto's personal models, all equal to the global model, give the shared model's values."""
     data = matched_data
     shared = module_for(FedAvg, data)
-    shared._evaluate_all_clients()
+    shared.evaluate_all_clients()
     personal = module_for(Ditto, data)
     personal.setup("fit")
-    personal.personal_models.copy_(shared._global_vector().expand_as(personal.personal_models))
+    personal.personal_models.copy_(shared.round_engine.global_vector().expand_as(personal.personal_models))
     personal.model.load_state_dict(shared.model.state_dict())
-    personal._evaluate_all_clients()
+    personal.evaluate_all_clients()
     for key in ("test_accuracy", "test_loss"):
         assert np.allclose(personal.last_client_metrics[key], shared.last_client_metrics[key], atol=1e-5)
 

@@ -73,8 +73,7 @@ def test_fedprox_with_mu_zero_is_fedavg():
     fit(prox, data)
     # FedAvg's plain cross-entropy trains with hand-derived gradients (core.fused), FedProx's
     # objective through autograd: the same arithmetic, rounded differently
-    torch.testing.assert_close(model_vector(avg.model, avg._layout), model_vector(prox.model, prox._layout),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(avg.round_engine.global_vector(), prox.round_engine.global_vector(), rtol=0, atol=1e-5)
 
 
 def test_fedprox_term_keeps_clients_closer_to_the_global_model():
@@ -93,8 +92,8 @@ def test_vectorised_and_sequential_fits_agree():
     seq = module_for(data, engine="sequential", fraction=0.5, momentum=0.9, local_epochs=2)
     fit(vec, data)
     fit(seq, data)
-    assert vec._engines.engine_used == "vectorised" and seq._engines.engine_used == "sequential"
-    assert torch.allclose(model_vector(vec.model, vec._layout), model_vector(seq.model, seq._layout), atol=1e-5)
+    assert vec.round_engine.runner.engine_used == "vectorised" and seq.round_engine.runner.engine_used == "sequential"
+    assert torch.allclose(vec.round_engine.global_vector(), seq.round_engine.global_vector(), atol=1e-5)
 
 
 def test_rounds_are_exact_and_logged_per_round():
@@ -117,7 +116,7 @@ def test_sampling_and_dropout_are_deterministic_and_within_bounds():
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert all(len(s) == 5 and len(set(s.tolist())) == 5 for s in first)
     assert len({tuple(s.tolist()) for s in first}) > 1
-    answered = [module._drop_clients(t, first[t]) for t in range(10)]
+    answered = [module.round_engine.drop_clients(t, first[t]) for t in range(10)]
     assert all(set(a.tolist()) <= set(s.tolist()) for a, s in zip(answered, first))
     total = sum(len(a) for a in answered)
     assert 10 <= total <= 40  # about half of 50
@@ -133,7 +132,7 @@ def test_client_with_nan_data_is_left_out_and_model_stays_finite():
     fit(module, data, callbacks=[recorder])
     assert [r["clients_nonfinite"] for r in recorder.rounds] == [1.0, 1.0]
     assert [r["clients_aggregated"] for r in recorder.rounds] == [9.0, 9.0]
-    assert torch.isfinite(model_vector(module.model, module._layout)).all()
+    assert torch.isfinite(model_vector(module.model, module.round_engine.layout)).all()
 
 
 class BrokenServer(FedAvg):
@@ -144,19 +143,19 @@ class BrokenServer(FedAvg):
 def test_non_finite_server_step_is_refused():
     data = digits_data()
     module = module_for(data, cls=BrokenServer, num_rounds=2)
-    before = model_vector(module.model, module._layout).clone()
+    before = model_vector(module.model, module.round_engine.layout).clone()
     fit(module, data)
-    assert torch.equal(model_vector(module.model, module._layout), before)
+    assert torch.equal(model_vector(module.model, module.round_engine.layout), before)
 
 
 def test_round_where_nobody_answers_keeps_the_model():
     data = digits_data(num_clients=2)
     module = module_for(data, dropout_prob=0.999, num_rounds=2)
-    before = model_vector(module.model, module._layout).clone()
+    before = model_vector(module.model, module.round_engine.layout).clone()
     recorder = Recorder()
     fit(module, data, callbacks=[recorder])
     assert all(r["clients_answered"] == 0 for r in recorder.rounds)
-    assert torch.equal(model_vector(module.model, module._layout), before)
+    assert torch.equal(model_vector(module.model, module.round_engine.layout), before)
 
 
 def test_evaluation_summarises_every_client():

@@ -12,7 +12,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.cli import main
-from fl_lightning.preflight import PreflightError
+from fl_lightning.cli.preflight import PreflightError
 from fl_lightning.records.fit_lock import LOCK_NAME, check_writable_folder, read_lock, release_claim, try_claim
 from tests.test_resume_cli import fit_args
 

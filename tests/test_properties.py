@@ -163,7 +163,7 @@ def server_module(name: str, features: int, num_clients: int):
     """An algorithm on fl_logreg (d = 2 * features + 2) with its K-sized state, no Trainer."""
     cls, kwargs = ALGORITHMS[name]
     module = cls(backbone="fl_logreg", num_classes=2, input_shape=(features,), fraction=1.0, lr=0.1, **kwargs)
-    module._materialise_client_states(num_clients)
+    module.materialise_client_states(num_clients)
     return module
 
 
@@ -179,7 +179,7 @@ def run_two_rounds(module, first, second):
     offset = 0
     for t, (updates, losses, sizes) in enumerate((first, second)):
         m = updates.shape[0]
-        payload = module._with_round_context(round_payload(t, range(offset, offset + m), updates, losses, sizes))
+        payload = module.with_round_context(round_payload(t, range(offset, offset + m), updates, losses, sizes))
         proposal = as_server_step(module.propose(payload))
         step = proposal.direction
         steps.append(step)

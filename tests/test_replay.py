@@ -8,8 +8,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fl_lightning.cli import main as cli
-from fl_lightning.replay import RESULT_TAG, first_divergence
-from fl_lightning.replay import main as replay
+from fl_lightning.cli.replay import RESULT_TAG, first_divergence
+from fl_lightning.cli.replay import main as replay
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def test_first_divergence_is_the_earliest_round_then_the_metric_name():
 def test_the_replayed_config_logs_to_the_scratch_store_and_drops_what_a_fresh_fit_refuses(tmp_path):
     import yaml
 
-    from fl_lightning.replay import ReplayError, replay_config
+    from fl_lightning.cli.replay import ReplayError, replay_config
 
     stored = {"seed_everything": 3, "threads": "auto", "ckpt_path": "old/last.ckpt",
               "trainer": {"max_epochs": -1, "max_steps": -1, "logger": {"init_args": {"run_id": "abc"}}},
@@ -126,15 +126,15 @@ def test_a_metric_only_the_replay_logs_diverges():
 
 
 def test_the_ui_chart_copies_are_not_compared_but_wall_clock_times_only_are_left_out():
-    from fl_lightning.replay import compared
+    from fl_lightning.cli.replay import compared
 
     assert not compared("Accuracy and fairness/test_acc_mean") and not compared("client_time_s")
     assert compared("test_acc_mean") and compared("test_acc_worst10")
 
 
 def test_a_batch_with_one_altered_run_exits_1(tmp_path, monkeypatch, capsys):
-    from fl_lightning import replay as replay_module
-    from fl_lightning.replay import Outcome
+    from fl_lightning.cli import replay as replay_module
+    from fl_lightning.cli.replay import Outcome
 
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     MlflowClient(store).search_experiments()  # the store exists

@@ -133,7 +133,7 @@ def test_fedfv_window_less_next_clients_and_fedlf_seen_clients(tmp_path):
     trainer_with(RoundCheckpoint(dirpath=tmp_path / "fv", every_n_rounds=1)).fit(fedfv, datamodule=data)
     rows = torch.load(tmp_path / "fv" / "last.ckpt", weights_only=False)[COMPACT_HISTORY_KEY]["rows"]
     expected = fedfv.last_seen == NUM_ROUNDS - 1  # τ = 1: round 8 reads rows of round 7 only
-    expected[fedfv._drop_clients(NUM_ROUNDS, fedfv.sample_clients(fedfv.round_context(NUM_ROUNDS)))] = False
+    expected[fedfv.round_engine.drop_clients(NUM_ROUNDS, fedfv.sample_clients(fedfv.round_context(NUM_ROUNDS)))] = False
     assert rows.tolist() == torch.nonzero(expected).flatten().tolist()
 
     fedlf, data = make_run(FedLF, fraction=0.25)

@@ -125,8 +125,8 @@ def test_a_bf16_run_learns(tmp_path):
     mixed = module_for(data, num_rounds=4, local_autocast="bf16")
     fit(full, data)
     fit(mixed, data)
-    acc_full = full._evaluate_all_clients()["test_acc_mean"]
-    acc_mixed = mixed._evaluate_all_clients()["test_acc_mean"]
+    acc_full = full.evaluate_all_clients()["test_acc_mean"]
+    acc_mixed = mixed.evaluate_all_clients()["test_acc_mean"]
     assert acc_mixed > 0.5 and abs(acc_mixed - acc_full) < 0.1
 
 

@@ -45,7 +45,7 @@ def built(tmp_path_factory):
     found = {}
 
     def stop_before_training(trainer, model, datamodule=None, **kwargs):
-        found["model"] = model._global_vector().detach().clone()
+        found["model"] = model.round_engine.global_vector().detach().clone()
         found["data"] = {name: getattr(datamodule, name).clone() for name in DATA}
         found["digest"] = datamodule.split_digest()
 
@@ -109,11 +109,11 @@ def test_every_registered_algorithm_starts_from_the_seeds_model(monkeypatch):
         torch.rand(100)  # the global generator's state must not matter
         module = cls(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8),
                      fraction=1.0 if name in full else 0.5)
-        initial[name] = module._global_vector().detach()
+        initial[name] = module.round_engine.global_vector().detach()
         assert module.hparams.seed == 3, name
     reference = initial["FedAvg"]
     assert len(initial) == len(ALGORITHMS) > 20
     assert {name for name, params in initial.items() if not torch.equal(params, reference)} == set()
     monkeypatch.setenv(SEED_ENV, "4")
     assert not torch.equal(ALGORITHMS["FedAvg"](backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8))
-                           ._global_vector(), reference)
+                           .round_engine.global_vector(), reference)

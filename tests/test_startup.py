@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_lightning import cli
+from fl_lightning.cli import console as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "lightning", "mlflow", "numpy", "matplotlib", "timm", "torchvision", "scipy")
@@ -76,8 +76,8 @@ def test_every_listed_name_is_in_the_help():
 
 def test_the_console_script_leaves_the_wiring_to_lightning_cli():
     """``fl_lightning.cli`` holds the console script only: the LightningCLI wiring's names are
-    ``fl_lightning.lightning_cli``'s, which cli.py imports only when a command runs."""
-    from fl_lightning.lightning_cli import FederatedCLI, trainer_defaults
+    ``fl_lightning.cli.lightning_cli``'s, which the console script imports only when a command runs."""
+    from fl_lightning.cli.lightning_cli import FederatedCLI, trainer_defaults
 
     assert FederatedCLI.__name__ == "FederatedCLI" and callable(trainer_defaults)
     assert not hasattr(cli, "FederatedCLI") and not hasattr(cli, "__getattr__")
@@ -134,8 +134,9 @@ def test_fit_help_is_written_once_then_printed_without_torch(tmp_path):
     assert "--model.init_args.num_rounds" in second.stdout or "--model" in second.stdout
     kept = list((tmp_path / "help").glob("fit-*.txt"))
     assert len(kept) == 1
-    wider = subprocess.run([sys.executable, "-c", "from fl_lightning.cli import fit_help_file; print(fit_help_file())"],
-                           capture_output=True, text=True, env={**env, "COLUMNS": "160"})
+    script = "from fl_lightning.cli.console import fit_help_file; print(fit_help_file())"
+    wider = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env={**env, "COLUMNS": "160"})
     assert wider.stdout.strip() != str(kept[0])  # another terminal width: another text
 
 
@@ -296,3 +297,32 @@ def test_model_help_of_a_builtin_algorithm_is_kept_like_the_fit_help(tmp_path):
     assert "error: --model.help FedLFX: no such algorithm; did you mean 'FedLF'" in runs[3].stderr
     assert [path.name.split("-")[0] + "-" + path.name.split("-")[1] for path in (tmp_path / "help").iterdir()] == [
         "model-FedLF"]
+
+
+def test_the_command_line_is_read_in_one_place():
+    """Only ``fl_lightning.cli.command_line`` reads ``sys.argv``: the console script, LightningCLI's
+    subclass, the settings reader and ``replay`` take the words it read (issue 52: the command line
+    was re-read by 14 functions, and ``replay`` had to swap ``sys.argv`` around its fit)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "fl_lightning"
+    readers = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "argv" \
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys":
+                readers.add(path.relative_to(root).as_posix())
+    assert readers == {"cli/command_line.py"}
+
+
+def test_words_given_in_process_win_over_the_process_command_line(monkeypatch):
+    from fl_lightning.cli.command_line import read_command_line
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/fl-lightning", "fit", "--model", "NoSuch"])
+    given = read_command_line(["fit", "--help"])
+    assert (given.program, given.words, given.from_process, given.command) == \
+        ("fl-lightning", ("fit", "--help"), False, "fit")
+    own = read_command_line()
+    assert (own.words, own.from_process) == (("fit", "--model", "NoSuch"), True)
+    monkeypatch.setattr(sys, "argv", [""])
+    assert read_command_line().command == "" and read_command_line().program == ""

@@ -6,8 +6,7 @@ import sqlite3
 
 import pytest
 
-from fl_lightning import preflight
-from fl_lightning.cli import main
+from fl_lightning.cli import main, preflight
 from tests.test_resume_cli import fit_args
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,10 +17,10 @@ import yaml
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from fl_lightning import replay
 from fl_lightning.algorithms import FedFV
 from fl_lightning.callbacks import MLflowRunInfo
 from fl_lightning.callbacks.run_identity import NAME_SEPARATOR
+from fl_lightning.cli import replay
 from fl_lightning.data.datamodule import FederatedDataModule
 
 

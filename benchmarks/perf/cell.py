@@ -136,7 +136,7 @@ def run_cell(spec: dict) -> dict:
     entry = {
         "num_parameters": module.num_parameters,
         "torch_threads": torch.get_num_threads(),
-        "engine_used": module._engines.engine_used,
+        "engine_used": module.round_engine.runner.engine_used,
         "chunk_size": getattr(module, "last_chunk_size", None),
         "oom_retries": getattr(module, "oom_retries", None),
         "rounds_timed": len(timed),

@@ -67,7 +67,7 @@ def child(args: list[str]) -> None:
         return result
 
     TorchCheckpointIO.save_checkpoint, _CheckpointConnector.dump_checkpoint = timed_save, timed_dump
-    from fl_lightning.lightning_cli import run
+    from fl_lightning.cli.lightning_cli import run
 
     started = time.perf_counter()
     run(["fit", *args])

@@ -64,13 +64,13 @@ def engine_rounds(module, rounds: int, warmup: int) -> list[float]:
     for t in range(warmup + rounds):
         context = module.round_context(t)
         shards = context.client_shards(module.sample_clients(context))
-        sgd = replace(module._local_sgd, lr=context.lr)
+        sgd = replace(module.round_engine.local_sgd, lr=context.lr)
         order = batch_order(shards.sizes, shards.index.shape[1], sgd.epochs,
                             round_generator(module.hparams.seed, t, "shuffle"))
         start = context.global_params
         began = time.perf_counter()
-        module._engines.train_across_ranks(None, module.model, context.layout, shards, order, start, start, sgd,
-                                           module.client_objective)
+        module.round_engine.runner.train_across_ranks(None, module.model, context.layout, shards, order, start, start,
+                                                      sgd, module.client_objective)
         if t >= warmup:
             seconds.append(time.perf_counter() - began)
     return seconds

@@ -2,7 +2,7 @@
 
 Each trial times a fit alone, then two copies started together, each in its own process; a fit's
 time is that of the fit in its process (parsing, the data, the rounds; not Python's start-up).
-Two routes: the CLI (``fl_lightning.lightning_cli.run``) and a Trainer script (a plain
+Two routes: the CLI (``fl_lightning.cli.lightning_cli.run``) and a Trainer script (a plain
 ``pl.Trainer`` fitting a ``FederatedModule``: the README's Python route). Two cases:
 
 * ``logreg``: FedAvg on Synthetic(0.5, 0.5), 100 natural clients, every client every round,
@@ -54,7 +54,7 @@ def _flag(value: Any) -> str:
 
 def cli_seconds(case: str, threads: int) -> float:
     """In this process: one fit of ``case`` through the CLI, timed after the imports."""
-    from fl_lightning.lightning_cli import run
+    from fl_lightning.cli.lightning_cli import run
 
     model, data = CASES[case]
     args = [

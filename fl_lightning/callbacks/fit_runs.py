@@ -28,7 +28,7 @@ Extending a run: resumed with a larger ``--model.num_rounds``, a fit continues t
 in the same run, bit for bit like an uninterrupted fit of that length (unless the algorithm's
 schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI replaces the model's
 settings with the checkpoint's before any hook, so the CLI reads the requested count first
-(``cli_settings.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
+(``fl_lightning.cli.settings.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
 per param: the run's ``num_rounds`` param keeps the first value, and the tag
 ``extended_to_rounds`` (``vocabulary.Tag.EXTENDED_TO_ROUNDS``) and the ``task`` tag hold the new count.
 

@@ -228,7 +228,7 @@ def outage_reporter(trainer: pl.Trainer, buffer: BufferedClient) -> Any:
     return report
 
 
-CONFIG_ARTIFACT = "config.yaml"  # the settings a replay fits again (``fl_lightning.replay``)
+CONFIG_ARTIFACT = "config.yaml"  # the settings a replay fits again (``fl_lightning.cli.replay``)
 
 
 def is_cli_config_saver(callback: Any) -> bool:

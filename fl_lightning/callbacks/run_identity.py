@@ -324,7 +324,7 @@ def client_noise(datamodule: Any) -> dict[str, dict[str, float]]:
 
 def evaluates_per_client_models(pl_module: pl.LightningModule) -> bool:
     """Whether every client is evaluated with a model of its own (Ditto, CGSV), as
-    ``FederatedModule._evaluate_all_clients`` decides it."""
+    ``FederatedModule.evaluate_all_clients`` decides it."""
     evaluation_params = getattr(pl_module, "evaluation_params", None)
     params = evaluation_params() if callable(evaluation_params) else None
     return params is not None and params.dim() == 2

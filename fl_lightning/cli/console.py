@@ -1,6 +1,6 @@
 """``fl-lightning``: the console script (``fl-lightning fit --config X.yaml``).
 
-The one command, ``fit``, is LightningCLI's (:mod:`fl_lightning.lightning_cli`: the algorithm
+The one command, ``fit``, is LightningCLI's (:mod:`fl_lightning.cli.lightning_cli`: the algorithm
 by class name, ``--model FedProx``; the data by source/partition names; the backbone by
 registered model name; anything overridable on the command line). Without ``--config`` the
 embedded default runs (``configs/default.yaml``: FedAvg on the offline mnist5k digits) and logs
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
+from fl_lightning.cli.command_line import read_command_line
 from fl_lightning.configs import DEFAULT_CONFIG
 from fl_lightning.records.errors import did_you_mean
 from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
@@ -134,14 +135,14 @@ def fit_help_file(kept: str = "fit") -> Path:
 
     from fl_lightning.cache import cache_dir
 
-    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""  # the help's "usage: <program>"
+    program = read_command_line().program  # the help's "usage: <program>"
     digest = hashlib.sha1(f"{sys.version}|{sys.executable}|{program}|{shutil.get_terminal_size().columns}".encode())
     for name in HELP_LIBRARIES:
         try:
             digest.update(f"{name}={metadata.version(name)}".encode())
         except metadata.PackageNotFoundError:
             continue
-    package = Path(__file__).parent
+    package = Path(__file__).parents[1]  # every file of fl_lightning, not only of this folder
     for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.yaml")):
         stat = path.stat()
         digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
@@ -188,7 +189,7 @@ def quietly_imported_run() -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import_holding_ctrl_c("torch")  # lightning_cli imports torch first
-        from fl_lightning.lightning_cli import run
+        from fl_lightning.cli.lightning_cli import run
     return run
 
 
@@ -211,8 +212,8 @@ def import_holding_ctrl_c(module: str) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a held Ctrl-C is raised here
 
 
-def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:
-    """LightningCLI's ``fit --help`` text and its exit code (``args``: as given to ``main``)."""
+def _written_fit_help(words: list[str]) -> tuple[str, int | str | None]:
+    """LightningCLI's help text for the command line ``words`` and its exit code."""
     import contextlib
     import io
 
@@ -220,7 +221,7 @@ def _written_fit_help(args: list[str] | None) -> tuple[str, int | str | None]:
     buffer, code = io.StringIO(), None
     try:
         with contextlib.redirect_stdout(buffer):
-            run(args)
+            run(words)
     except SystemExit as exit_:
         code = exit_.code
     return buffer.getvalue(), code
@@ -236,7 +237,7 @@ def _keep(path: Path, text: str) -> None:
         pass
 
 
-def print_fit_help(args: list[str] | None, kept: str = "fit") -> None:
+def print_fit_help(words: list[str], kept: str = "fit") -> None:
     """``fl-lightning fit --help`` (or ``fit --model.help <Name>``: ``kept``): LightningCLI's text,
     kept in the cache the first time (it takes seconds: torch and Lightning are imported to write
     it) and printed from there afterwards."""
@@ -247,7 +248,7 @@ def print_fit_help(args: list[str] | None, kept: str = "fit") -> None:
             return
         except OSError:
             pass
-    text, code = _written_fit_help(args)
+    text, code = _written_fit_help(words)
     print(text, end="")
     if code not in (0, None):
         raise SystemExit(code)
@@ -262,58 +263,40 @@ def keep_fit_help_after_fit() -> None:
     path = _help_file()
     if path is None or path.is_file():
         return
-    command = sys.argv
-    sys.argv = [command[0], "fit", "--help"]  # as the console script is called for the help
     try:
-        text, code = _written_fit_help(None)
+        text, code = _written_fit_help(["fit", "--help"])
     except Exception:  # a help text not kept must not turn a finished fit into a failure
         return
-    finally:
-        sys.argv = command
     if code in (0, None) and text:
         _keep(path, text)
 
 
-def main(args: list[str] | None = None) -> None:
-    """The ``fl-lightning`` console script (``args`` lets tests call it in-process).
-
-    The top-level help (no arguments, ``-h``, ``--help``) is printed from here; everything else
-    goes to LightningCLI (:func:`fl_lightning.lightning_cli.run`). As the console script
-    (``args=None``) it freezes the garbage collector's view of the objects made so far
-    (:func:`gc.freeze`, the CPython API for long-lived processes; not with triton loaded) after
-    the imports and after the fit: Python's exit would otherwise spend seconds collecting the
-    objects torch and Lightning made. Called in-process (``args`` given), nothing is frozen."""
-    command_args = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
-    if not command_args or command_args[0] in HELP_FLAGS:
-        print(top_level_help(), end="")
-        if not command_args:  # a command is required: say which, exit 2 as argparse does
-            print("error: no command given; the commands are `fit` and `replay` (fl-lightning --help)", file=sys.stderr)
-            raise SystemExit(2)
-        return
+def refusal(command_args: list[str]) -> str | None:
+    """Why a command line is refused before torch and Lightning load (LightningCLI would say the
+    same, seconds later), None when it is not: ``--model.help`` of an unknown algorithm, ``fit``
+    with an unknown ``--model``, or the retired ``--threads``."""
     asked = model_help_name(command_args)
     # a class path is LightningCLI's to check
     if asked is not None and "." not in asked and asked not in ALGORITHM_NAMES:
-        print(f"error: --model.help {asked}: no such algorithm{did_you_mean(asked, list(ALGORITHM_NAMES))} "
-              f"(the algorithms: {', '.join(ALGORITHM_NAMES)})", file=sys.stderr)
-        raise SystemExit(2)
-    kept = kept_help(command_args)
-    if kept is not None:  # after the first time, without importing torch or Lightning
-        print_fit_help(args, kept)
-        raise SystemExit(0)  # as argparse's help does
-    if command_args[0] == "replay":  # a stored run fitted again from its logged settings, and checked
-        from fl_lightning.replay import main as replay
+        return (f"--model.help {asked}: no such algorithm{did_you_mean(asked, list(ALGORITHM_NAMES))} "
+                f"(the algorithms: {', '.join(ALGORITHM_NAMES)})")
+    if command_args[0] != "fit":
+        return None
+    unknown = unknown_algorithm(command_args, ALGORITHM_NAMES)
+    if unknown is not None:
+        return unknown_algorithm_message(unknown, ALGORITHM_NAMES)
+    if any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
+        return ("--threads is now the run's own setting --model.threads N (default auto: the cores the fit "
+                "is given): the thread count changes a run's numbers, so it is fixed when the fit starts, logged "
+                "and kept on resume")
+    return None
 
-        raise SystemExit(replay(command_args[1:]))
-    unknown = unknown_algorithm(command_args, ALGORITHM_NAMES) if command_args[0] == "fit" else None
-    if unknown is not None:  # refused in a blink, before torch and Lightning load (LightningCLI says the same)
-        print(f"error: {unknown_algorithm_message(unknown, ALGORITHM_NAMES)}", file=sys.stderr)
-        raise SystemExit(2)
-    if command_args[0] == "fit" and any(arg == "--threads" or arg.startswith("--threads=") for arg in command_args):
-        print("error: --threads is now the run's own setting --model.threads N (default auto: the cores the fit "
-              "is given): the thread count changes a run's numbers, so it is fixed when the fit starts, logged "
-              "and kept on resume", file=sys.stderr)
-        raise SystemExit(2)
-    exits_after = args is None  # the console script: this process ends with the fit
+
+def run_command(command_args: list[str], exits_after: bool) -> None:
+    """Hand the command to LightningCLI (:func:`fl_lightning.cli.lightning_cli.run`). ``exits_after``
+    (the console script, whose process ends with the fit): a Ctrl-C while starting is one line and
+    exit 130, the garbage collector is frozen after the imports and after the fit, the ``fit --help``
+    text is kept, and the process leaves without the interpreter's teardown."""
     try:
         run = quietly_imported_run()
     except KeyboardInterrupt:  # Ctrl-C while torch and Lightning load: nothing began, nothing to report
@@ -324,7 +307,7 @@ def main(args: list[str] | None = None) -> None:
     if exits_after:
         freeze_unless_nanobind()  # the ~600k objects the imports made live to the end: no collection walks them again
     try:
-        run(args)
+        run(command_args)
     except KeyboardInterrupt:  # Ctrl-C before the fit's own handling began (the data being built)
         if not exits_after:
             raise
@@ -337,6 +320,39 @@ def main(args: list[str] | None = None) -> None:
         keep_fit_help_after_fit()
     if exits_after:
         leave_now()
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``fl-lightning`` console script (``args`` lets tests call it in-process).
+
+    The top-level help (no arguments, ``-h``, ``--help``), the kept ``fit --help`` texts and the
+    refusals that need no torch (:func:`refusal`) are answered here; ``replay`` goes to
+    :mod:`fl_lightning.cli.replay`, everything else to LightningCLI (:func:`run_command`). As the
+    console script (``args=None``) it freezes the garbage collector's view of the objects made so
+    far (:func:`gc.freeze`, the CPython API for long-lived processes; not with triton loaded) after
+    the imports and after the fit: Python's exit would otherwise spend seconds collecting the
+    objects torch and Lightning made. Called in-process (``args`` given), nothing is frozen."""
+    line = read_command_line(args)  # the one read of sys.argv: the rest takes these words
+    command_args = list(line.words)
+    if not command_args or command_args[0] in HELP_FLAGS:
+        print(top_level_help(), end="")
+        if not command_args:  # a command is required: say which, exit 2 as argparse does
+            print("error: no command given; the commands are `fit` and `replay` (fl-lightning --help)", file=sys.stderr)
+            raise SystemExit(2)
+        return
+    refused = refusal(command_args)
+    if refused is not None:  # refused in a blink, before torch and Lightning load
+        print(f"error: {refused}", file=sys.stderr)
+        raise SystemExit(2)
+    kept = kept_help(command_args)
+    if kept is not None:  # after the first time, without importing torch or Lightning
+        print_fit_help(command_args, kept)
+        raise SystemExit(0)  # as argparse's help does
+    if command_args[0] == "replay":  # a stored run fitted again from its logged settings, and checked
+        from fl_lightning.cli.replay import main as replay
+
+        raise SystemExit(replay(command_args[1:]))
+    run_command(command_args, exits_after=line.from_process)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,19 @@ from fl_lightning.callbacks.fit_report import FitReport, MLflowSaveConfig
 from fl_lightning.callbacks.fit_runs import MLflowFitSetup, configured_tracking_uri
 from fl_lightning.callbacks.signals import StopOnSignal
 from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
-from fl_lightning.cli_settings import (
+from fl_lightning.cli.command_line import read_command_line
+from fl_lightning.cli.parse_errors import diagnose, union_reasons
+from fl_lightning.cli.preflight import (
+    PreflightError,
+    check_accelerator,
+    check_checkpoint,
+    check_config_files,
+    check_fit_length,
+    check_resume,
+    check_seed,
+    check_tracking_store,
+)
+from fl_lightning.cli.settings import (
     BASE_MODULE_PATHS,
     DATA_LINKS,
     config_paths,
@@ -70,17 +82,6 @@ from fl_lightning.core.settings import setting_rule, signature_types
 from fl_lightning.core.threads import set_threads
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.faults import FitFaults, fault_line, save_traceback
-from fl_lightning.parse_errors import diagnose, union_reasons
-from fl_lightning.preflight import (
-    PreflightError,
-    check_accelerator,
-    check_checkpoint,
-    check_config_files,
-    check_fit_length,
-    check_resume,
-    check_seed,
-    check_tracking_store,
-)
 from fl_lightning.records.fit_lock import RunLock, check_writable_folder, release_all
 from fl_lightning.records.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from fl_lightning.seeding import SEED_ENV
@@ -176,7 +177,7 @@ class FederatedCLI(LightningCLI):
         return {"fit": LightningCLI.subcommands()["fit"]}
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        command_args = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        command_args = list(read_command_line(args).words)  # run() gives the words read once
         ReadableArgumentParser.command_words = command_args  # the subcommand's parser reports the errors
         refusal = refused_subcommand(command_args)
         if refusal is not None:
@@ -197,12 +198,14 @@ class FederatedCLI(LightningCLI):
             if printed:
                 words = [word for word in command_args if word not in printed]
                 ReadableArgumentParser.printed_model_settings = given_model_settings(parser, words)
-            super().parse_arguments(parser, args)
+            # LightningCLI's own parse of a list of words (its warning about sys.argv beside ``args``
+            # does not apply: the words are the command line, read once)
+            self.config = parser.parse_args(command_args)
         finally:
             ReadableArgumentParser.fit_help_defaults = ReadableArgumentParser.printed_model_settings = None
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
-        given = given_settings(parser, args)
+        given = given_settings(parser, command_args)
         model_given = given.get("model") if isinstance(given.get("model"), Namespace) else Namespace()
         init_given = model_given.get("init_args")
         init_given = init_given.as_dict() if isinstance(init_given, Namespace) else {}
@@ -391,6 +394,7 @@ def run(args: list[str] | None = None) -> None:
     ``seed_everything`` leaves in the environment and the process's thread count are put back
     afterwards, however the fit ends: a later fit in the same process (a notebook, a test
     session, ``replay``) never inherits this fit's seed or count."""
+    words = list(read_command_line(args).words)  # sys.argv read here once when not given
     quiet_library_output()
     StopOnSignal.stopped_by = None
     FitFaults.reset()
@@ -404,9 +408,9 @@ def run(args: list[str] | None = None) -> None:
             subclass_mode_model=True,
             save_config_callback=MLflowSaveConfig,
             save_config_kwargs={"save_to_log_dir": False},
-            trainer_defaults=trainer_defaults(sys.argv[1:] if args is None else args),
+            trainer_defaults=trainer_defaults(words),
             parser_kwargs={"fit": {"default_config_files": [str(DEFAULT_CONFIG)]}},
-            args=args,
+            args=words,
             parser_class=ReadableArgumentParser,
             auto_configure_optimizers=False,
         )

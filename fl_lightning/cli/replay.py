@@ -157,7 +157,7 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
     """Fit ``run``'s config again in a scratch store and compare; records the verdict unless told not to."""
     from mlflow.tracking import MlflowClient
 
-    from fl_lightning.lightning_cli import run as fit
+    from fl_lightning.cli.lightning_cli import run as fit
 
     run_id, name = run.info.run_id, run.data.tags.get("mlflow.runName", run.info.run_id)
     if run.info.status != "FINISHED":
@@ -173,9 +173,8 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
         uri = sqlite_uri(folder / "replay.db")
         config = replay_config(text, uri, folder)
         progress(f"replaying {name} ...")
-        here, argv = os.getcwd(), sys.argv
+        here = os.getcwd()
         os.chdir(folder)
-        sys.argv = argv[:1]  # the fit's arguments are its config's, not this command's
         log = folder / "fit.log"
         try:
             with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -186,7 +185,6 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
                 raise ReplayError(f"run {name}: the replay's fit failed (exit {exit_.code}): {tail}") from None
         finally:
             os.chdir(here)
-            sys.argv = argv
         scratch_client = MlflowClient(uri)
         experiment = scratch_client.get_experiment_by_name(REPLAY_EXPERIMENT)
         if experiment is None:
@@ -232,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow.tracking import MlflowClient
 
-    from fl_lightning.preflight import PreflightError, check_tracking_store
+    from fl_lightning.cli.preflight import PreflightError, check_tracking_store
 
     try:
         check_existing_store(args.tracking_uri)

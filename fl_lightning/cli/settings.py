@@ -8,7 +8,7 @@ import contextlib
 import importlib
 import inspect
 import io
-import sys
+from collections.abc import Sequence
 from typing import Any
 
 from jsonargparse import Namespace
@@ -31,13 +31,13 @@ def config_paths(args: list[str]) -> list[str]:
     return paths + [arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")]
 
 
-def given_settings(parser: Any, args: list[str] | None) -> Namespace:
+def given_settings(parser: Any, args: Sequence[str]) -> Namespace:
     """The settings the command line and its ``--config`` files give (the fit's, without the
     defaults): what the user asked for, read again because LightningCLI replaces the model's
     settings with a resumed checkpoint's. Without a ``--model`` anywhere (the algorithm comes
     from the defaults), the parser's base class stands in for it (``BASE_MODULE_PATHS``: no
     algorithm given). Empty when the parse needs other defaults."""
-    words = [str(arg) for arg in (sys.argv[1:] if args is None else args)]
+    words = [str(arg) for arg in args]
     command = next((i for i, word in enumerate(words) if word == "fit"), None)
     attempts = [words]
     if command is not None:

@@ -31,16 +31,16 @@ class FederatedDataLink:
         def training_samples(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     @property
-    def _num_clients_total(self) -> int:
+    def num_clients_total(self) -> int:
         """K, every client of the federation (known once the data module is attached)."""
-        return int(self._federated_data.num_clients)
+        return int(self.federated_data.num_clients)
 
-    def _client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
+    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards:
         """The data of ``clients`` (ids on the CPU); in ``"train"``, the samples they train on
         (``training_samples``)."""
         if self._slicer is None:
             self._slicer = ClientDataSlicer()
-        data = self._federated_data
+        data = self.federated_data
         return self._slicer.shards(self._training_data(data) if split == "train" else data, clients, split)
 
     def _training_data(self, data: Any) -> Any:
@@ -56,7 +56,7 @@ class FederatedDataLink:
         return data if cached[2] is None else cached[2]
 
     @property
-    def _federated_data(self) -> Any:
+    def federated_data(self) -> Any:
         """The FederatedDataModule: the trainer's, or one given to ``attach_data``."""
         datamodule = getattr(self.trainer, "datamodule", None) if private_api.attached_trainer(self) else None
         datamodule = datamodule if datamodule is not None else self._attached_data
@@ -74,7 +74,7 @@ class FederatedDataLink:
     def _check_data(self) -> None:
         """Refuses data that does not fit the model (classes, input shape, attacker id); moves it to the
         model's device."""
-        data = self._federated_data
+        data = self.federated_data
         if data.num_classes != self.hparams.num_classes:
             raise ValueError(f"the model has {self.hparams.num_classes} classes but the data has {data.num_classes}: "
                              "set model.num_classes to match (the CLI links it automatically)")
@@ -82,6 +82,6 @@ class FederatedDataLink:
             raise ValueError(f"the model expects inputs {tuple(self.hparams.input_shape)} but the data has "
                              f"{tuple(data.input_shape)}: set model.input_shape to match")
         if self.attacker is not None:
-            self.attacker.check(self._num_clients_total)
+            self.attacker.check(self.num_clients_total)
         if data.train_x.device != self.device:
             data.to(self.device)

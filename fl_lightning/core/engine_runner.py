@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fl_lightning.core.distributed import across_ranks, world_size
-from fl_lightning.core.engines import SequentialEngine, VectorisedEngine, is_stacked_start
+from fl_lightning.core.engines import LocalTrainingEngine, SequentialEngine, VectorisedEngine, is_stacked_start
 from fl_lightning.core.flat import ParameterLayout
 from fl_lightning.core.local import ClientShards, LocalSGD
 from fl_lightning.core.settings import EngineName, EngineSettings, check_setting
@@ -25,7 +25,7 @@ def choose_engine(
     memory_budget_bytes: int,
     clients_per_chunk: int | str | None = None,
     autocast: str | None = None,
-) -> VectorisedEngine | SequentialEngine:
+) -> LocalTrainingEngine:
     """``auto`` picks the vectorised engine unless the stacked parameters, gradients and
     momenta of one chunk of clients would not fit in the memory budget (an ``"auto"``
     chunk always fits: it is sized from the free memory)."""

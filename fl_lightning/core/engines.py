@@ -31,7 +31,7 @@ import copy
 import itertools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -223,6 +223,28 @@ def fused_epoch(gradients: FeedForwardGradients, params: dict[str, torch.Tensor]
                            gradients.layer_views(prefix))
         prefix, momentum_prefix, views = prefixes[a]
         sgd_step(prefix, gradients.step(prefix, xb, negative_targets, weights, views), momentum_prefix, sgd)
+
+
+class LocalTrainingEngine(Protocol):
+    """What the vectorised and the sequential engine share: ``train`` runs local SGD of a round's
+    clients and returns their trained parameters stacked [m, ...]; ``name``, ``chunk_size`` and
+    ``oom_retries`` say how (``core.engine_runner.EngineRunner`` logs them)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def chunk_size(self) -> int | None: ...
+
+    @property
+    def oom_retries(self) -> int: ...
+
+    def train(self, model: nn.Module, layout: ParameterLayout, start: dict[str, torch.Tensor], shards: ClientShards,
+              order: torch.Tensor, sgd: LocalSGD, objective: ClientObjective,
+              anchor: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Local SGD of ``shards``' clients from ``start`` (shared, or stacked [m, ...] per client) in
+        the batch ``order`` (epochs, m, n); ``anchor`` is what a proximal term pulls towards."""
+        ...
 
 
 class VectorisedEngine:

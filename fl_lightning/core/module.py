@@ -11,7 +11,8 @@ and every metric is logged with step = rounds completed: a round's metrics are c
 
 The algorithm contract (what a subclass may override, and when state may change). An
 algorithm reaches the engine through one door, the round's ``RoundContext`` (``payload.context``
-or the ``context`` argument); the engine's own attributes are private:
+or the ``context`` argument), which wraps the engine the module holds (``round_engine``,
+``core.round_engine.RoundEngine``); an algorithm never reads the engine itself:
  - ``__init__``: validate its hyper-parameters, ``save_hyperparameters()``, declare per-client
    state with ``register_client_state`` (created once K is known, checkpointed).
  - ``client_objective``: every client's minibatch loss (default: cross-entropy).
@@ -48,7 +49,6 @@ from fl_lightning.core import settings, simulation
 from fl_lightning.core.data_link import FederatedDataLink
 from fl_lightning.core.diagnostics import ConflictCounts, ImprovementShare, QPFallbackTotal
 from fl_lightning.core.distributed import check_trainer_length
-from fl_lightning.core.engine_access import EngineAccess
 from fl_lightning.core.engine_runner import EngineRunner
 from fl_lightning.core.flat import ParameterLayout, layer_names, layer_slices
 from fl_lightning.core.fused import mean_cross_entropy_objective
@@ -62,6 +62,7 @@ from fl_lightning.core.payload import (
     finite_rows,
 )
 from fl_lightning.core.progress import console_callbacks
+from fl_lightning.core.round_engine import RoundEngine
 from fl_lightning.core.round_log import RoundLog, RoundLogging
 from fl_lightning.core.simulation import round_generator
 from fl_lightning.core.state import GLOBAL_MODEL, ClientStateMixin
@@ -84,7 +85,7 @@ __all__ = ["GLOBAL_MODEL", "FederatedModule", "RoundContext", "RoundOutcome", "R
            "round_generator"]
 
 
-class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDataLink, pl.LightningModule):
+class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.LightningModule):
     """Base class of every federated algorithm; subclasses implement ``aggregate``.
 
     Args:
@@ -181,7 +182,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         if self.needs_every_client and fraction < FULL_PARTICIPATION:
             raise ValueError(f"{type(self).__name__} needs every client in every round, but fraction = {fraction}: "
                              "set fraction: 1.0")
-        self._local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
+        local_sgd = LocalSGD(lr, momentum, weight_decay, local_epochs, batch_size, lr_decay)
         self.engine_settings = settings.EngineSettings(engine, engine_memory_budget_gb, clients_per_chunk,
                                                        local_autocast)
         self.history_settings = settings.HistorySettings(history_dtype, history_device)
@@ -189,11 +190,13 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         self.attacker = None if attack is None else attacker
         torch.manual_seed(self.hparams.seed)
         self.model = create_fl_model(backbone, num_classes, tuple(input_shape), **(backbone_kwargs or {}))
-        self._layout = ParameterLayout.of(self.model)
-        self._layer_slices = layer_slices(self.model, self._layout, layer_grouping)
-        self._layer_names = layer_names(self._layout, layer_grouping)
+        layout = ParameterLayout.of(self.model)
         self.automatic_optimization = False
-        self._engines = EngineRunner(self.engine_settings)
+        # the engine of the rounds, held (RoundContext wraps it); the objective is the class's hook
+        self.round_engine = RoundEngine(
+            self.model, layout, layer_slices(self.model, layout, layer_grouping), layer_names(layout, layer_grouping),
+            local_sgd, EngineRunner(self.engine_settings), int(self.hparams.seed), float(dropout_prob),
+            self.client_objective, self.attached_trainer)
         self.last_client_metrics: dict[str, list[float]] = {}
         self.round_log = RoundLog()
 
@@ -283,23 +286,32 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
     @property
     def num_parameters(self) -> int:
         """d, the number of trainable parameters (the length of w and of every update)."""
-        return self._layout.num_parameters
+        return self.round_engine.num_parameters
+
+    def attached_trainer(self) -> pl.Trainer | None:
+        """The Trainer this module is attached to, None outside one (a test, a notebook)."""
+        return private_api.attached_trainer(self)
+
+    @property
+    def _round_index(self) -> int:
+        """0-based index of the round being run (= the Lightning epoch)."""
+        return int(self.current_epoch)
 
     # ------------------------------------------------------------ the engine's door and helpers
     def round_context(self, round_index: int) -> RoundContext:
         """The read-only view of the engine that round ``round_index``'s hooks receive."""
-        return RoundContext(self, round_index)
+        return RoundContext(self.round_engine, self, round_index)
 
-    def _with_round_context(self, payload: RoundPayload) -> RoundPayload:
+    def with_round_context(self, payload: RoundPayload) -> RoundPayload:
         """``payload``, with the context of its round when it has none (a new payload)."""
         return payload if payload._context is not None else replace(payload, _context=self.round_context(payload.round))
 
-    def _predictable_answering(self, round_index: int) -> torch.Tensor | None:
+    def predictable_answering(self, round_index: int) -> torch.Tensor | None:
         """Who answers round ``round_index`` when it is a pure function of (seed, round): the
         default sampler and no attacker (``RoundContext.answering_clients``)."""
         if self.attacker is not None or type(self).sample_clients is not FederatedModule.sample_clients:
             return None
-        return self._drop_clients(round_index, self.sample_clients(self.round_context(round_index)))
+        return self.round_engine.drop_clients(round_index, self.sample_clients(self.round_context(round_index)))
 
     # ------------------------------------------------------------------ lightning wiring
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -320,18 +332,18 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
                 + console_callbacks(private_api.attached_trainer(self)))
 
     def setup(self, stage: str) -> None:
-        self._materialise_client_states(self._num_clients_total)
+        self.materialise_client_states(self.num_clients_total)
 
     def on_fit_start(self) -> None:
         check_trainer_length(self.trainer, int(self.hparams.num_rounds))
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
         self._check_data()
-        asked, num_clients = float(self.hparams.fraction), self._num_clients_total
+        asked, num_clients = float(self.hparams.fraction), self.num_clients_total
         if simulation.participation_that_runs(num_clients, asked) != asked:
             ran = simulation.clients_per_round(num_clients, asked)
             self.print(f"fraction {asked:g} of {num_clients} clients is {ran} client{'s' * (ran != 1)} a round: "
                        f"participation {ran / num_clients:.3g} runs and is what the run logs")
-        if self._world_size > 1:
+        if self.round_engine.world_size > 1:
             # every rank logs the same all-gathered values: nothing to reduce across ranks
             warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(", category=UserWarning)
 
@@ -365,7 +377,8 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         sampled = self.sample_clients(context)
         if self.attacker is not None:
             sampled = self.attacker.joins(sampled)
-        answered = self._drop_clients(t, sampled)
+        engine = self.round_engine
+        answered = engine.drop_clients(t, sampled)
         metrics: dict[str, float | torch.Tensor] = {"clients_sampled": float(len(sampled)),
                                                     "clients_answered": float(len(answered))}
         if len(answered) == 0:
@@ -373,15 +386,15 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             self.log_round(metrics | {"clients_aggregated": 0.0})
             return outcome
 
-        self._sync()
+        engine.synchronize()
         started = time.perf_counter()
-        shards = self._client_shards(answered)
+        shards = self.client_shards(answered)
         losses, accuracies = (
-            self._evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
+            engine.evaluator.shared(self.model, (shards.x, shards.y, shards.index, shards.sizes))
             if self._computes_training_losses(t) else (None, None)
         )
         updates = self.train_clients(context, shards)
-        self._sync()
+        engine.synchronize()
         client_time = time.perf_counter() - started
 
         payload = RoundPayload(t, answered.to(self.device), updates, losses, accuracies, shards.sizes, shards, context)
@@ -400,9 +413,9 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
             "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
             Metric.CLIENT_TIME_S: client_time,
-            "engine_vectorised": float(self._engines.engine_used == "vectorised"),
-            "chunk_size": float(self._engines.last_chunk_size or 0),
-            "oom_retries": float(self._engines.oom_retries),
+            "engine_vectorised": float(engine.runner.engine_used == "vectorised"),
+            "chunk_size": float(engine.runner.last_chunk_size or 0),
+            "oom_retries": float(engine.runner.oom_retries),
         }
         if losses is not None and accuracies is not None:
             metrics |= {Metric.TRAIN_LOSS: losses.mean(), Metric.TRAIN_ACC: accuracies.mean()}
@@ -412,7 +425,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
 
         started = time.perf_counter()
         step = as_server_step(self.aggregate(payload))
-        self._sync()
+        engine.synchronize()
         metrics[Metric.SERVER_TIME_S] = time.perf_counter() - started
         metrics = self._joined("aggregate", step.metrics, metrics, ("server_step_norm", "server_step_nonfinite"))
         outcome = replace(outcome, payload=payload, qp_fallbacks=step.qp_fallbacks, details=step.details)
@@ -434,7 +447,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         round of logistic regression)."""
         if self.reads_training_losses or self._evaluates_after(t + 1):
             return True
-        callbacks = getattr(private_api.attached_trainer(self), "callbacks", None) or []
+        callbacks = getattr(self.attached_trainer(), "callbacks", None) or []
         return any(getattr(callback, "reads_training_losses", False)
                    or getattr(callback, "monitor", None) in (Metric.TRAIN_LOSS, Metric.TRAIN_ACC)
                    for callback in callbacks)
@@ -457,13 +470,13 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
     def propose(self, payload: RoundPayload) -> ServerStep | torch.Tensor:
         """What ``aggregate`` answers to ``payload``, a payload built by hand (a test, a notebook)
         given its round's context first; changes nothing."""
-        return self.aggregate(self._with_round_context(payload))
+        return self.aggregate(self.with_round_context(payload))
 
     def server_round(self, payload: RoundPayload) -> torch.Tensor:
         """``aggregate`` and the commit of its state, then ``on_round_end``, without moving the
         model (outside a Trainer there is no server optimizer): the server side of a round for
         notebooks, tests and benchmarks."""
-        payload = self._with_round_context(payload)
+        payload = self.with_round_context(payload)
         step = as_server_step(self.aggregate(payload))
         self._commit_round(payload, step)
         return step.direction
@@ -473,7 +486,7 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         optimizer = self.optimizers()
         assert not isinstance(optimizer, list), "FederatedModule configures one server optimizer"
         params = dict(self.model.named_parameters())
-        for name, piece in self._layout.unflatten(server_step).items():
+        for name, piece in self.round_engine.layout.unflatten(server_step).items():
             params[name].grad = piece.detach().to(params[name].dtype).clone()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -496,18 +509,19 @@ class FederatedModule(EngineAccess, RoundLogging, ClientStateMixin, FederatedDat
         """Whether a fit evaluates after ``rounds_done`` rounds: every ``eval_every`` and after the last."""
         return rounds_done % self.hparams.eval_every == 0 or rounds_done == self.hparams.num_rounds
 
-    def _evaluate_all_clients(self) -> dict[str, float]:
+    def evaluate_all_clients(self) -> dict[str, float]:
         """Every client's test loss/accuracy and their fairness summary (``last_client_metrics``
         keeps the per-client values), the shared test set under the shared model, and what the
         algorithm adds (``evaluation_metrics``)."""
-        metrics, self.last_client_metrics = self._evaluator.evaluate(self._federated_data, self.evaluation_params())
+        evaluator = self.round_engine.evaluator
+        metrics, self.last_client_metrics = evaluator.evaluate(self.federated_data, self.evaluation_params())
         added = self.evaluation_metrics(self.round_context(self._rounds_completed()), self.last_client_metrics)
         return self._joined("evaluation_metrics", added, metrics)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         if not self._evaluates_now():
             return
-        metrics = self._evaluate_all_clients()
+        metrics = self.evaluate_all_clients()
         shown = {f"{k}_now": metrics[k] for k in (Metric.TEST_ACC_MEAN, Metric.GLOBAL_TEST_ACC) if k in metrics}
         if self.trainer.state.fn != "fit":  # validate: Lightning's results table
             self.log_dict({**metrics, "step": float(self._rounds_completed())}, batch_size=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -15,6 +15,23 @@ from fl_lightning.core.local import ClientShards, LocalSGD
 if TYPE_CHECKING:
     from fl_lightning.core.federation_evaluation import FederationEvaluator
     from fl_lightning.core.flat import ParameterLayout
+    from fl_lightning.core.round_engine import RoundEngine
+
+
+class RoundData(Protocol):
+    """What a round's context reads beside the engine (a ``FederatedModule`` is one): the
+    federation's data, the training shards of some clients, and who answers a round when that is a
+    pure function of (seed, round)."""
+
+    @property
+    def num_clients_total(self) -> int: ...
+
+    @property
+    def federated_data(self) -> Any: ...
+
+    def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards: ...
+
+    def predictable_answering(self, round_index: int) -> torch.Tensor | None: ...
 
 
 class RoundContext:
@@ -39,10 +56,10 @@ class RoundContext:
       round) (the default sampler, no attacker), else None.
     """
 
-    __slots__ = ("_module", "_round")
+    __slots__ = ("_data", "_engine", "_round")
 
-    def __init__(self, module: Any, round_index: int) -> None:
-        self._module, self._round = module, round_index
+    def __init__(self, engine: RoundEngine, data: RoundData, round_index: int) -> None:
+        self._engine, self._data, self._round = engine, data, round_index
 
     @property
     def round(self) -> int:
@@ -50,47 +67,47 @@ class RoundContext:
 
     @property
     def lr(self) -> float:
-        return float(self._module._round_lr(self._round))
+        return float(self._engine.round_lr(self._round))
 
     @property
     def layout(self) -> ParameterLayout:
-        return self._module._layout
+        return self._engine.layout
 
     @property
     def layer_slices(self) -> tuple[slice, ...]:
-        return tuple(self._module._layer_slices)
+        return tuple(self._engine.layer_slices)
 
     @property
     def layer_names(self) -> tuple[str, ...]:
-        return tuple(self._module._layer_names)
+        return tuple(self._engine.layer_names)
 
     @property
     def global_vector(self) -> torch.Tensor:
-        return self._module._global_vector()
+        return self._engine.global_vector()
 
     @property
     def global_params(self) -> dict[str, torch.Tensor]:
-        return self._module._global_params()
+        return self._engine.global_params()
 
     @property
     def num_clients_total(self) -> int:
-        return int(self._module._num_clients_total)
+        return int(self._data.num_clients_total)
 
     @property
     def train_sizes(self) -> torch.Tensor:
-        return self._module._federated_data.train_sizes
+        return self._data.federated_data.train_sizes
 
     @property
     def data(self) -> Any:
-        return self._module._federated_data
+        return self._data.federated_data
 
     @property
     def evaluator(self) -> FederationEvaluator:
-        return self._module._evaluator
+        return self._engine.evaluator
 
     def client_shards(self, clients: torch.Tensor) -> ClientShards:
         """The training shards of ``clients`` (ids), the samples they train on."""
-        return self._module._client_shards(clients)
+        return self._data.client_shards(clients)
 
     def local_train(self, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
                     anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
@@ -100,16 +117,16 @@ class RoundContext:
         its own model (``anchor``, default the global model, is what proximal terms pull
         towards). ``sgd`` overrides the local SGD settings (its lr is used as given);
         ``objective`` overrides ``client_objective``."""
-        return self._module._local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
+        return self._engine.local_train(self._round, shards, start=start, anchor=anchor, sgd=sgd, objective=objective)
 
     def synchronize(self) -> None:
         """Waits for the accelerator's queued work (nothing on a CPU): for timing a computation."""
-        self._module._sync()
+        self._engine.synchronize()
 
     def answering_clients(self) -> torch.Tensor | None:
         """The clients that answer this round, when they are a pure function of (seed, round):
         the default sampler and no attacker; else None (they may depend on state)."""
-        return self._module._predictable_answering(self._round)
+        return self._data.predictable_answering(self._round)
 
 
 @dataclass

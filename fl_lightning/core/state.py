@@ -53,10 +53,10 @@ class ClientStateMixin(nn.Module):
     if TYPE_CHECKING:  # what FederatedModule provides, and the history's registered buffers
         from lightning.pytorch.utilities.parsing import AttributeDict
 
-        from fl_lightning.core.flat import ParameterLayout
+        from fl_lightning.core.round_engine import RoundEngine
         from fl_lightning.core.settings import HistorySettings
 
-        _layout: ParameterLayout
+        round_engine: RoundEngine
         history_settings: HistorySettings
         history: torch.Tensor
         last_seen: torch.Tensor
@@ -65,8 +65,6 @@ class ClientStateMixin(nn.Module):
         def hparams(self) -> AttributeDict: ...
 
         def history_rows_to_keep(self, next_round: Any) -> torch.Tensor: ...  # a hook
-
-        def _global_vector(self) -> torch.Tensor: ...
 
         def round_context(self, round_index: int) -> Any: ...
 
@@ -91,14 +89,14 @@ class ClientStateMixin(nn.Module):
             raise ValueError(f"register_client_state({name!r}, init={init!r}): init is a function of K or GLOBAL_MODEL")
         self._declared_client_states()[name] = ClientStateSpec(name, per_client_shape, dtype, fill, init, offload)
 
-    def _materialise_client_states(self, num_clients: int) -> None:
+    def materialise_client_states(self, num_clients: int) -> None:
         """Creates every declared state that does not exist yet for these K clients."""
         for spec in self._declared_client_states().values():
             current = private_api.own_buffers(self).get(spec.name)
             if current is not None and current.shape[0] == num_clients:
                 continue  # setup runs again for every fit/validate: keep the state
             if spec.init == GLOBAL_MODEL:
-                value = self._global_vector().repeat(num_clients, 1)
+                value = self.round_engine.global_vector().repeat(num_clients, 1)
             elif spec.init is not None:
                 assert not isinstance(spec.init, str)  # register_client_state refuses any other name
                 value = spec.init(num_clients)
@@ -144,7 +142,7 @@ class ClientStateMixin(nn.Module):
         ``history`` (K, d) and ``last_seen`` (K,) that FedFV, FedLF and FedMDFG keep, stored
         in the module's ``history_dtype`` and, with ``history_device="cpu"``, in host memory.
         Read and write them with ``history_rows`` and ``store_history``."""
-        d = num_parameters or self._layout.num_parameters
+        d = num_parameters or self.round_engine.num_parameters
         where = self.history_settings
         dtype = HISTORY_DTYPES.get(where.dtype or "")  # None: the parameters' dtype
         self.register_client_state("history", (d,), dtype=dtype, offload=where.device == "cpu")

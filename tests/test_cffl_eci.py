@@ -3,16 +3,13 @@ cases, the Shapley estimators they use, the server's validation set, and short f
 
 import math
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
 from fl_lightning.algorithms import ALGORITHMS, CFFL, ECI
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.metrics.shapley import exact_shapley, sampled_shapley
-
-no_trainer_log = pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+from tests import builders
 
 # A 3-player game: ν(∅)=0, ν(0)=1, ν(1)=2, ν(2)=0, ν(01)=4, ν(02)=1, ν(12)=2, ν(012)=5.
 TABLE = {(): 0.0, (0,): 1.0, (1,): 2.0, (2,): 0.0, (0, 1): 4.0, (0, 2): 1.0, (1, 2): 2.0, (0, 1, 2): 5.0}
@@ -86,10 +83,8 @@ def tiny(cls, num_agents=3, **kwargs):
 
 
 def payload(delta_w, num_samples):
-    delta_w = torch.as_tensor(delta_w, dtype=torch.float32)
-    m = delta_w.shape[0]
-    return RoundPayload(round=0, clients=torch.arange(m), updates=-delta_w, losses=torch.zeros(m),
-                        accuracies=torch.zeros(m), num_samples=torch.as_tensor(num_samples))
+    """A round's uploads from the agents' updates Δw_i (the payload holds g_i = −Δw_i)."""
+    return builders.payload(-torch.as_tensor(delta_w, dtype=torch.float32), num_samples)
 
 
 UPDATES = [[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 4.0]]
@@ -100,7 +95,6 @@ def sinh_reputations(scores, alpha=5.0, fade=0.8):
     return [v / sum(raw) for v in raw]
 
 
-@no_trainer_log
 def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch):
     module = tiny(CFFL, threshold=0.5)
     monkeypatch.setattr(
@@ -137,7 +131,6 @@ def test_cffl_validation_reputations_threshold_and_downloads_by_hand(monkeypatch
     assert module.r[2] == 0 and not module.reputable[2]
 
 
-@no_trainer_log
 def test_cffl_leave_one_out_scores_by_hand(monkeypatch):
     module = tiny(CFFL, reputation="leave_one_out")
     calls = []
@@ -156,7 +149,6 @@ def test_cffl_leave_one_out_scores_by_hand(monkeypatch):
 
 
 # ------------------------------------------------------------------ ECI by hand
-@no_trainer_log
 @pytest.mark.parametrize("num_permutations", [None, 4000])
 def test_eci_shapley_of_validation_accuracy_and_downloads_by_hand(monkeypatch, num_permutations):
     module = tiny(ECI, num_permutations=num_permutations, alpha=0.95)
@@ -190,10 +182,7 @@ def fit(cls, **kwargs):
     data = FederatedDataModule(source="digits", num_clients=4, partition="iid", test_mode="global", seed=0)
     module = cls(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), num_rounds=3, batch_size=32, lr=0.1,
                  eval_every=1, seed=0, fraction=1.0, **kwargs)
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0)
-    trainer.fit(module, datamodule=data)
-    return module, trainer
+    return module, builders.fit(module, data)
 
 
 @pytest.mark.parametrize("cls, kwargs", [

@@ -12,8 +12,6 @@ import torch
 from fl_lightning.algorithms import CFFL
 from fl_lightning.core.module import RoundPayload
 
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log")
-
 N_SAMPLES = [2, 1, 1]  # n_j
 ROUND_0 = [[4.0, 2.0, 1.0, 0.0], [1.0, 0.0, 2.0, 4.0], [2.0, 4.0, 0.0, 1.0]]  # Δw_j of round 0
 ROUND_1 = [[1.0, 0.0, 0.0, 2.0], [0.0, 3.0, 1.0, 0.0], [5.0, 0.0, 6.0, 0.0]]  # Δw_j of round 1

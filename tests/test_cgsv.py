@@ -9,12 +9,9 @@ import torch
 
 from fl_lightning.algorithms.cgsv import CGSV, DW, EU, RR, Standalone
 from fl_lightning.core.evaluation import evaluate_clients_stacked
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.metrics import pearson
-
-# the hand-made rounds call on_round_end (which logs) without a Trainer
-no_trainer_log = pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+from tests import builders
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -28,12 +25,7 @@ def tiny_agents(cls=CGSV, num_agents=3, **kwargs):
 
 def payload(delta_w, num_samples, round_index=0):
     """A round's uploads from the agents' updates Δw_i (J holds g_i = −Δw_i)."""
-    delta_w = torch.as_tensor(delta_w, dtype=torch.float32)
-    m = delta_w.shape[0]
-    return RoundPayload(
-        round=round_index, clients=torch.arange(m), updates=-delta_w, losses=torch.zeros(m),
-        accuracies=torch.zeros(m), num_samples=torch.as_tensor(num_samples),
-    )
+    return builders.payload(-torch.as_tensor(delta_w, dtype=torch.float32), num_samples, round_index=round_index)
 
 
 def run_round(module, round_payload):
@@ -54,15 +46,7 @@ def fit(cls, data, callbacks=(), **kwargs):
                   num_rounds=3, batch_size=32, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     module = cls(**params)
-    pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-    ).fit(module, datamodule=data)
+    builders.fit(module, data, callbacks=list(callbacks))
     return module
 
 
@@ -82,7 +66,6 @@ class Recorder(pl.Callback):
 
 
 # ------------------------------------------------------------------- hand-computed rounds
-@no_trainer_log
 def test_three_agent_round_by_hand():
     """Γ = 0.5, equal data sizes (round 1 weighs agents by data share: 1/3 each).
     Δw_1 = Δw_2 ∝ (1,1,1,1), Δw_3 ∝ (1,-1,1,-1) -> u_1 = u_2 = (1,1,1,1)/4, u_3 = (1,-1,1,-1)/4,
@@ -108,7 +91,6 @@ def test_three_agent_round_by_hand():
     assert int((v[2] != 0).sum()) == 1 and torch.allclose(v[0], torch.full((4,), 0.15), atol=1e-6)
 
 
-@no_trainer_log
 def test_clamp_and_normalisation_of_r():
     """Δw_3 = (-1,-1,-1,1) is orthogonal to u_N = (1,1,1,3)/12: ψ_3 = 0, so 0.05 ψ_3 is clamped
     to 1e-3 before normalising, and agent 3's quota ⌊4 tanh(r_3)/tanh(r_1)⌋ is 0."""
@@ -120,7 +102,6 @@ def test_clamp_and_normalisation_of_r():
     assert torch.allclose(v[0], torch.tensor([1.0, 1.0, 1.0, 3.0]) / 12, atol=1e-6)
 
 
-@no_trainer_log
 @pytest.mark.parametrize("sparsify", ["model", "per_tensor"])
 def test_round_matches_a_direct_transcription(sparsify):
     """Eq. (1)-(5) written out with vectors, on an MLP (D = 1210), random uploads and a
@@ -162,7 +143,6 @@ def test_round_matches_a_direct_transcription(sparsify):
     assert int((v[int(r.argmax())] != 0).sum()) == module.num_parameters  # top agent: all of u_N
 
 
-@no_trainer_log
 def test_beta_infinity_downloads_all_of_u_N():
     module = tiny_agents(beta=float("inf"))
     step, v = run_round(module, payload([[1, 2, 3, 4], [4, 3, 2, 1], [-1, 0, 1, 0]], [10, 20, 30]))
@@ -255,7 +235,6 @@ def test_round_robin_gives_each_agent_the_server_model_in_turn():
         previous = agents
 
 
-@no_trainer_log
 def test_eu_values_agents_by_euclidean_distance():
     """EU: ψ_i = 1 − d_i / Σ d_j with d_i = ||Δw_i − Σ_j a_j Δw_j|| on the unnormalised updates."""
     module = tiny_agents(EU, sparsify="model")
@@ -286,9 +265,7 @@ def test_resuming_from_a_checkpoint_continues_the_same_run(tmp_path):
     first.trainer.save_checkpoint(tmp_path / "round2.ckpt")
     resumed = CGSV(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3,
                    batch_size=32, lr=0.1, eval_every=1, seed=0, track_standalone=True)
-    pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0).fit(
-        resumed, datamodule=data, ckpt_path=tmp_path / "round2.ckpt")
+    builders.trainer().fit(resumed, datamodule=data, ckpt_path=tmp_path / "round2.ckpt")
     for name in ("agent_models", "r", "standalone_models"):
         assert torch.allclose(getattr(resumed, name), getattr(straight, name), atol=1e-6), name
     before = resumed.agent_models.clone(), resumed.r.clone()

@@ -4,13 +4,11 @@ and the sampled Shapley values φ̄ against the exact CGSV φ (eq. 2) on the rou
 import itertools
 import math
 
-import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.loggers import Logger
 
 from fl_lightning.algorithms.cgsv import CGSV
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.metrics import pearson
 from fl_lightning.metrics.shapley import (
@@ -19,6 +17,8 @@ from fl_lightning.metrics.shapley import (
     fig1_errors,
     sampled_shapley,
 )
+from tests import builders
+from tests.builders import payload
 
 CHECK = ("cgsv_shapley_l1", "cgsv_shapley_l2", "cgsv_shapley_pearson", "cgsv_shapley_sampled_l1",
          "cgsv_shapley_sampled_l2", "cgsv_shapley_sampled_pearson", "cgsv_time_s", "cgsv_shapley_time_s",
@@ -51,13 +51,6 @@ def members_game(value):
     """The same game in shapley.py's form: rows of a 0/1 members matrix -> their worth."""
     return lambda members: torch.tensor([value(tuple(row.nonzero().flatten().tolist())) for row in members],
                                         dtype=torch.float64)
-
-
-def payload(updates, num_samples, round_index=0):
-    updates = torch.as_tensor(updates, dtype=torch.float32)
-    m = updates.shape[0]
-    return RoundPayload(round=round_index, clients=torch.arange(m), updates=updates, losses=torch.zeros(m),
-                        accuracies=torch.zeros(m), num_samples=torch.as_tensor(num_samples))
 
 
 def module_for(num_agents, **kwargs):
@@ -96,8 +89,7 @@ def fit(num_rounds=4, **kwargs):
     module = CGSV(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
                   num_rounds=num_rounds, batch_size=32, lr=0.1, seed=0, eval_every=num_rounds, **kwargs)
     logger = Recorded()
-    pl.Trainer(accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0).fit(module, datamodule=data)
+    builders.fit(module, data, logger=logger)
     return module, logger.at_step()
 
 

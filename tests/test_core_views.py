@@ -1,6 +1,5 @@
 """Flat views, layer groups, Gram helpers, conflict counts and per-client evaluation."""
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -16,6 +15,7 @@ from fl_lightning.core.flat import (
 from fl_lightning.core.gram import combine, conflict_counts, gram, layer_combination, layer_grams
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models import create_fl_model
+from tests.builders import fit
 
 
 def test_layout_round_trips():
@@ -160,20 +160,13 @@ class PersonalCopies(FedAvg):
         return self.round_engine.global_vector().unsqueeze(0).expand(self.num_clients_total, -1)  # a test may peek
 
 
-def _fit(module, data):
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0)
-    trainer.fit(module, datamodule=data)
-    return trainer
-
-
 def test_per_client_evaluation_path_matches_the_shared_one():
     results = []
     for cls in (FedAvg, PersonalCopies):
         data = FederatedDataModule(source="digits", num_clients=6, partition="iid", test_mode="local", seed=0)
         module = cls(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=2, fraction=1.0,
                      lr=0.1, eval_every=1)
-        results.append(_fit(module, data).callback_metrics["test_acc_mean"].item())
+        results.append(fit(module, data).callback_metrics["test_acc_mean"].item())
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
@@ -182,7 +175,7 @@ def test_lr_decay_conflicts_and_improvement_are_logged():
     module = FedAvg(backbone="fl_logreg", num_classes=10, input_shape=data.input_shape, num_rounds=3, eval_every=1,
                     fraction=1.0, lr=0.2, lr_decay=0.5, track_improvement=True, layer_grouping="module")
     assert module.round_engine.round_lr(0) == 0.2 and module.round_engine.round_lr(2) == pytest.approx(0.05)
-    metrics = _fit(module, data).callback_metrics
+    metrics = fit(module, data).callback_metrics
     assert 0 <= metrics["improved_fraction"].item() <= 1
     assert 0 <= metrics["conflicts_model"].item() <= 6
     assert [k for k in metrics if k.startswith("conflicts_layer/")] == ["conflicts_layer/fc"]

@@ -13,6 +13,7 @@ from fl_lightning.core.flat import assign_model_vector
 from fl_lightning.core.local import batch_order
 from fl_lightning.core.module import round_generator
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests import builders
 
 
 def digits(num_clients=3, **kwargs):
@@ -27,15 +28,7 @@ def fit(cls, data, callbacks=(), **kwargs):
                   input_shape=data.input_shape, num_rounds=2, fraction=1.0, batch_size=32, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     module = cls(**params)
-    pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-    ).fit(module, datamodule=data)
+    builders.fit(module, data, callbacks=list(callbacks))
     return module
 
 

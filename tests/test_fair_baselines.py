@@ -11,8 +11,8 @@ from fl_lightning.algorithms.drfl import DRFL
 from fl_lightning.algorithms.fedfa import FedFa
 from fl_lightning.algorithms.fedgini import FedGini
 from fl_lightning.algorithms.qfedavg import QFedAvg
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests import builders
 
 NUM_CLIENTS = 6
 
@@ -39,21 +39,15 @@ def payload(module, rows, losses=None, accuracies=None, clients=None, t=0):
     m = rows.shape[0]
     updates = torch.zeros(m, module.num_parameters, dtype=torch.float64)
     updates[:, : rows.shape[1]] = rows
-    return RoundPayload(
-        round=t, clients=torch.arange(m) if clients is None else torch.as_tensor(clients), updates=updates,
-        losses=torch.ones(m, dtype=torch.float64) if losses is None else torch.as_tensor(losses, dtype=torch.float64),
-        accuracies=torch.full((m,), 0.5, dtype=torch.float64) if accuracies is None
-        else torch.as_tensor(accuracies, dtype=torch.float64),
-        num_samples=torch.full((m,), 10),
-    )
+    return builders.payload(updates, losses=torch.ones(m) if losses is None else losses,
+                            accuracies=torch.full((m,), 0.5) if accuracies is None else accuracies,
+                            clients=clients, round_index=t, dtype=torch.float64)
 
 
 def fit(module, data, checkpoints=None):
     iterates = Iterates()
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=checkpoints is not None,
-                         default_root_dir=checkpoints, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, callbacks=[iterates])
-    trainer.fit(module, datamodule=data)
+    builders.fit(module, data, enable_checkpointing=checkpoints is not None, default_root_dir=checkpoints,
+                 callbacks=[iterates])
     return iterates
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fl_lightning.algorithms.fedfv import FedFV
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests import builders
 
 NUM_CLIENTS = 12
 
@@ -30,9 +30,7 @@ def make_fedfv(data, **kwargs) -> FedFV:
 
 
 def payload(t, clients, updates, losses):
-    m = len(clients)
-    return RoundPayload(round=t, clients=torch.as_tensor(clients), updates=updates, losses=losses,
-                        accuracies=torch.zeros(m, dtype=torch.float64), num_samples=torch.full((m,), 10))
+    return builders.payload(updates, losses=losses, clients=clients, round_index=t, dtype=torch.float64)
 
 
 # ------------------------------------------------------------------ the paper, with loops

@@ -9,10 +9,8 @@ from cvxopt import matrix, solvers
 from fl_lightning.algorithms.fedlf import FedLF, fair_coefficients, merge_zero_groups
 from fl_lightning.core.flat import model_vector
 from fl_lightning.core.gram import conflict_counts
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
-
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+from tests import builders
 
 
 def fedlf(slices, num_clients=8, **kwargs):
@@ -26,11 +24,7 @@ def fedlf(slices, num_clients=8, **kwargs):
 
 
 def payload(updates, losses, clients=None, t=0):
-    updates = torch.as_tensor(updates, dtype=torch.float32)
-    m = updates.shape[0]
-    clients = torch.arange(m) if clients is None else torch.as_tensor(clients)
-    return RoundPayload(t, clients, updates, torch.as_tensor(losses, dtype=torch.float32),
-                        torch.zeros(m), torch.full((m,), 10))
+    return builders.payload(updates, losses=losses, clients=clients, round_index=t)
 
 
 def slices_of(sizes):
@@ -301,10 +295,7 @@ def fit(data, **kwargs):
                   input_shape=data.input_shape, num_rounds=3, fraction=0.5, batch_size=16, lr=0.1, eval_every=1, seed=0)
     module = FedLF(**(params | kwargs))
     recorder = Recorder()
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, callbacks=[recorder])
-    trainer.fit(module, datamodule=data)
+    builders.fit(module, data, callbacks=[recorder])
     return module, recorder.rounds
 
 

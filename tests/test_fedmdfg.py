@@ -11,10 +11,8 @@ from cvxopt import matrix, solvers
 from fl_lightning.algorithms.fedmdfg import FedMDFG, fair_guidance, fairness_angle
 from fl_lightning.core.evaluation import evaluate_clients
 from fl_lightning.core.flat import model_vector
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
-
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+from tests import builders
 
 
 def fedmdfg(d, num_clients=8, **kwargs):
@@ -26,11 +24,7 @@ def fedmdfg(d, num_clients=8, **kwargs):
 
 
 def payload(updates, losses, clients=None, t=0):
-    updates = torch.as_tensor(updates, dtype=torch.float32)
-    m = updates.shape[0]
-    clients = torch.arange(m) if clients is None else torch.as_tensor(clients)
-    return RoundPayload(t, clients, updates, torch.as_tensor(losses, dtype=torch.float32),
-                        torch.zeros(m), torch.full((m,), 10))
+    return builders.payload(updates, losses=losses, clients=clients, round_index=t)
 
 
 def min_norm_point(vectors):
@@ -147,10 +141,7 @@ def fit(data, cls=FedMDFG, **kwargs):
                   input_shape=data.input_shape, num_rounds=3, fraction=0.5, batch_size=16, lr=0.1, eval_every=1, seed=0)
     module = cls(**(params | kwargs))
     recorder = Recorder()
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, callbacks=[recorder])
-    trainer.fit(module, datamodule=data)
+    builders.fit(module, data, callbacks=[recorder])
     return module, recorder.rounds
 
 

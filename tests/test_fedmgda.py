@@ -8,10 +8,8 @@ from cvxopt import matrix, solvers
 
 from fl_lightning.algorithms.fedmgda import FedAvgN, FedMGDA, FedMGDAPlus, MGDAProx
 from fl_lightning.algorithms.fedprox import FedProx
-from fl_lightning.core.module import RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
-
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+from tests import builders
 
 MODEL = dict(backbone="fl_logreg", num_classes=10, input_shape=(1, 8, 8), seed=0)
 
@@ -21,9 +19,8 @@ def make(cls=FedMGDAPlus, **kwargs):
 
 
 def payload(updates, num_samples, t=0):
-    m = updates.shape[0]
-    return RoundPayload(round=t, clients=torch.arange(m), updates=updates, losses=torch.ones(m, dtype=torch.float64),
-                        accuracies=torch.zeros(m, dtype=torch.float64), num_samples=torch.as_tensor(num_samples))
+    return builders.payload(updates, num_samples, losses=torch.ones(updates.shape[0]), round_index=t,
+                            dtype=torch.float64)
 
 
 def random_round(m, d, seed):
@@ -181,8 +178,7 @@ def test_short_fit_logs_qp_and_improvement():
     module = FedMGDAPlus(backbone="fl_logreg", num_classes=data.num_classes, input_shape=data.input_shape,
                          num_rounds=2, fraction=0.5, batch_size=32, lr=0.1, eval_every=1, seed=0)
     rounds = Rounds()
-    pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0, callbacks=[rounds]).fit(module, datamodule=data)
+    builders.fit(module, data, callbacks=[rounds])
     assert torch.isfinite(module.round_engine.global_vector()).all()
     assert len(rounds.metrics) == 2
     for metrics in rounds.metrics:

@@ -16,8 +16,7 @@ from fl_lightning.core.diagnostics import ConflictCounts, paper_layer_slices
 from fl_lightning.core.flat import ParameterLayout, layer_slices
 from fl_lightning.core.payload import RoundOutcome
 from fl_lightning.data.datamodule import FederatedDataModule
-
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+from tests import builders
 
 
 # ------------------------------------------------------------------ hand-made rounds
@@ -123,8 +122,7 @@ def fit_rounds(cls, data, callbacks=(), **kwargs):
                   input_shape=data.input_shape, num_rounds=ROUNDS, fraction=1.0, batch_size=16, lr=0.1,
                   seed=0, eval_every=ROUNDS)
     logger = CallLogger()
-    trainer = pl.Trainer(accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks))
+    trainer = builders.trainer(logger=logger, callbacks=list(callbacks))
     module = cls(**(params | kwargs))
     trainer.fit(module, datamodule=data)
     rounds = [(step, metrics) for step, metrics in logger.calls if "conflicts_model" in metrics]

@@ -3,20 +3,14 @@ one that ran, and a Trainer's own length that disagrees with num_rounds is refus
 
 import json
 
-import lightning.pytorch as pl
 import mlflow
 import pytest
 
 from fl_lightning.algorithms import FedAvg
+from tests.builders import trainer
 from tests.test_module import digits_data, module_for
 
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`",
-                                        "ignore:The number of training batches")
-
-
-def trainer(**kwargs):
-    return pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+pytestmark = pytest.mark.filterwarnings("ignore:The number of training batches")
 
 
 @pytest.mark.parametrize("length", [{"max_epochs": 5}, {"max_epochs": 25}, {"max_steps": 2}])

@@ -8,6 +8,7 @@ from fl_lightning.algorithms import FedAvg, FedProx
 from fl_lightning.core.flat import model_vector
 from fl_lightning.core.module import FederatedModule, RoundPayload
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests.builders import fit
 
 
 def digits_data(num_clients=10, **kwargs) -> FederatedDataModule:
@@ -22,15 +23,6 @@ def module_for(data, cls=FedAvg, **kwargs):
                   input_shape=data.input_shape, num_rounds=3, fraction=1.0, batch_size=16, lr=0.1, eval_every=1, seed=0)
     params.update(kwargs)
     return cls(**params)
-
-
-def fit(module, data, **trainer_kwargs):
-    trainer = pl.Trainer(
-        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, **trainer_kwargs,
-    )
-    trainer.fit(module, datamodule=data)
-    return trainer
 
 
 class Recorder(pl.Callback):

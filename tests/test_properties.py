@@ -26,9 +26,7 @@ from fl_lightning.core.module import RoundPayload
 from fl_lightning.core.payload import as_server_step
 from fl_lightning.data.partition import PARTITIONERS, partition
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:You are trying to `self.log\\(\\)`", "ignore::RuntimeWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # CI draws the same 40 examples every run (derandomized: a run on a clean checkout cannot be
 # failed by a new draw); FL_PROPERTY_EXAMPLES=2000 explores afresh with that many draws.

@@ -4,7 +4,6 @@ workers, a count that must not reach the numbers)."""
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import mlflow
 import pytest
 import torch
@@ -12,9 +11,10 @@ import yaml
 
 from fl_lightning.algorithms import FedAvg
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests import builders
 from tests.call_logger import CallLogger
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")]
+pytestmark = pytest.mark.integration
 
 SEEDS = (3, 4)
 # the main job's data and model (mnist5k, the 784-200-200-10 MLP): shapes on which MKL rounds
@@ -46,9 +46,7 @@ def histories_of_trainer_script(seed: int) -> dict[str, list[tuple[int, float]]]
     data = FederatedDataModule(**DATA, seed=seed)
     logger = CallLogger()
     module = FedAvg(**MODEL, seed=seed, num_classes=10, input_shape=(1, 28, 28))
-    trainer = pl.Trainer(accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, max_epochs=MODEL["num_rounds"])
-    trainer.fit(module, datamodule=data)
+    builders.fit(module, data, logger=logger, max_epochs=MODEL["num_rounds"])
     history: dict[str, list[tuple[int, float]]] = {}
     for step, metrics in logger.calls:
         for key, value in metrics.items():

@@ -15,11 +15,11 @@ import torch
 from fl_lightning.algorithms import CGSV, FedAvg, FedFV, FedLF
 from fl_lightning.core.threads import FitThreads
 from fl_lightning.data.datamodule import FederatedDataModule
+from tests import builders
 from tests.accelerator import accelerator
 from tests.call_logger import CallLogger
 
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`",
-                                        "ignore:The number of training batches")
+pytestmark = pytest.mark.filterwarnings("ignore:The number of training batches")
 
 ROUNDS = 4
 TIMES = ("client_time_s", "server_time_s")  # wall-clock times: the one thing a rerun may change
@@ -66,15 +66,7 @@ def fit(data, cls=FedAvg, ambient=1, callbacks=(), **kwargs):
         params["fraction"] = 1.0
     torch.set_num_threads(ambient)
     logger = CallLogger()
-    trainer = pl.Trainer(
-        accelerator=accelerator(),
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-    )
+    trainer = builders.trainer(accelerator=accelerator(), logger=logger, callbacks=list(callbacks))
     module = cls(**(params | kwargs))
     trainer.fit(module, datamodule=data)
     calls = [(step, {k: v for k, v in metrics.items() if k not in TIMES}) for step, metrics in logger.calls]

@@ -73,6 +73,7 @@ PER_ROUND_METRICS = (Metric.CLIENT_TIME_S, Metric.SERVER_TIME_S, Metric.CONFLICT
 CLIENT_METRICS_ARTIFACT = Artifact.CLIENT_METRICS
 EXPORT_PREFIX = "export:"  # a StoreContents read from exports: "export:<folder>,<folder>"
 FINISHED = "FINISHED"
+FAILED = "FAILED"
 # How per-client accuracy was measured (tag ``client_test``): only local and matched tests give each
 # client its own test, so only they make a spread across clients a fairness statement.
 CLIENT_TESTS_WITH_OWN_TEST = ("local", "matched")

@@ -590,3 +590,44 @@ def test_the_tables_star_rule_is_the_plans():
     from leaderboard.registration import load_plan
     from leaderboard.tables import STAR_MIN_SEEDS
     assert STAR_MIN_SEEDS == load_plan().star_min_seeds
+
+
+def test_a_seed_whose_runs_failed_says_why_in_the_row():
+    """Issue 51: the dir-0.1 partition of fedlf-offline cannot be drawn on two fresh seeds, so every
+    arm's run of them FAILED before training. The pairs leave those seeds out (the plan decides on the
+    seeds both arms have), and the row gives the runs' own error line, not "has no run of it"."""
+    error = ("exit code 2; log benchmark_logs/x.log:\nerror: cannot build 100 clients from 'mnist5k' with "
+             "partition='dirichlet': after max_tries=1000 draws some client still had fewer than min_size=3 "
+             "samples (smallest in the last draw: 0). Lower min_size, raise alpha or raise max_tries.\n")
+    runs = [run("A", s, 0.8 + SEED_EFFECT[s]) for s in range(10) if s not in (5, 6)]
+    runs += [run("B", s, 0.7) for s in range(10) if s not in (5, 6)]
+    for config in ("A", "B"):
+        for seed in (5, 6):
+            failed = run(config, seed, 0.0)
+            failed.status, failed.tags = "FAILED", {**failed.tags, "error": error}
+            runs.append(failed)
+    entry = evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0]
+    assert entry.result.n == 8
+    why = ("A's run FAILED: cannot build 100 clients from 'mnist5k' with partition='dirichlet': after "
+           "max_tries=1000 draws some client still had fewer than min_size=3 samples (smallest in the last draw: 0).")
+    assert entry.unpaired == {"5": why, "6": why}
+    assert f"seeds 5, 6 left out: {why}" in ledger.difference_text(entry, ledger.parse_claims(
+        claim_spec([{"treatment": "A", "baseline": "B"}]), "x", "x/claims.yaml")[0])
+    # a finished run of the seed wins over an earlier failure of it: nothing left out
+    runs += [run(config, seed, 0.8 if config == "A" else 0.7) for config in ("A", "B") for seed in (5, 6)]
+    assert evaluate(claim_spec([{"treatment": "A", "baseline": "B"}]), runs).comparisons[0].unpaired == {}
+    # a finished run whose quantity is undefined says so, whatever failed before it on that seed
+    runs = [run("A", s, 0.8, cgsv_rho=float("nan") if s == 2 else 60.0 + s) for s in range(10)]
+    earlier = run("A", 2, 0.0)
+    earlier.status, earlier.tags = "FAILED", {**earlier.tags, "error": error}
+    entry = evaluate(claim_spec([{"treatment": "A", "threshold": 50}], quantity="rho"), runs + [earlier]).comparisons[0]
+    assert list(entry.unpaired) == ["2"] and entry.unpaired["2"].startswith("A's CGSV rho is undefined in its run")
+
+
+def test_a_failure_is_said_in_one_sentence():
+    from leaderboard.claims.results import failure_text
+
+    assert failure_text("exit code 2; log a.log:\nerror: no data. Download it first.\n") == "no data."
+    assert failure_text("exit code 1\nerrors were logged\nerror: the real cause. More.") == "the real cause."
+    assert failure_text("CUDA out of memory\nmore") == "CUDA out of memory"
+    assert failure_text("") == "no error recorded"

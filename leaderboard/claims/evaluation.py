@@ -14,6 +14,8 @@ from leaderboard.claims.results import (
     ClaimResult,
     ComparisonResult,
     RunIndex,
+    failure_text,
+    index_failed_runs,
     index_runs,
     planned,
 )
@@ -87,9 +89,11 @@ def _pairs(comparison: Comparison, suite: str, index: RunIndex, reading: Reading
 
 
 def _unpaired(comparison: Comparison, suite: str, index: RunIndex, seeds: set[str],
-              treatment: dict[str, float], baseline: dict[str, float]) -> dict[str, str]:
-    """Why each planned seed that has runs is left out of the pairs: an arm with no run of it, or a
-    run whose quantity is undefined (a NaN rho). A seed with no run in either arm is not listed."""
+              treatment: dict[str, float], baseline: dict[str, float], failed: RunIndex | None = None,
+              ) -> dict[str, str]:
+    """Why each planned seed that has runs is left out of the pairs: an arm whose run of it FAILED
+    (its error, from ``failed``), an arm with no run of it, or a run whose quantity is undefined (a
+    NaN rho). A seed with no run in either arm is not listed."""
     why: dict[str, str] = {}
     sides = [(comparison.treatment, treatment)] + ([(comparison.baseline, baseline)] if comparison.baseline else [])
     for seed in sorted(seeds - (set(treatment) & set(baseline)), key=lambda s: (len(s), s)):
@@ -97,10 +101,15 @@ def _unpaired(comparison: Comparison, suite: str, index: RunIndex, seeds: set[st
             if seed in values:
                 continue
             run = index.get((suite, side.benchmark, side.config), {}).get(seed)
+            failure = (failed or {}).get((suite, side.benchmark, side.config), {}).get(seed)
             quantity = quantity_of(side.quantity)
-            why[seed] = (f"{side.config} has no run of it" if run is None
-                         else f"{side.config}'s {quantity.label} is undefined in its run"
-                              + (f" ({quantity.undefined})" if quantity.undefined else ""))
+            if run is None and failure is not None:
+                why[seed] = f"{side.config}'s run FAILED: {failure_text(failure.error)}"
+            elif run is None:
+                why[seed] = f"{side.config} has no run of it"
+            else:
+                why[seed] = (f"{side.config}'s {quantity.label} is undefined in its run"
+                             + (f" ({quantity.undefined})" if quantity.undefined else ""))
             break
     return why
 
@@ -169,16 +178,17 @@ def _detectable(comparison: Comparison, result: PairedResult | None) -> float | 
 
 
 def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunIndex,
-                    plan: LedgerPlan | None = None) -> list[ComparisonResult]:
+                    plan: LedgerPlan | None = None, failed: RunIndex | None = None) -> list[ComparisonResult]:
     """One family (a claim's comparisons on one suite, or one ablation's) under the plan: at the
     primary point on the planned seeds, Holm-corrected; the verdicts at the sensitivity points; and,
-    where more seeds than planned exist, the extension on every seed (shown, never the verdict)."""
+    where more seeds than planned exist, the extension on every seed (shown, never the verdict).
+    ``failed``: the FAILED runs (``index_failed_runs``), which say why a seed has no run."""
     plan = plan or LedgerPlan()
     comparisons = list(comparisons)
     count = plan.seeds_for(suite)
     primary = reading_of(plan, plan.primary_point)
     present = {seed for c in comparisons for side in (c.treatment, c.baseline) if side is not None
-               for seed in index.get((suite, side.benchmark, side.config), {})}
+               for runs in (index, failed or {}) for seed in runs.get((suite, side.benchmark, side.config), {})}
     seeds = planned(present, plan.seed_names(suite))
     arms = [_pairs(c, suite, index, primary, seeds) for c in comparisons]
     decided, not_reached = holm_family(comparisons, [paired_differences(t, b) for t, b, _ in arms], plan.alpha)
@@ -202,7 +212,7 @@ def evaluate_family(comparisons: Iterable[Comparison], suite: str, index: RunInd
             comparison, suite, result, treatment, baseline, dict(statuses), withdrawn[benchmark],
             tuple(sorted({run.code_version for run in used})), planned_seeds=count,
             detectable=_detectable(comparison, result),
-            unpaired=_unpaired(comparison, suite, index, seeds, treatment, baseline),
+            unpaired=_unpaired(comparison, suite, index, seeds, treatment, baseline, failed),
             holm_not_reached=k in not_reached, knife_edge=tuple(flips[k]), convergence_arms=convergence_arms))
     for point in plan.sensitivity_points:
         at = [_pairs(c, suite, index, reading_of(plan, point), seeds) for c in comparisons]
@@ -226,13 +236,14 @@ def evaluate(claims: Iterable[Claim], runs: Iterable[RunRecord], plan: LedgerPla
     built from every suite: there a missing run is a mistake in a reason, and it is refused)."""
     plan = plan or LedgerPlan()
     amendments = list(amendments)
-    index = index_runs(runs)
+    runs = list(runs)
+    index, failed = index_runs(runs), index_failed_runs(runs)
     results = []
     for claim in claims:
         result = ClaimResult(claim, plan=plan, amendments=tuple(a for a in amendments if a.target == claim.id))
         if not claim.not_tested and claim.offline is not None and claim.comparisons:
-            result.comparisons = evaluate_family(claim.comparisons, claim.offline.suite, index, plan)
-        result.ablations = [AblationResult(a, evaluate_family(a.comparisons, a.location.suite, index, plan))
+            result.comparisons = evaluate_family(claim.comparisons, claim.offline.suite, index, plan, failed)
+        result.ablations = [AblationResult(a, evaluate_family(a.comparisons, a.location.suite, index, plan, failed))
                             for a in claim.ablations]
         try:
             result.reason_text = render_reason(result, index, plan)

@@ -20,7 +20,7 @@ from leaderboard.claims.spec import (
 )
 from leaderboard.convergence import UNCONVERGED
 from leaderboard.registration import Amendment, LedgerPlan
-from leaderboard.runs import RunRecord
+from leaderboard.runs import FAILED, RunRecord
 from leaderboard.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -121,6 +121,8 @@ class ClaimResult:
 
     @property
     def verdict(self) -> str:
+        """The claim's verdict: its own label first (not testable, not implemented, not tested), else
+        what the runs say (``data_verdict``), shown as "holds by construction" where the claim is one."""
         if self.claim.not_testable:
             return NOT_TESTABLE
         if self.claim.not_implemented:
@@ -218,6 +220,26 @@ def index_runs(runs: Iterable[RunRecord]) -> RunIndex:
     for run in runs:
         groups.setdefault((run.suite, run.benchmark, run.config), []).append(run)
     return {key: {run.seed: run for run in pick_used_runs(group)[0]} for key, group in groups.items()}
+
+
+def index_failed_runs(runs: Iterable[RunRecord]) -> RunIndex:
+    """The FAILED runs per (suite, benchmark, configuration, seed): why a seed may have no finished
+    run (a partition that cannot be drawn on it fails every arm alike, before any training)."""
+    failed: RunIndex = {}
+    for run in runs:
+        if run.status == FAILED:
+            failed.setdefault((run.suite, run.benchmark, run.config), {})[run.seed] = run
+    return failed
+
+
+def failure_text(error: str) -> str:
+    """A run's error tag as one short line: its ``error:`` line (the CLI's refusal, without the log's
+    path before it), to the end of its first sentence; else the tag's first line."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    said = next((line.removeprefix("error:").strip() for line in lines if line.startswith("error:")),
+                lines[0] if lines else "no error recorded")
+    sentence, dot, _ = said.partition(". ")
+    return sentence + (dot.strip() if dot else "")
 
 
 def planned(seeds: Iterable[str], wanted: frozenset[str]) -> set[str]:

@@ -152,6 +152,8 @@ class IsolatedProcesses:
         self.lock = threading.Lock()
 
     def run(self, config_path: str, log_path: str) -> int | str:
+        """The cell's fit in a fresh ``python -m fl_lightning.cli fit --config`` process, its output
+        in ``log_path``: its exit code, or :data:`NOT_STARTED` once the suite has stopped."""
         env = {**os.environ, **_thread_env(self.threads)}
         with self.lock:
             if STOPPED.is_set():  # before the log is opened: a cell not started leaves no empty log
@@ -222,6 +224,8 @@ class Worker:
             _send(self.process.pid, signum)
 
     def close(self) -> None:
+        """Asks the worker to leave (killed when it has not after 60 s) and
+        forgets it; its next cell starts a fresh one."""
         if self.process is None:
             return
         try:
@@ -254,6 +258,8 @@ class WarmWorkers:
             self.idle.put(worker)
 
     def run(self, config_path: str, log_path: str) -> int | str:
+        """The cell's fit on the next idle worker: its exit code, why the worker died, or :data:`NOT_STARTED`
+        once the suite has stopped; a worker over ``max_resident_mb`` after the cell is retired."""
         worker = self.idle.get()
         try:
             if STOPPED.is_set():  # stopped while this cell waited for a worker
@@ -316,6 +322,8 @@ class SubmititJobs:
         self.executor.update_parameters(**parameters)
 
     def run(self, config_path: str, log_path: str) -> int | str:
+        """The cell's fit as one submitit job, its config copied into the job folder: the exit code, the
+        scheduler's reason when the job failed, or :data:`NOT_STARTED` once the suite has stopped."""
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.folder, delete=False) as handle:
             handle.write(Path(config_path).read_text())  # where the job's node can read it
         try:

@@ -175,6 +175,8 @@ def _run_claimed_cell(cell: Cell, tracking_uri: str, log_dir: Path, launcher: La
 
 
 def summary_table(cells: list[Cell], outcomes: dict[tuple[str, int], tuple[str, float]], accuracy: dict) -> str:
+    """The suite's table, one line per cell: how its seeds' runs ended (a seed without an outcome this time: skipped),
+    the mean of their accuracies in ``accuracy`` ((cell, seed) -> value; — without any) and the seconds they took."""
     rows: dict[str, dict[str, Any]] = {}
     for cell in cells:
         status, seconds = outcomes.get((cell.cell, cell.seed), ("SKIPPED (done)", 0.0))

@@ -125,6 +125,9 @@ def yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def load_suite(name: str, seeds: list[int] | None = None) -> list[Cell]:
+    """The cells of suite ``name`` (``fedfv/offline`` or a path): one per benchmark,
+    algorithm configuration and seed (``seeds`` replaces the suite's), each with its
+    merged config; an unreadable or malformed suite exits with one line."""
     path = suite_path(name)
     try:
         spec = yaml.safe_load(path.read_text())

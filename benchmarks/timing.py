@@ -555,6 +555,8 @@ def run_timing_suite(name: str, *, jobs: int = 1, tracking_uri: str = DEFAULT_TR
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.timing``: runs a timing suite alone on an
+    idle machine (:func:`run_timing`); returns its exit status."""
     from fl_lightning.records.errors import OneLineParser
 
     environment_uri = os.environ.get("MLFLOW_TRACKING_URI")

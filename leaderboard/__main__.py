@@ -30,6 +30,8 @@ from leaderboard.runs import LeaderboardError  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command line's parser: the ``build``, ``publish``, ``register``
+    and ``export`` subcommands and their options."""
     parser = OneLineParser(
         prog="fl-leaderboard" if Path(sys.argv[0]).name == "fl-leaderboard" else "python -m leaderboard",
         description="Build the static leaderboard site (HTML + Markdown, tables and figures) from MLflow runs.",
@@ -106,6 +108,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the subcommand of ``argv`` (``build``, ``publish``, ``register``
+    or ``export``); returns the exit status (2 after a one-line error)."""
     args = parser().parse_args(argv)
     if args.command == "export":
         return run_export(args)
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    """``register``: records the registration hash in the plan (``--again`` replaces one), or with
+    ``--check`` only says whether the files match it (1 when not); returns 2 after an error."""
     from leaderboard import registration
 
     try:
@@ -146,6 +152,7 @@ def run_register(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    """``export``: writes the store's runs as tidy tables into ``--out``; returns 0, or 2 after a one-line error."""
     progress = export.ProgressLines()
     try:
         export.export(args.tracking_uri, args.out, args.experiments, args.tags, args.formats, args.all_metrics,

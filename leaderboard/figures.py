@@ -138,6 +138,8 @@ def curves_figure(table: BenchmarkTable) -> Figure | None:
 
 
 def clients_figure(table: BenchmarkTable) -> Figure | None:
+    """The final client accuracies of each configuration as a horizontal box plot over all clients of all finished
+    seeds, the points jittered over it; None where fairness is not shown or no run has client accuracies."""
     if not table.fairness_shown:  # clients share one test set: their spread is not a fairness statement
         return None
     rows = [row for row in table.rows if any(r.client_accuracies() for r in row.finished_runs)]
@@ -221,6 +223,8 @@ LABEL_DISTANCE = 16  # points between a Pareto point and the near corner of its 
 
 
 def pareto_figure(table: BenchmarkTable) -> Figure | None:
+    """Mean client accuracy against each unfairness axis (std, and angle where logged), ± std over seeds,
+    the Pareto-optimal configurations highlighted, joined and labelled; None without both numbers."""
     metrics = pareto_metrics(table)
     if not metrics:
         return None

@@ -129,6 +129,9 @@ class LedgerPlan:
 
 
 def parse_plan(raw: object, where: str = PLAN_FILE) -> LedgerPlan:
+    """The plan ``raw`` (the plan file's YAML) as a :class:`LedgerPlan`, defaults filled
+    in; a malformed plan, or one whose over-rounds sensitivity readings do not pair one to
+    one with its sensitivity points, raises :class:`RegistrationError` naming ``where``."""
     if not isinstance(raw, Mapping):
         raise RegistrationError(f"{where}: expected a mapping of the plan's keys")
     try:

@@ -166,6 +166,8 @@ def noise_sd(runs: list[Run]) -> float:
 
 
 def load_runs(exports: Path = EXPORTS) -> list[Run]:
+    """The FINISHED runs of every export folder under ``exports``, each with its
+    rounds, evaluation cadence, convergence status, wall time and accuracy history."""
     folders = sorted(p for p in exports.iterdir() if p.is_dir() and not p.name.startswith("."))
     contents = read_export(folders, progress=lambda _: None)
     runs = []
@@ -181,6 +183,9 @@ def load_runs(exports: Path = EXPORTS) -> list[Run]:
 
 
 def choose(runs: list[Run], window: int, change_pp: float) -> list[Choice]:
+    """Each benchmark's run length (the module docstring's method): every run's curve fitted, the lengths
+    of ``GROWTHS`` tried (a fixed benchmark keeps its rounds), and one growth per suite chosen, the
+    shortest whose predicted converged share reaches ``TARGET`` or comes within ``KNEE`` of the best."""
     sd_of_cell: dict[tuple[str, str], float] = {}
     by_cell: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for run in runs:
@@ -276,6 +281,8 @@ def hours(seconds: float) -> str:
 
 
 def report(exports: Path = EXPORTS) -> str:
+    """The Markdown report: per suite, a table of each benchmark's runs, lengths today and chosen, convergence counts,
+    predicted shares and times, and the suite's backtest; then the whole pass and what the lengths cannot do."""
     plan = load_plan(ROOT)
     window, change_pp = plan.convergence.window, plan.convergence.change_pp
     runs = load_runs(exports)

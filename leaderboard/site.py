@@ -163,6 +163,8 @@ def anchor(name: str) -> str:
 
 
 def environment() -> tuple[jinja2.Environment, jinja2.Environment]:
+    """The Jinja environments of the HTML pages (autoescaped) and of the Markdown ones, both
+    strict about undefined names, with the site's shared constants, helpers and filters."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
     html = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)

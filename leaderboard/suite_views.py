@@ -167,6 +167,8 @@ def percent_change(value: float | None) -> str:
 
 
 def gains_view(summary: SuiteSummary, view_id: str) -> TableView:
+    """The suite page's table of gains over FedAvg: per benchmark and configuration, our relative gain
+    (with its p against FedAvg's seeds) beside the paper's, with the paper's source and setting."""
     headers = [Header("Our benchmark", key="benchmark"), Header("Configuration", key="config"),
                Header("Ours: gain over FedAvg", "(ours − FedAvg) / FedAvg of the headline means in the same "
                       "table; p against FedAvg's seeds (paired by seed, or Welch)", "num", "desc", "ours"),

@@ -215,6 +215,8 @@ class ConfigRow:
 
     @property
     def rounds_text(self) -> str:
+        """The rounds the row's runs completed ("60", or "40–60" where they differ), followed by "/ planned" when
+        they share one planned length (the extended one where a run was extended); ``MISSING`` without any."""
         rounds = self.rounds
         if not rounds:
             return MISSING

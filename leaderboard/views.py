@@ -67,6 +67,9 @@ def stat_cell(row: ConfigRow, column: Column, table: BenchmarkTable) -> Cell:
 
 
 def leaderboard_view(table: BenchmarkTable) -> TableView:
+    """A benchmark's leaderboard table: one row per configuration with its algorithm,
+    local optimiser (where shown), every column's mean, rounds and seeds, and notes on
+    differing participation or learning rates and on runs still improving at their end."""
     optimisers = {id(row): row_optimiser(row) for row in table.rows}
     show_optimiser = any(text for text, _ in optimisers.values())
     improvements = {id(row): improvement_stat(row) for row in table.rows}
@@ -170,6 +173,8 @@ def config_cell(number: PaperNumber) -> Cell:
 
 
 def problem_runs_view(table: BenchmarkTable) -> TableView:
+    """The benchmark's failed, killed and unfinished runs, one row each: configuration,
+    seed, status (noting a seed that also has a FINISHED run), rounds reached and error."""
     headers = [Header("Run id", key="run_id"), Header("Configuration", key="config"),
                Header("Seed", kind="num", key="seed"),
                Header("Status", "MLflow status; RUNNING = not finished when the site was built", key="status"),
@@ -200,6 +205,8 @@ def used_text(table: BenchmarkTable, run) -> str:
 
 
 def runs_view(table: BenchmarkTable) -> TableView:
+    """Every run of the benchmark, one row each: configuration, seed, status, final
+    mean client accuracy, rounds, whether it enters the means, and its git sha."""
     acc = COLUMNS_BY_KEY[HEADLINE]
     headers = [Header("Run id", key="run_id"), Header("Configuration", key="config"),
                Header("Seed", kind="num", key="seed"), Header("Status", key="status"),

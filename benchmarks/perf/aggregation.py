@@ -145,6 +145,9 @@ def measure(
 
 
 def add_loop_transcriptions(cell: dict, payload: RoundPayload, m: int, repeats: int, device: torch.device) -> None:
+    """Times the loop transcriptions of FedFV's and FedMGDA+'s server steps on the
+    cell's round (after a FedFV step that fills its history) into ``cell["seconds"]``,
+    with the modules' speed-ups over the loops and FedLF's time over FedMGDA+'s."""
     grads = list(payload.updates.unbind(0))
     losses = payload.losses.tolist()
     history: dict = {}
@@ -168,6 +171,8 @@ def add_loop_transcriptions(cell: dict, payload: RoundPayload, m: int, repeats: 
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Times every algorithm's server step for each model size and client count (and the loop transcriptions
+    unless ``--no-loops``) and writes the report, with the machine and the algorithms' defaults, to ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clients", type=int, nargs="+", default=[10, 100])

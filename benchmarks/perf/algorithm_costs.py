@@ -75,6 +75,8 @@ def cost_suite(algorithm: str, cells: dict[str, object]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Fits each (algorithm, model) pair's reference cell for ``SHORT`` and ``LONG`` rounds through the runner
+    and writes every pair's seconds a round and start seconds (or its failure) to ``--out``; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--algorithms", nargs="+", default=None, help="only these (class names)")

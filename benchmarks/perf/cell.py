@@ -69,6 +69,8 @@ class RoundTimer(pl.Callback):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """Records the round's wall-clock seconds (device synchronised) and the module's client and
+        server seconds; stops the fit once the timed rounds have taken ``max_timed_seconds``."""
         self._sync(pl_module)
         self.seconds.append(time.perf_counter() - self._start)
         metrics = trainer.callback_metrics

@@ -90,6 +90,9 @@ def measure(case: str, policy: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Fits every case under every checkpoint policy, each in a fresh process,
+    prints their writes, seconds and bytes on disk, and writes them with the machine
+    to ``--out`` when given; ``--child`` runs one fit in this process instead."""
     if argv is None and sys.argv[1:2] == ["--child"]:
         child(sys.argv[2:])
         return

@@ -57,6 +57,9 @@ class RandomImageData(FederatedDataModule):
         self.vocab_size = vocab_size  # token ids in [0, vocab_size) as floats instead of N(0, 1) images
 
     def setup(self, stage: str | None = None) -> None:
+        """Fills the train and test splits once: ``samples_per_client`` training and
+        ``TEST_SAMPLES_PER_CLIENT`` test samples per client of seeded N(0, 1) inputs (token
+        ids with a ``vocab_size``) and uniform labels, each client a contiguous block."""
         if self.train_x is not None:
             return
         generator = torch.Generator().manual_seed(self.seed)

@@ -199,6 +199,8 @@ def time_task(task: Task, repeats: int, warmup: int, seed: int = 0, device: torc
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times every ``--tasks`` task the three ways and appends the measurement (under
+    ``--label``, with the machine, thread count and load average) to ``--out``; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), metavar="TASK",
                         help=f"default: all of {', '.join(TASKS)}")

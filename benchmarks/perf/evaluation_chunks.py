@@ -30,6 +30,8 @@ from fl_lightning.models import create_fl_model
 
 
 def cases() -> dict:
+    """The two evaluations of the ledger's slowest row, by name, on seeded random MNIST-shaped data with the McMahan
+    MNIST CNN: 10 clients' training losses (138 samples each) and 10 agents' models on a shared test set of 1,000."""
     generator = torch.Generator().manual_seed(0)
     model = create_fl_model("fl_cnn_mnist", 10, (1, 28, 28))
     layout = ParameterLayout.of(model)
@@ -52,6 +54,8 @@ def seconds(run) -> tuple[float, tuple]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times each case chunked and whole, alternating ``--pairs`` times, exits when the two differ, and appends
+    the pairs and their median whole / chunked ratio (under ``--label``) to ``--out`` when given; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--label", default="after")

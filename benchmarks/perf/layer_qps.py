@@ -138,6 +138,9 @@ def profile_solve(grams: torch.Tensor, rows: int = 20) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Records the layer QPs of one FedLF server step, solves each batch both ways ``--repeats``
+    times, and writes the timings, iterations, gaps and weight differences (an earlier file's
+    content kept under "before") to ``--out``; ``--profile`` also profiles one solve. Returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="nf_resnet18_fedlf", choices=list(MODELS))
     parser.add_argument("--clients", type=int, default=100)

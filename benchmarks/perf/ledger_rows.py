@@ -54,6 +54,9 @@ def confirmatory_length(suite: str, benchmark: str) -> dict[str, int]:
 
 
 def time_row(suite_file: str, benchmark: str | None, config: str | None, scratch: Path) -> dict:
+    """Times a row's cell (the first of ``suite_file`` matching ``benchmark`` and
+    ``config``; None matches any) for one and two of the confirmatory pass's evaluation
+    periods in this process, and projects its confirmatory run time from the difference."""
     from benchmarks.launchers import _fit_in_this_process
     from benchmarks.runner import _cell_config_file
     from benchmarks.suites import deep_merge, load_suite
@@ -130,6 +133,9 @@ def estimate(label: str, exports: Path = Path("evidence/exploratory"), jobs: int
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times the ``--rows`` of ``ROWS`` (every row by default) at one torch thread and
+    appends them under ``--label`` to ``--out``; ``--estimate LABEL`` instead prints the
+    confirmatory pass's estimated wall time from that label's measurements. Returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default=None)
     parser.add_argument("--rows", type=int, nargs="+", help="row numbers of ROWS (default: every row)")

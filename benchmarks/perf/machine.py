@@ -13,6 +13,8 @@ from fl_lightning.records.machine import cpu_model
 
 
 def describe_machine(device: torch.device) -> dict:
+    """The device, CPU model and cores, torch threads, platform, Python and
+    torch versions (and the GPU's name on CUDA), for a results file."""
     info = {
         "device": str(device),
         "cpu": cpu_model(),

@@ -54,6 +54,8 @@ def rounds_seconds(output: str) -> float:
 
 
 def measure(repeats: int, source: str | None) -> dict:
+    """Runs the help, start-up and fit phases ``repeats`` times, each in a fresh folder (``source``: a checkout
+    put first on ``PYTHONPATH``); returns each phase's median seconds, with every repeat under ``"all"``."""
     env = {**os.environ}
     if source:
         env["PYTHONPATH"] = os.pathsep.join([source, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -70,6 +72,8 @@ def measure(repeats: int, source: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times the main job's phases and appends their medians and every
+    repeat, under ``--label``, to ``--out``; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--label", required=True, help="a name for this measurement (e.g. 'before', 'after')")

@@ -55,6 +55,8 @@ def seconds(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times the rounds of each ``--cells`` cell in this process and writes
+    the report to ``--out`` after every cell; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", nargs="+", default=list(PAPER_CELLS), choices=list(PAPER_CELLS))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])

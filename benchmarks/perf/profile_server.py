@@ -18,6 +18,8 @@ from fl_lightning.data.datamodule import FederatedDataModule
 
 
 def profile_step(name: str, size: str, m: int, device: torch.device, rows: int) -> str:
+    """One server step of algorithm ``name`` (model ``size``, ``m`` mnist5k clients) profiled after
+    a warm-up step: its ``rows`` most expensive operations, as a table under a ``##`` heading."""
     data = FederatedDataModule(source="mnist5k", num_clients=100, partition="iid", test_mode="local", seed=0)
     data.setup("fit")
     data.to(device)
@@ -37,6 +39,8 @@ def profile_step(name: str, size: str, m: int, device: torch.device, rows: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Prints the profile of each ``--algorithms`` server step, and writes
+    the tables to ``--out`` when given; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithms", nargs="+", default=["FedFV", "FedLF", "FedMGDAPlus"], choices=list(ALGORITHMS))
     parser.add_argument("--size", default="nf_resnet18", choices=list(MODELS))

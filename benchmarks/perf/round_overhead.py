@@ -77,6 +77,8 @@ def engine_rounds(module, rounds: int, warmup: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """For each participation of ``--fractions``, times rounds through ``Trainer.fit`` and the engine's
+    own rounds, and appends their medians and ratio (under ``--label``) to ``--out``; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40, help="timed rounds per way (medians are reported)")
     parser.add_argument("--warmup", type=int, default=3)

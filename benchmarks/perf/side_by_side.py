@@ -9,7 +9,7 @@ Two routes: the CLI (``fl_lightning.cli.lightning_cli.run``) and a Trainer scrip
   logistic regression, b = 10, 60 rounds (the case where two fits collapsed 170x);
 * ``mlp``: the README's main job (FedAvg, 10 of 100 mnist5k clients, the MLP, 100 rounds).
 
-and the run's thread setting (``model.threads``): 1, the default, and every core this process
+Two thread settings of the run (``model.threads``): 1, the default, and every core this process
 may use (what PyTorch takes by itself). The figure of merit is pair / alone, per trial; the
 target is at most 1.5. The cost of the default is its time alone against every core's alone,
 printed as ``1 thread / every core``. Results are appended to ``results/side_by_side_cpu.json``.
@@ -122,6 +122,8 @@ def trial(route: str, case: str, threads: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Times every case, route and thread setting alone and side by side over ``--trials`` trials, prints the
+    pair / alone ratios (and 1 thread against every core), and appends the rows to ``--out``; returns 0."""
     from fl_lightning.records.machine import available_cores, cpu_model
 
     cores = available_cores()

@@ -288,6 +288,8 @@ def summary_table(cells: list[dict]) -> str:
 
 
 def aggregation_table(section: dict) -> str:
+    """The aggregation section as Markdown tables, one per cell: milliseconds per server step of each
+    algorithm (the first line of the error of one that failed); the section's error where it did not run."""
     if section.get("status") != "ok":
         return f"aggregation: {section.get('status')}: {section.get('error')}"
     lines = []
@@ -309,6 +311,9 @@ def write_report(path: Path, report: dict) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The suite's options, with the defaults that depend on ``--quick`` filled in
+    (clients, variants, rounds, the aggregation's size and repeats) and the results
+    file resolved; ``--device cuda`` without a visible CUDA device is refused."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.perf", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="10 clients per round only, 1 timed round, no variants, a smaller aggregation (d=0.2M)")
@@ -360,6 +365,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the chosen sections (each throughput cell in its own process unless ``--in-process``; a
+    cell predicted to time out is skipped), writes the report after every cell and at the end, and
+    prints the summary tables, with a warning for timings taken on a busy machine; returns 0."""
     args = parse_args(argv)
     started = time.perf_counter()
     report: dict = {

@@ -137,6 +137,8 @@ class CFFL(ValidatedAgents):
 
     # ---------------------------------------------------------------- server side
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """Steps 2-4 of the module docstring's round: the server step −Δw_g (Δw_g = Σ_{j∈R} a_j Δw_j^S),
+        and the reputations r and the set R after the moving average, sinh and threshold."""
         _, uploads = self.local_updates(payload)
         R = self.reputable[payload.clients]
         a = self.shares(payload, R)  # a_j = n_j / Σ_R n_i, 0 outside R
@@ -176,6 +178,9 @@ class CFFL(ValidatedAgents):
 
     # ------------------------------------------------------------------ reward
     def on_round_end(self, payload: RoundPayload, server_step: torch.Tensor) -> dict[str, float]:
+        """Step 5, the reward: each party still in R adds its download of Δw_g (the
+        ⌊D r_j / max_i r_i⌋ largest entries) less its own share a_j Δw_j^S to its model; a
+        party that left keeps Δw_j. Returns the r_j, download densities and |R| to log."""
         delta, uploads = self.local_updates(payload)
         R = self.reputable[payload.clients]  # after this round's threshold
         a = (self.round_share[payload.clients] * R).to(delta.dtype)  # a_j, for the parties still in R

@@ -137,6 +137,9 @@ class CGSV(AgentModels):
 
     # ------------------------------------------------------------- gradient aggregation step
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """Eq. (1), (3) and (4) of Xu et al. (NeurIPS 2021): the server step −u_N = Σ_i a_i c_i g_i,
+        the agents' new r (moving average of ψ_i, clamped at 1e-3, normalised), and ψ_i as metrics
+        (with the Fig. 1 check every ``shapley_check_every`` rounds)."""
         G = gram(payload.updates)  # <g_i, g_j>, g_i = −Δw_i
         c = self.hparams.gamma / (G.diagonal().sqrt() + 1e-7)  # u_i = −c_i g_i   (1)
         a = self.aggregation_weights(payload)  # u_N = Σ a_i u_i

@@ -75,6 +75,8 @@ class FedFa(FederatedModule):
         self.register_client_state("participation")  # f_i
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """The weights p_i from the clients' training accuracies and participation counts, then
+        the server momentum: the step w − (w_new − η m), with the counts and m as new state."""
         participation = self.participation.clone()
         participation[payload.clients] += 1  # f_i counts this round too
         weights = self.client_weights(payload.training_accuracies(), participation[payload.clients])  # p_i

@@ -83,6 +83,8 @@ class FedFV(FederatedModule):
 
     # ------------------------------------------------------------------------ Alg. 1
     def aggregate(self, payload: RoundPayload) -> torch.Tensor:
+        """Alg. 1 of Wang et al. (IJCAI 2021) for one round: g^t after the internal (Alg. 2) and
+        external (Alg. 3) projections, rescaled to ||(1/m) Σ_i g_i|| (line 10); zeros when g^t is 0."""
         t, updates = payload.round, payload.updates
         G = gram(updates)  # G_ij = g_i · g_j
         order = self.projection_order(payload.training_losses(), t)  # line 5: PO_t

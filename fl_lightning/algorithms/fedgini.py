@@ -4,9 +4,8 @@ federated learning"): a Gini penalty on the clients' losses.
 The only description available here is FedLF's (appendix: "introducing a penalty term to
 enhance fairness") and the FedLF repository's code: the paper's own definition could not be
 found here (its text is not reachable from this project), so this is an interpretation,
-documented as such:
-the server descends on the mean training loss of the round's clients inflated by its Gini
-coefficient,
+documented as such: the server descends on the mean training loss of the round's clients
+inflated by its Gini coefficient,
 
     P(w) = F̄ (1 + λ Gini(F)),   Gini(F) = Σ_i Σ_j |F_i - F_j| / (2 m² F̄),
 

@@ -131,6 +131,9 @@ class FedLF(FederatedModule):
         return recent.nonzero().flatten(), tau
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """Steps 1-6 of the class docstring (Pan et al., AAAI 2024, App. A.1): the layer-wise
+        min-norm direction d rescaled to ||(1/m) Σ g_i||, as the server step −η_t d (0 when
+        every layer group is Pareto-stationary), with the ``fedlf_*`` metrics."""
         t, m = payload.round, payload.num_clients
         g = self.client_gradients(payload)  # step 1
         q = fair_coefficients(payload.training_losses())  # step 2

@@ -134,6 +134,9 @@ class FedMDFG(FederatedModule):
         return absent.nonzero().flatten()
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """One round of the class docstring's steps: the MGDA direction d over the equalised
+        gradients, fair guidance and absent clients, and the line search's η, as the server
+        step −η d (0 when no client sent a non-zero update), with the ``fedmdfg_*`` metrics."""
         live, g_hat = self.equalised_gradients(payload)
         absent = self.absent_clients(payload.clients)
         stats: dict[str, float | torch.Tensor] = {"fedmdfg_zero_clients": float((~live).sum()),

@@ -80,6 +80,8 @@ class FedMGDAPlus(FederatedModule):
         return eta * beta ** (context.round // 100)
 
     def aggregate(self, payload: RoundPayload) -> ServerStep:
+        """Alg. 1 of Hu et al. (2022), lines 4-9: λ* of the QP over the box around λ0 and
+        the server step η_t Σ_i λ*_i ĝ_i, with λ* and the QP's status in ``details``."""
         updates = payload.updates
         G = gram(updates)  # g_i · g_j
         if self.hparams.normalize:  # line 4: ĝ_i = g_i / (||g_i|| + 1e-8)

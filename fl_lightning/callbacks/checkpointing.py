@@ -5,12 +5,12 @@ Lightning's default :class:`~lightning.pytorch.callbacks.ModelCheckpoint` keeps 
 epoch (here a round). :class:`RoundCheckpoint` keeps ``last.ckpt`` only and writes it after the
 first round of the fit, then every ``every_n_rounds`` rounds and after the last one; by default N
 is chosen after the second round so that writing takes at most ``time_budget`` of the fit's time
-(N = ⌈write seconds / (budget · round seconds)⌉), and follows the cost of later writes. The rounds in between are not
-lost on a Ctrl-C,
-a SIGTERM or a failure: the checkpoint of the last completed round is kept in memory (the
-tensors by reference, checked unchanged through their version counters, everything else copied)
-and written when the fit ends on an exception, if the round that was running has not yet
-changed any of it. A resumed fit re-runs the rounds after its checkpoint, bit for bit.
+(N = ⌈write seconds / (budget · round seconds)⌉), and follows the cost of later writes. The
+rounds in between are not lost on a Ctrl-C, a SIGTERM or a failure: the checkpoint of the last
+completed round is kept in memory (the tensors by reference, checked unchanged through their
+version counters, everything else copied) and written when the fit ends on an exception, if the
+round that was running has not yet changed any of it. A resumed fit re-runs the rounds after its
+checkpoint, bit for bit.
 """
 
 from __future__ import annotations

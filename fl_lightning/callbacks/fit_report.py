@@ -133,6 +133,9 @@ class FitReport(FitSummary):
             self.stopper.stop()  # a signal still waiting for a store call stops the fit here
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """A fit that was stopped (Ctrl-C, SIGTERM) or failed: its MLflow runs end KILLED when
+        stopped, the last completed round is written to ``last.ckpt``, and rank 0 says how the
+        fit ended and the command that resumes it (or that there is nothing to resume)."""
         if self.stopper is not None:
             self.stopper.pending = None
             self.stopper.cancel()

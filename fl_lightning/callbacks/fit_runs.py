@@ -17,12 +17,12 @@ forwards to it:
    store's tables and experiment (a lock or retries for fits started together:
    :func:`~fl_lightning.callbacks.mlflow_store.open_mlflow_experiment`), point a logger
    at the run the checkpoint recorded (``init_args.run_id``: the saved ``config.yaml`` names
-   it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a continued run whose params
-   changed gives way
-   to a new run (``num_rounds`` excepted: a resume may extend the run), a new unnamed run is
-   named by :func:`~fl_lightning.callbacks.run_identity.run_name`, and a continued run is
-   logged through :class:`ContinuedRunLogger`, which leaves out the (metric, step) pairs the
-   interrupted fit logged past its checkpoint and the params MLflow keeps from the run's start.
+   it), and build the trainer's loggers, each with its final ``run_id`` and ``run_name``: a
+   continued run whose params changed gives way to a new run (``num_rounds`` excepted: a resume
+   may extend the run), a new unnamed run is named by
+   :func:`~fl_lightning.callbacks.run_identity.run_name`, and a continued run is logged through
+   :class:`ContinuedRunLogger`, which leaves out the (metric, step) pairs the interrupted fit
+   logged past its checkpoint and the params MLflow keeps from the run's start.
 
 Extending a run: resumed with a larger ``--model.num_rounds``, a fit continues to the new count
 in the same run, bit for bit like an uninterrupted fit of that length (unless the algorithm's

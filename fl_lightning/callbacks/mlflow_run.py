@@ -152,9 +152,9 @@ def saved_runs(checkpoint: dict[str, Any]) -> list[dict[str, str]]:
 def unlogged_epoch_metrics(trainer: pl.Trainer) -> dict[str, float]:
     """The metrics of the running training epoch that Lightning will send to the loggers.
 
-    Reads Lightning's running result collection (``private_api.running_epoch_results``): Lightning sends a round's
-    metrics to the loggers only after that
-    round's checkpoint is written, and no public view holds exactly them. ``trainer.logged_metrics``
+    Reads Lightning's running result collection (``private_api.running_epoch_results``):
+    Lightning sends a round's metrics to the loggers only after that round's checkpoint is
+    written, and no public view holds exactly them. ``trainer.logged_metrics``
     and ``trainer.callback_metrics`` are cumulative (they still hold, e.g., the evaluation
     metrics of an earlier round, or a metric this round did not log), so a round restored
     from them would get values that are not its own.
@@ -273,6 +273,8 @@ class MLflowRunInfo(Callback):
         self.http_settings: set[str] = set()  # request settings this fit set (teardown removes them)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Names the new runs (rank 0), buffers every MLflow logger's metrics, and gives an HTTP tracking server
+        short requests (``HTTP_SETTINGS`` not already set in the environment; ``teardown`` removes them)."""
         if trainer.is_global_zero:
             name_new_runs(trainer, pl_module)
         for logger in mlflow_loggers(trainer):
@@ -292,6 +294,8 @@ class MLflowRunInfo(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        """Writes the buffered metrics to the store before a checkpoint file, and records in the checkpoint
+        the rounds completed, the round's metrics and the runs it logs to, which a resumed fit continues."""
         if not in_memory_checkpoint(trainer):  # a checkpoint file: the store first
             flush_loggers(trainer)
         loggers = mlflow_loggers(trainer) if trainer.is_global_zero else []  # rank 0 writes the file
@@ -343,6 +347,9 @@ class MLflowRunInfo(Callback):
                           flush=True)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Rank 0: continues the runs of a resumed fit, ends KILLED the experiment's runs whose fit died
+        RUNNING, and logs every run's tags (with the configuration's label unless the runner gave it),
+        the config where no LightningCLI logs it, the dataset, and the partition table and figure."""
         loggers = mlflow_loggers(trainer)
         if not loggers or not trainer.is_global_zero:
             return

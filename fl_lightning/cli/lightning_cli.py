@@ -177,6 +177,10 @@ class FederatedCLI(LightningCLI):
         return {"fit": LightningCLI.subcommands()["fit"]}
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
+        """Parses the command line into ``self.config`` and refuses, with one ``error:`` line and exit 2, what
+        would fail later: an evaluation subcommand, an unknown algorithm, a bad config file, and, before any store
+        or checkpoint folder is touched, a bad seed, fit length, accelerator, checkpoint, resume or tracking
+        store. A new fit gets the chosen algorithm's own defaults back; a resumed one takes its run's lock."""
         command_args = list(read_command_line(args).words)  # run() gives the words read once
         ReadableArgumentParser.command_words = command_args  # the subcommand's parser reports the errors
         refusal = refused_subcommand(command_args)
@@ -347,6 +351,9 @@ def hold_run_lock(trainer: Trainer, experiment_id: str | None = None) -> None:
 
 
 def trainer_defaults(command_args: list[str] | None = None) -> dict[str, Any]:
+    """The CLI's Trainer defaults: an MLflow logger on the default store, the round progress bar and the
+    run-info, hyperparameter and fit-report callbacks (``command_args``: the command line the report's resume
+    line repeats), checkpoints under ``checkpoints/``, and no length of its own (the module sets it)."""
     return {
         "logger": {
             "class_path": "lightning.pytorch.loggers.MLFlowLogger",

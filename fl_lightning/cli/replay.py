@@ -215,6 +215,9 @@ def check_existing_store(uri: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``fl-lightning replay``: fits the given runs (or ``--sample`` K finished runs
+    of ``--experiment``) again into a scratch store and prints one line per run;
+    returns 0 when every replay is identical, 1 when one differs, 2 after an error."""
     parser = OneLineParser(prog="fl-lightning replay", description=(
         "Fit a stored run again from its logged settings (its config.yaml) into a scratch store and compare "
         "every metric of every round with the stored run, wall-clock times aside."))

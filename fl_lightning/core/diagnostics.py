@@ -65,10 +65,10 @@ class ConflictCounts(Callback):
       over rounds is the sum of a Table 4 row's LC columns (FedLF: 0, no layer of any online
       client conflicts, which the per-layer QP guarantees unless layers were combined);
     * ``conflicts_layer_mean``, ``conflicts_layer_max``: the mean and max over the algorithm's own
-      layers (``layer_slices``: one per tensor under ``layer_grouping="tensor"``) of the per-layer counts;
+      layers (``layer_slices``: one per tensor under ``layer_grouping="tensor"``) of the per-layer counts.
 
-    at every evaluation: ``conflicts_layer/<layer>``, the per-layer mean since the last one (the
-    algorithm's own layers)."""
+    Logged at every evaluation: ``conflicts_layer/<layer>``, the per-layer mean since the last one
+    (the algorithm's own layers)."""
 
     def __init__(self) -> None:
         self.layer_sums: list[float] = []
@@ -84,6 +84,9 @@ class ConflictCounts(Callback):
         return self._paper_layers[1]
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Counts the round's conflicts between the clients' updates and the step's direction,
+        at model level and per layer (the algorithm's layers and those of FedLF's Table 4),
+        logs them, and adds the per-layer counts to the sums the next evaluation averages."""
         outcome = round_outcome(outputs)
         if outcome is None:
             return
@@ -154,6 +157,8 @@ class ImprovementShare(Callback):
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Logs ``improved_fraction``: the share of the round's participants
+        whose training loss after the step is at most their loss before it."""
         outcome = round_outcome(outputs)
         if outcome is None or outcome.direction is None or outcome.payload is None:
             return

@@ -75,6 +75,9 @@ class EngineRunner:
     def train(self, model: nn.Module, layout: ParameterLayout, shards: ClientShards, order: torch.Tensor,
               start: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor], sgd: LocalSGD,
               objective: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The clients of ``shards`` trained from ``start`` on the chosen engine
+        (``"auto"``: vectorised where it fits the memory budget), the chunk size capped at
+        one that fitted after running out of memory; returns the trained parameters."""
         chunk = self.clients_per_chunk
         if self._chunk_cap is not None:
             chunk = self._chunk_cap if chunk in (None, "auto") else min(chunk, self._chunk_cap)

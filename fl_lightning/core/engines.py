@@ -8,11 +8,11 @@ Two engines compute the same thing:
   pass is the model's stacked form (``fl_lightning.models.stacked``: batched matmuls and
   grouped convolutions, plain autograd) when every submodule has a stacked rule, and
   ``torch.func.vmap`` over ``functional_call`` otherwise; fully connected nets under the
-  plain mean cross-entropy skip autograd with hand-derived gradients (``core.fused``). Clients are ordered by their
-  number of
-  steps so that, at step s, the clients that still have a batch form a prefix of the
-  stack: later steps only touch that prefix (slices are views, updates are in place), so
-  a client with 3 batches costs 3 steps of work, not ``max_steps``.
+  plain mean cross-entropy skip autograd with hand-derived gradients (``core.fused``).
+  Clients are ordered by their number of steps so that, at step s, the clients that still
+  have a batch form a prefix of the stack: later steps only touch that prefix (slices are
+  views, updates are in place), so a client with 3 batches costs 3 steps of work, not
+  ``max_steps``.
 * ``SequentialEngine`` loops over clients with an ordinary module and ``torch.optim.SGD``.
   It serves models or memory sizes that vmap cannot and is the reference the tests hold
   the vectorised engine to.
@@ -260,8 +260,8 @@ class VectorisedEngine:
         autocast: ``None``, ``"bf16"`` or ``"fp16"``: mixed precision for the forward pass.
         forward: ``"auto"`` (hand-derived gradients for a feed-forward net under the plain
             mean cross-entropy, ``core.fused``; else the model's stacked form when it has one,
-            else vmap),
-            ``"stacked"`` (required: an error says which submodule has no rule) or ``"vmap"``.
+            else vmap), ``"stacked"`` (required: an error says which submodule has no rule) or
+            ``"vmap"``.
 
     After ``train``, ``chunk_size`` is the chunk size that was used (the last one that
     fitted in memory), ``forward_kind`` is ``"fused"``, ``"stacked"`` or ``"vmap"`` and

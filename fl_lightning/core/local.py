@@ -152,6 +152,8 @@ class ClientDataSlicer:
         self._host_sizes: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # split -> (sizes, CPU copy)
 
     def shards(self, data: Any, clients: torch.Tensor, split: str = "train") -> ClientShards:
+        """The data of ``clients`` in ``split`` (``"train"`` by default) as ``ClientShards``: the shared tensors,
+        the clients' index rows cut to the largest of them, and their sizes on the device and on the host."""
         all_sizes = getattr(data, f"{split}_sizes")
         cached = self._host_sizes.get(split)
         if cached is None or cached[0] is not all_sizes:

@@ -335,6 +335,8 @@ class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.Ligh
         self.materialise_client_states(self.num_clients_total)
 
     def on_fit_start(self) -> None:
+        """Sets the fit's length to ``num_rounds`` (a trainer length that says otherwise is refused), checks
+        the data, and says how many clients a round ``fraction`` gives where that changes the participation."""
         check_trainer_length(self.trainer, int(self.hparams.num_rounds))
         self.trainer.fit_loop.max_epochs = self.hparams.num_rounds
         self._check_data()
@@ -519,6 +521,8 @@ class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.Ligh
         return self._joined("evaluation_metrics", added, metrics)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
+        """Evaluates every client when this pass evaluates (every ``eval_every`` rounds and after the last):
+        in a fit the metrics go to the round's log, under ``validate`` to Lightning's results table."""
         if not self._evaluates_now():
             return
         metrics = self.evaluate_all_clients()

@@ -41,6 +41,7 @@ class RoundProgressBar(TQDMProgressBar):
         self.note: str | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Opens the fit's bar: rounds, from the round a resumed fit starts at up to ``max_epochs``."""
         self._bar = tqdm(
             total=trainer.max_epochs,
             initial=trainer.current_epoch,
@@ -52,6 +53,8 @@ class RoundProgressBar(TQDMProgressBar):
         )
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Advances the bar by one round and shows the latest mean and global
+        accuracy, the training loss and the note; closes it after the last round."""
         if self._bar is None:
             return
         metrics = trainer.progress_bar_metrics | {

@@ -133,9 +133,9 @@ class RoundLogging:
 
     def log_round(self, metrics: Mapping[str, float | torch.Tensor]) -> None:
         """Log metrics of this round with step = rounds completed (the module's and its callbacks';
-        an algorithm returns its metrics instead; in an evaluation they join its metrics). Collected, converted with
-        one host sync,
-        and sent in one call per round (``core.round_log``)."""
+        an algorithm returns its metrics instead; in an evaluation they join its metrics).
+        Collected, converted with one host sync, and sent in one call per round
+        (``core.round_log``)."""
         if private_api.attached_trainer(self) is None:
             return
         if self.trainer.training:

@@ -364,9 +364,9 @@ def _load_synthetic(
     per-client accuracy is not measured on a fifth of a 50-sample client.
 
     ``client_sizes`` replaces the power-law sizes with given ones (the first client's
-    distribution stays that of the seed; the others are drawn after its samples), e.g. ``[41, 3215]`` for two domains
-    as unequal as Adult's PhD
-    and non-PhD users (AFL, Mohri et al., ICML 2019).
+    distribution stays that of the seed; the others are drawn after its samples), e.g.
+    ``[41, 3215]`` for two domains as unequal as Adult's PhD and non-PhD users (AFL, Mohri
+    et al., ICML 2019).
     """
     test_rng = np.random.default_rng([seed, 1])
     rng = np.random.default_rng(seed)

@@ -418,6 +418,9 @@ EFFECT_SHORT = {"inside": "inside", "weaker": "ours weaker", "stronger": "ours s
 
 def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                suites: Mapping[str, SuiteFile], plan: LedgerPlan | None = None) -> list[ClaimRow]:
+    """One :class:`ClaimRow` of the claims table per result: its verdict and how many comparisons
+    reproduced, its badges and notes (retired, fragile, knife-edge, amended, by construction,
+    ...), the links to its benchmark pages and the commands that run its suites."""
     rows = []
     for result in results:
         claim = result.claim

@@ -2,6 +2,9 @@
 
 import pytest
 
+# the shared builders assert too: pytest rewrites their asserts, so a failure there says what differed
+pytest.register_assert_rewrite("tests.builders", "tests.leaderboard_builders")
+
 
 def pytest_addoption(parser):
     parser.addoption("--accelerator", choices=["cpu", "gpu"], default="cpu",

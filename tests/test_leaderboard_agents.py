@@ -16,7 +16,7 @@ from fl_lightning.records.algorithm_facts import INTERPRETATIONS, interpretation
 from fl_lightning.records.vocabulary import Tag
 from leaderboard.algorithms import interpretations
 from leaderboard.runs import is_agent_series
-from tests.test_leaderboard import build, log_run, page_path, read_page, rows_by_config, task_tags
+from tests.leaderboard_builders import build, log_run, page_path, read_page, rows_by_config, task_tags
 
 SUITE = "cgsv-noise-fixture-offline"
 NOISY = "mnist5k/uni-5/full/fl_mlp/noisy"

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from leaderboard.__main__ import main as leaderboard_main
 from leaderboard.site import MARKER, build_command
-from tests.test_leaderboard import OLD, log_run
+from tests.leaderboard_builders import OLD, log_run
 
 
 @pytest.mark.parametrize(("argv0", "command"), [("/venv/bin/fl-leaderboard", "fl-leaderboard build"),

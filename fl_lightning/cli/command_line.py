@@ -20,11 +20,6 @@ class CommandLine:
     words: tuple[str, ...]
     from_process: bool
 
-    @property
-    def command(self) -> str:
-        """The first word (``fit``, ``replay``, ``--help``), "" when there is none."""
-        return self.words[0] if self.words else ""
-
 
 def read_command_line(args: Sequence[object] | None = None) -> CommandLine:
     """The command line: ``args`` when given (in-process: a test, ``replay``), else ``sys.argv``."""

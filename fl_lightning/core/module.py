@@ -329,7 +329,7 @@ class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.Ligh
         ``enable_progress_bar=False``) is left alone."""
         return ([self.fit_threads, ConflictCounts(), QPFallbackTotal()]
                 + ([ImprovementShare()] if self.hparams.track_improvement else [])
-                + console_callbacks(private_api.attached_trainer(self)))
+                + console_callbacks(self.attached_trainer()))
 
     def setup(self, stage: str) -> None:
         self.materialise_client_states(self.num_clients_total)
@@ -496,7 +496,7 @@ class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.Ligh
     # ------------------------------------------------------------------------ evaluation
     def _rounds_completed(self) -> int:
         """Rounds done when evaluating: inside fit the current round has just finished."""
-        fitting = private_api.attached_trainer(self) is not None and self.trainer.state.fn == "fit"
+        fitting = self.attached_trainer() is not None and self.trainer.state.fn == "fit"
         return self._round_index + 1 if fitting else self._round_index
 
     def _evaluates_now(self) -> bool:

@@ -2,7 +2,7 @@
 everything in ``docs/`` is published, so a hook there would ship its source and its bytecode.
 
 - The published site carries the leaderboard (the committed ``leaderboard_site``, built by
-  ``fl-leaderboard publish`` from the exports in ``evidence/``; tests/test_published_site.py keeps
+  ``fl-leaderboard publish`` from the exports in ``evidence/``; tests/leaderboard/test_published_site.py keeps
   it equal to that build) under ``leaderboard/``, so one static site holds both and the docs' links into
   it are checked like any other. Its files are static files of the build; its Markdown twins
   (``*.md``, for reading on GitHub) are left out, or mkdocs would render them as pages.

@@ -1,7 +1,7 @@
 """Every private name of Lightning, MLflow and PyTorch that fl-lightning relies on, in one place.
 
 Each is wrapped here with why no public API serves, so that an upgrade that renames one breaks
-this file (and ``tests/test_private_api.py``, which checks each against the installed version)
+this file (and ``tests/fl_lightning/test_private_api.py``, which checks each against the installed version)
 instead of a fit. Nothing else in the package spells these names, except ``core.state``, whose
 ``_apply`` override moves per-client state that lives off the model's device (it uses
 :func:`own_buffers` for the buffers it holds back), and ``core.engines``, whose fused SGD step

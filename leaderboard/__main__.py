@@ -61,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
         description="Build the repository's published site from every committed export (evidence/exploratory/"
                     "<suite>/, then evidence/confirmatory/<suite>/) into leaderboard_site/, through a staging "
                     "folder renamed into place: a failed build leaves the old site. The same exports, code and "
-                    "library releases build the same bytes (tests/test_published_site.py checks the committed "
-                    "site against a fresh build).")
+                    "library releases build the same bytes (tests/leaderboard/test_published_site.py checks "
+                    "the committed site against a fresh build).")
     publishing.add_argument("--out", type=Path, metavar="DIR",
                             help="write the build here instead (default: the repository's leaderboard_site/)")
     registering = commands.add_parser(

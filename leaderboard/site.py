@@ -454,7 +454,7 @@ def publish_site(out: Path | None = None, exports: list[Path] | None = None, pap
     """``fl-leaderboard publish``: the published site from the committed exports (``evidence/``, every
     suite folder of both passes), written into ``out`` (default: ``leaderboard_site/``) through a
     staging folder renamed into place, so a failed build leaves the old site. Two builds from the
-    same exports, code and library releases are byte-identical; ``tests/test_published_site.py``
+    same exports, code and library releases are byte-identical; ``tests/leaderboard/test_published_site.py``
     checks the committed site against one."""
     try:
         exports = exports or evidence.published_exports()

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Param
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
+ROOT = REPO
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the leaderboard package lives at the repository root
 

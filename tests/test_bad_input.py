@@ -390,7 +390,7 @@ CASES = [
     case("runner-jobs-zero", lambda tmp: command_line.main(["run", "fedfv/offline", "--jobs", "0"]),
          SystemExit, r"--jobs must be >= 1", "stderr"),
     # ---- read-only commands (runner, leaderboard)
-    # (that no store is created or altered, byte for byte: tests/test_leaderboard_build_command.py, tests/test_runner.py)
+    # (that no store is created or altered, byte for byte: tests/leaderboard/test_leaderboard_build_command.py, tests/benchmarks/test_runner.py)
     case("leaderboard-empty-sqlite-file",  # touch() is None: `or` goes on to the build's reader
          lambda tmp: (tmp / "empty.db").touch() or load_runs(f"sqlite:///{tmp / 'empty.db'}", progress=quiet),
          LeaderboardError, r"the store sqlite:///.*empty\.db is an empty file .*: nothing was logged to it, and a "

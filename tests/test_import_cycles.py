@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
+ROOT = REPO
 PACKAGES = ("fl_lightning", "benchmarks", "leaderboard")
 # (importer, imported): imports that must stay inside a function, left out of the cycle search
 LAZY_HANDOVERS = {("fl_lightning.cli.console", "fl_lightning.cli.lightning_cli")}
@@ -142,7 +144,7 @@ def test_the_leaderboard_imports_no_algorithm_and_no_torch():
              "for m in pkgutil.walk_packages(leaderboard.__path__, 'leaderboard.'):\n"
              "    importlib.import_module(m.name)\n"
              "print(json.dumps(sorted(sys.modules)))\n")
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     loaded = json.loads(subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True,
                                        check=True).stdout)
     assert [m for m in loaded if m.split(".")[0] in ("torch", "lightning") or m.startswith("fl_lightning.algorithms")

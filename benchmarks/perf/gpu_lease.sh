@@ -47,9 +47,9 @@ python3 -c "import torch, lightning, timm, cvxopt; print(torch.__version__, ligh
   | tee -a "$RESULTS/gpu.txt"
 
 step tests_cuda 130 python3 -m pytest -p no:cacheprovider -p no:randomly -q -n 8 --accelerator gpu \
-  tests/test_engines.py tests/test_fused.py tests/test_stacked.py tests/test_resume.py tests/test_threads.py \
-  --deselect tests/test_threads.py::test_the_cli_names_the_new_setting_when_given_the_old_flag \
-  --deselect tests/test_threads.py::test_a_cli_refusal_after_the_count_was_set_puts_the_process_count_back
+  tests/fl_lightning/core/test_engines.py tests/fl_lightning/core/test_fused.py tests/fl_lightning/models/test_stacked.py tests/fl_lightning/core/test_resume.py tests/fl_lightning/core/test_threads.py \
+  --deselect tests/fl_lightning/core/test_threads.py::test_the_cli_names_the_new_setting_when_given_the_old_flag \
+  --deselect tests/fl_lightning/core/test_threads.py::test_a_cli_refusal_after_the_count_was_set_puts_the_process_count_back
 step perf_cuda 190 python3 -m benchmarks.perf --device cuda --in-process --sections throughput \
   --max-timed-seconds 15 --out "$RESULTS/perf_cuda.json"
 step aggregation_cuda 80 python3 -m benchmarks.perf.aggregation --device cuda --clients 100 \

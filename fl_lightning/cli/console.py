@@ -9,7 +9,7 @@ to the local MLflow store ``sqlite:///mlruns.db``.
 ``fl-lightning``, ``fl-lightning --help`` and ``-h`` are answered here, without importing
 torch or Lightning (which take seconds to import): the commands, how to see each part's
 settings, and the registered algorithms, models, sources and partitions by name (the lists
-below, which ``tests/test_startup.py`` keeps equal to the registries).
+below, which ``tests/fl_lightning/cli/test_startup.py`` keeps equal to the registries).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
 
 HELP_FLAGS = ("-h", "--help")
 
-# the registries' names, in their registration order (tests/test_startup.py compares them)
+# the registries' names, in their registration order (tests/fl_lightning/cli/test_startup.py compares them)
 ALGORITHM_NAMES = (
     "AFL", "CFFL", "Standalone", "CGSV", "DW", "EU", "RR", "FedAvg", "Ditto", "DRFL", "ECI", "FedFa", "FedFV",
     "FedGini", "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",

@@ -11,7 +11,7 @@ here the backward pass is written out:
     dW_l = dz_lᵀ h_{l-1},  db_l = Σ_batch dz_l,  dz_{l-1} = (dz_l W_l) ⊙ [z_{l-1} > 0]
 
 with every product a ``bmm`` over the client dimension. The result equals autograd's gradient
-of ``masked_cross_entropy(...).sum()`` (``tests/test_fused.py``), so the engines still agree.
+of ``masked_cross_entropy(...).sum()`` (``tests/fl_lightning/core/test_fused.py``), so the engines still agree.
 """
 
 from __future__ import annotations

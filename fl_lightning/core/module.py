@@ -411,7 +411,7 @@ class FederatedModule(RoundLogging, ClientStateMixin, FederatedDataLink, pl.Ligh
             payload = payload.select(finite)
         metrics |= {
             "clients_nonfinite": float(num_nonfinite),
-            # kept, but algorithms must not divide by their norm (tests/test_faults.py)
+            # kept, but algorithms must not divide by their norm (tests/fl_lightning/core/test_client_faults.py)
             "clients_zero_update": (payload.updates.abs().amax(dim=1) == 0).sum() if payload.num_clients else 0.0,
             "clients_aggregated": float(payload.num_clients),
             Metric.CLIENT_TIME_S: client_time,

@@ -1,0 +1,263 @@
+"""Issue 50, one runner per cell and exit statuses that tell the truth: runners of one suite on one
+store claim each cell (a live runner's cell is left to it, waited for, and run only if it did not
+finish); a new store is made by one runner while the others wait; the runner exits non-zero when
+a cell ended FAILED or KILLED and stops scheduling after SIGINT even where it inherited SIGINT
+ignored; the newest unfinished run of a cell is the one resumed, never a live one; an empty grid
+is refused."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from benchmarks import runner
+from benchmarks.launchers import STOPPED
+from benchmarks.suite_store import claims_folder, ensure_experiment, latest_unfinished_run, resumable_checkpoint
+from benchmarks.suites import expand_algorithms, load_suite
+from fl_lightning.records.fit_lock import read_lock, this_host
+from fl_lightning.records.vocabulary import Tag
+from tests.benchmarks.test_runner import SUITE
+from tests.paths import REPO
+
+ROOT = REPO
+
+
+class FakeLauncher:
+    """A launcher that runs nothing: each cell answers ``answers(cell_number)`` (0: finished)."""
+
+    def __init__(self, answer=lambda number: 0):
+        self.answer, self.calls, self.stopped = answer, [], []
+
+    def run(self, config_path, log_path):
+        if STOPPED.is_set():
+            return runner.NOT_STARTED
+        self.calls.append(Path(config_path).name)
+        return self.answer(len(self.calls))
+
+    def stop(self, signum):
+        self.stopped.append(signum)
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def suite_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SUITE))  # three cells: FedAvg, FedProx(mu=0.0), FedProx(mu=0.1)
+    return path
+
+
+def fake(monkeypatch, launcher):
+    monkeypatch.setattr(runner, "WarmWorkers", lambda jobs, threads: launcher)
+    return launcher
+
+
+def test_a_cell_claimed_by_a_live_runner_is_waited_for_then_run_here_once_its_claim_is_gone(suite_file, tmp_path,
+                                                                                            monkeypatch, capsys):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cells = load_suite(str(suite_file))
+    claims = claims_folder(uri, cells[0].suite, tmp_path / "benchmark_logs" / cells[0].suite)
+    assert claims == Path(f"{tmp_path / 'runs.db'}.claims") / "tiny-offline"  # beside the store
+    claims.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"])  # the other runner, alive
+    threading.Thread(target=other.wait, daemon=True).start()  # reaped as it ends (a zombie would look alive)
+    claim = claims / f"{runner.cell_file_name(cells[0])}.claim"
+    claim.write_text(f'{{"host": "{this_host()}", "pid": {other.pid}, "started": "now"}}')
+    launcher = fake(monkeypatch, FakeLauncher())
+    monkeypatch.setattr(runner, "WAIT_S", 0.2)
+    try:
+        assert runner.run_suite(str(suite_file), tracking_uri=uri) == 0
+    finally:
+        other.kill()
+        other.wait()
+    out = capsys.readouterr().out
+    assert "ELSEWHERE" in out and f"process {other.pid} on {this_host()}" in out and "waiting for it" in out
+    first = f"{runner.cell_file_name(cells[0])}.yaml"
+    assert launcher.calls[-1] == first and launcher.calls.count(first) == 1  # run once, after the others
+    assert not list(claims.iterdir())  # every claim released
+    assert "suite tiny-offline done" in out
+
+
+def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_skipped_when_done_meanwhile(
+        suite_file, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cell = load_suite(str(suite_file))[0]
+    claims, logs = tmp_path / "claims", tmp_path / "logs"
+    logs.mkdir()
+    held = {}
+
+    class Looking(FakeLauncher):
+        def run(self, config_path, log_path):
+            held.update(read_lock(claims / f"{runner.cell_file_name(cell)}.claim"))
+            return super().run(config_path, log_path)
+
+    ensure_experiment(uri, cell.suite)
+    assert runner.run_cell(cell, uri, logs, Looking(), claims)[1] == "FINISHED"
+    assert held["pid"] == os.getpid() and not list(claims.iterdir())
+    (claims / f"{runner.cell_file_name(cell)}.claim").write_text(
+        f'{{"host": "{this_host()}", "pid": {os.getppid()}, "started": "now"}}')
+    launcher = FakeLauncher()
+    status = runner.run_cell(cell, uri, logs, launcher, claims)
+    assert status[1] == runner.ELSEWHERE and not launcher.calls
+    assert not list(logs.glob(f"{runner.cell_file_name(cell)}*.log"))  # its log is the other runner's
+    (claims / f"{runner.cell_file_name(cell)}.claim").unlink()
+    # another runner finished the cell meanwhile: its FINISHED run in the store (one of another seed
+    # is not it)
+    from mlflow.tracking import MlflowClient
+
+    from fl_lightning.records.vocabulary import Tag
+
+    store = MlflowClient(uri)
+    experiment = store.get_experiment_by_name(cell.suite).experiment_id
+    for seed in (str(cell.seed + 1), str(cell.seed)):
+        assert runner.run_cell(cell, uri, logs, launcher, claims)[1] != "SKIPPED (done)"  # not done yet
+        tags = {Tag.CELL: cell.cell, Tag.SEED: seed, Tag.CELL_CONFIG: cell.config_tag}
+        done = store.create_run(experiment, tags=tags)
+        store.set_terminated(done.info.run_id, "FINISHED")
+    launcher.calls.clear()
+    assert runner.run_cell(cell, uri, logs, launcher, claims)[1] == "SKIPPED (done)" and not launcher.calls
+
+
+def test_the_runner_exits_1_when_a_cell_ended_killed(suite_file, tmp_path, monkeypatch, capsys):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    fake(monkeypatch, FakeLauncher(lambda number: 130 if number == 2 else 0))  # one fit stopped by a signal
+    handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGHUP: signal.SIG_DFL}
+    before = {number: signal.signal(number, handler) for number, handler in handlers.items()}
+    try:
+        assert runner.run_suite(str(suite_file), tracking_uri=uri) == 1
+        assert {number: signal.getsignal(number) for number in handlers} == handlers  # put back as found
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    out = capsys.readouterr().out
+    assert "KILLED" in out and "done in" not in out
+
+
+def test_sigint_inherited_ignored_still_stops_the_suite_and_no_cell_starts_after(suite_file, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """A background job of a script starts with SIGINT ignored: a SIGINT to its process group
+    still stops the suite (exit 130), the cells not started are not run."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def interrupted(number):
+        os.kill(os.getpid(), signal.SIGINT)  # the process group's SIGINT reaches the runner...
+        time.sleep(0.5)
+        return 130  # ...and the fit in flight, which ends its run KILLED
+
+    launcher = fake(monkeypatch, FakeLauncher(interrupted))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert runner.run_suite(str(suite_file), tracking_uri=uri) == 128 + signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # put back as it was found
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        STOPPED.clear()
+    assert len(launcher.calls) == 1
+    captured = capsys.readouterr()
+    assert "suite tiny-offline stopped" in captured.out and "interrupted (SIGINT)" in captured.err
+    assert captured.out.count("NOT-RUN") == 0 or "done" not in captured.out
+
+
+def test_sighup_stops_the_suite_and_is_passed_on_as_sigterm(suite_file, tmp_path, monkeypatch, capsys):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def hung_up(number):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.5)
+        return 143
+
+    launcher = fake(monkeypatch, FakeLauncher(hung_up))
+    try:
+        assert runner.run_suite(str(suite_file), tracking_uri=uri) == 128 + signal.SIGHUP
+    finally:
+        STOPPED.clear()
+    assert launcher.stopped == [signal.SIGTERM] and len(launcher.calls) == 1
+    assert "hung up (SIGHUP)" in capsys.readouterr().err
+
+
+def test_a_worker_that_dies_while_the_suite_stops_is_recorded_killed_not_failed(suite_file, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cell = load_suite(str(suite_file))[0]
+    recorded = []
+    monkeypatch.setattr(runner, "record_failure", lambda uri, cell, error, status="FAILED": recorded.append(status))
+
+    def dies_as_the_suite_stops(number):
+        STOPPED.set()
+        return "its worker process was killed by SIGKILL"
+
+    try:
+        outcome = runner._run_claimed_cell(cell, uri, tmp_path, FakeLauncher(dies_as_the_suite_stops))
+    finally:
+        STOPPED.clear()
+    assert outcome[1] == "KILLED" and recorded == ["KILLED"]
+    recorded.clear()
+    outcome = runner._run_claimed_cell(cell, uri, tmp_path, FakeLauncher(lambda n: "its worker process died"))
+    assert outcome[1] == "FAILED" and recorded == ["FAILED"]
+
+
+def test_the_newest_unfinished_run_of_a_cell_is_resumed_and_never_a_live_one(suite_file, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cell = load_suite(str(suite_file))[0]
+    client = MlflowClient(uri)
+    experiment = ensure_experiment(uri, cell.suite)
+    older = client.create_run(experiment, start_time=1_000, tags=cell.tags)
+    client.set_terminated(older.info.run_id, "KILLED")
+    newer = client.create_run(experiment, start_time=2_000, tags=cell.tags)
+    client.set_terminated(newer.info.run_id, "FAILED")
+    assert latest_unfinished_run(uri, cell).info.run_id == newer.info.run_id
+    for run in (older, newer):
+        folder = tmp_path / "checkpoints" / experiment / run.info.run_id / "checkpoints"
+        folder.mkdir(parents=True)
+        (folder / "last.ckpt").write_bytes(b"x")
+    assert newer.info.run_id in resumable_checkpoint(uri, cell)
+    live = client.create_run(experiment, start_time=3_000, tags={
+        **cell.tags, Tag.FIT_HOST: this_host(), Tag.FIT_PID: str(os.getppid())})  # a fit that still runs
+    folder = tmp_path / "checkpoints" / experiment / live.info.run_id / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "last.ckpt").write_bytes(b"x")
+    assert resumable_checkpoint(uri, cell) is None
+    client.set_tag(live.info.run_id, Tag.FIT_PID, "999999999")  # its fit is gone: resumed
+    assert live.info.run_id in resumable_checkpoint(uri, cell)
+
+
+def test_an_empty_grid_list_is_refused(tmp_path):
+    with pytest.raises(Exception, match="grid 'mu' is empty"):
+        expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])
+    path = tmp_path / "empty.yaml"
+    path.write_text(yaml.safe_dump(dict(SUITE, algorithms=[{"class_path": "fl_lightning.algorithms.FedProx",
+                                                            "grid": {"mu": []}}])))
+    with pytest.raises(SystemExit, match="grid 'mu' is empty"):
+        load_suite(str(path))
+
+
+def test_runners_started_together_on_a_new_store_make_it_once(tmp_path):
+    """Four processes set up the same new store at the same instant: none fails, one experiment."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    go = tmp_path / "go"
+    code = ("import os, sys, time\n"
+            "import mlflow.tracking, mlflow.store.tracking.sqlalchemy_store, fl_lightning.callbacks.mlflow_store\n"
+            "from benchmarks.suite_store import check_store, ensure_experiment, finished_runs_or_exit\n"
+            f"open(os.path.join({str(tmp_path)!r}, 'ready-' + sys.argv[1]), 'w').close()\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.005)\n"
+            f"check_store({uri!r}); ensure_experiment({uri!r}, 'tiny'); finished_runs_or_exit({uri!r}, 'tiny')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    children = [subprocess.Popen([sys.executable, "-c", code, str(number)], env=env, cwd=tmp_path,
+                                 stderr=subprocess.PIPE, text=True) for number in range(4)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 4 and time.time() < deadline:  # every child imported, waiting
+        time.sleep(0.1)
+    go.touch()
+    errors = [child.communicate(timeout=120)[1] for child in children]
+    assert [child.returncode for child in children] == [0] * 4, errors
+    client = MlflowClient(uri)
+    assert [e.name for e in client.search_experiments() if e.name == "tiny"] == ["tiny"]

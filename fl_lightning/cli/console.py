@@ -8,8 +8,9 @@ to the local MLflow store ``sqlite:///mlruns.db``.
 
 ``fl-lightning``, ``fl-lightning --help`` and ``-h`` are answered here, without importing
 torch or Lightning (which take seconds to import): the commands, how to see each part's
-settings, and the registered algorithms, models, sources and partitions by name (the lists
-below, which ``tests/fl_lightning/cli/test_startup.py`` keeps equal to the registries).
+settings, and the registered algorithms, models, sources and partitions by name (the
+algorithms from their registry, the others from the lists below, which
+``tests/fl_lightning/cli/test_startup.py`` keeps equal to their registries).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fl_lightning.algorithms.registry import algorithm_names
 from fl_lightning.choices import unknown_algorithm, unknown_algorithm_message
 from fl_lightning.cli.command_line import read_command_line
 from fl_lightning.configs import DEFAULT_CONFIG
@@ -32,11 +34,8 @@ from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI
 
 HELP_FLAGS = ("-h", "--help")
 
-# the registries' names, in their registration order (tests/fl_lightning/cli/test_startup.py compares them)
-ALGORITHM_NAMES = (
-    "AFL", "CFFL", "Standalone", "CGSV", "DW", "EU", "RR", "FedAvg", "Ditto", "DRFL", "ECI", "FedFa", "FedFV",
-    "FedGini", "FedLF", "FedMDFG", "FedMGDAPlus", "FedMGDA", "FedAvgN", "MGDAProx", "FedProx", "QFedAvg",
-)
+ALGORITHM_NAMES = algorithm_names()  # the registry's own list, read without importing torch
+# the other registries' names, in their registration order (tests/fl_lightning/cli/test_startup.py compares them)
 MODEL_NAMES = (
     "fl_cct_7_3x1", "fl_cnn_cifar", "fl_cnn_femnist", "fl_cnn_mnist", "fl_ffn", "fl_logreg", "fl_lstm_chars",
     "fl_mlp", "fl_nf_resnet18", "fl_nf_resnet18_fedlf", "fl_nf_resnet18_standard", "fl_text_cnn",

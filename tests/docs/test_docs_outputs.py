@@ -23,7 +23,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from test_docs import ALL_BLOCKS, DOCS, ROOT, Block, blocks_of
+
+from tests.docs.test_docs import ALL_BLOCKS, DOCS, ROOT, Block, blocks_of
 
 # (page, the block's first line) -> the test below that produces the block again
 CHECKED = {

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from printed import printed_line, words
 
 from fl_lightning.cli import main
 from fl_lightning.faults import FAULT_LOG, TrackingServerLost, fault_line, save_traceback
 from tests.fl_lightning.cli.test_resume_cli import ROUNDS, fit_args
 from tests.paths import REPO
+from tests.printed import printed_line, words
 
 ROOT = REPO
 

@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from printed import printed_line, words
 
 from fl_lightning.cli import main
 from fl_lightning.records.fit_lock import fit_is_alive
@@ -38,6 +37,7 @@ from fl_lightning.records.vocabulary import Tag
 from leaderboard.runs import status_as_read
 from tests.fl_lightning.cli.test_resume_cli import fit_args
 from tests.paths import REPO, TESTS
+from tests.printed import printed_line, words
 
 ROOT = REPO
 HARNESS = TESTS / "fault_harness.py"

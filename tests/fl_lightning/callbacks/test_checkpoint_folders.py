@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from printed import printed_line, words
 
 from fl_lightning.cli import main
 from tests.fl_lightning.cli.test_resume_cli import ROUNDS, fit_args
 from tests.paths import REPO
+from tests.printed import printed_line, words
 
 ROOT = REPO
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]

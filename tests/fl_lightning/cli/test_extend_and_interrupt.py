@@ -25,9 +25,6 @@ import pytest
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
-from printed import printed_line, run_as_printed, user_shell_env, words  # tests/ is on the path
-from test_docs_algorithm import docs_block
-from test_resume_cli import dying_logger
 
 from fl_lightning.callbacks import mlflow_store
 from fl_lightning.callbacks.mlflow_run import CHECKPOINT_KEY
@@ -35,6 +32,9 @@ from fl_lightning.cli import console as cli
 from fl_lightning.cli import main
 from fl_lightning.records.store_uri import absolute_tracking_uri
 from fl_lightning.records.vocabulary import Tag
+from tests.docs.test_docs_algorithm import docs_block
+from tests.fl_lightning.cli.test_resume_cli import dying_logger
+from tests.printed import printed_line, run_as_printed, user_shell_env, words
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
-from printed import printed_line, words  # tests/ is on the path (pytest prepend import mode)
 
 from fl_lightning.callbacks.fit_report import resume_command
 from fl_lightning.cli import main
+from tests.printed import printed_line, words
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 

@@ -1,7 +1,7 @@
 """No import cycles among the library, the benchmarks and the leaderboard: arrows point one way.
 
-Every import counts, at module level or inside a function (a lazy import only hides a cycle
-from the interpreter, not from a reader), except those under ``if TYPE_CHECKING:``. One
+Every import counts, at module level, inside a function or under ``if TYPE_CHECKING:`` (a lazy
+or a type-only import only hides a cycle from the interpreter, not from a reader). One
 import is declared, and checked to stay inside a function: the console script's hand-over,
 ``fl_lightning.cli.console`` importing ``fl_lightning.cli.lightning_cli`` inside ``main`` only, when a
 command runs, so that the top-level help imports no torch. It is left out of the cycle search
@@ -41,8 +41,6 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, bool]:
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
             targets: list[str] = []
             if isinstance(child, ast.Import):
                 targets = [alias.name for alias in child.names]

@@ -15,7 +15,6 @@ from fl_lightning.core.local import ClientShards, LocalSGD
 if TYPE_CHECKING:
     from fl_lightning.core.federation_evaluation import FederationEvaluator
     from fl_lightning.core.flat import ParameterLayout
-    from fl_lightning.core.round_engine import RoundEngine
 
 
 class RoundData(Protocol):
@@ -32,6 +31,31 @@ class RoundData(Protocol):
     def client_shards(self, clients: torch.Tensor, split: str = "train") -> ClientShards: ...
 
     def predictable_answering(self, round_index: int) -> torch.Tensor | None: ...
+
+
+class RoundEngineView(Protocol):
+    """What a round's context reads of the engine that runs the rounds
+    (``core.round_engine.RoundEngine`` is one): the parameter layout, the global model, the round's
+    step size, local training, evaluation."""
+
+    layout: ParameterLayout
+    layer_slices: list[slice]  # one a layer
+    layer_names: list[str]  # their names, in that order
+
+    def round_lr(self, round_index: int) -> float: ...
+
+    def global_vector(self) -> torch.Tensor: ...
+
+    def global_params(self) -> dict[str, torch.Tensor]: ...
+
+    @property
+    def evaluator(self) -> FederationEvaluator: ...
+
+    def local_train(self, round_index: int, shards: ClientShards, start: dict[str, torch.Tensor] | None = None,
+                    anchor: dict[str, torch.Tensor] | None = None, sgd: LocalSGD | None = None,
+                    objective: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]: ...
+
+    def synchronize(self) -> None: ...
 
 
 class RoundContext:
@@ -58,7 +82,7 @@ class RoundContext:
 
     __slots__ = ("_data", "_engine", "_round")
 
-    def __init__(self, engine: RoundEngine, data: RoundData, round_index: int) -> None:
+    def __init__(self, engine: RoundEngineView, data: RoundData, round_index: int) -> None:
         self._engine, self._data, self._round = engine, data, round_index
 
     @property

@@ -181,8 +181,8 @@ def run_two_rounds(module, first, second):
         proposal = as_server_step(module.propose(payload))
         step = proposal.direction
         steps.append(step)
-        if torch.isfinite(step).all():
-            module._commit_round(payload, proposal)
+        if torch.isfinite(step).all():  # what a fit does: a step that is not finite is not committed
+            module.server_round(payload)  # aggregate again (propose changed nothing), then commit
         offset += m
     return steps
 

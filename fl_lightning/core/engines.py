@@ -356,7 +356,7 @@ class VectorisedEngine:
                     chunk_start = {n: start[n].detach()[rows.to(start[n].device)] for n in layout.names}
                 else:
                     chunk_start = stack_for_clients({n: start[n] for n in layout.names}, len(members))
-                chunk_params = self._train_lockstep(
+                chunk_params = self.train_lockstep(
                     model, chunk_start, anchor,
                     # index_select: advanced indexing (``index[rows]``) costs ~1 ms on a CPU here
                     shards.x, shards.y, shards.index.index_select(0, rows), shards.sizes.index_select(0, rows),
@@ -382,7 +382,7 @@ class VectorisedEngine:
         return trained
 
     @staticmethod
-    def _train_lockstep(
+    def train_lockstep(
         model: nn.Module,
         params: dict[str, torch.Tensor],
         anchor: dict[str, torch.Tensor],
@@ -398,8 +398,9 @@ class VectorisedEngine:
         autocast: str | None = None,
         stacked: StackedForward | FeedForwardGradients | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Local SGD of clients sorted by descending ``steps``, all stacked together;
-        ``params`` (stacked, owned by this call) are updated in place and returned.
+        """Local SGD of one chunk of clients sorted by descending ``steps``, all stacked together;
+        ``params`` (stacked, owned by this call) are updated in place and returned. ``train`` calls it
+        chunk by chunk and halves the chunk when it runs out of memory (wrap it to inject that fault).
         ``stacked``: the model's stacked forward (None: vmap over ``functional_call``), or
         hand-derived gradients (``core.fused``) that replace forward, objective and autograd."""
         device = x.device

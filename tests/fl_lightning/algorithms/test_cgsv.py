@@ -29,7 +29,8 @@ def payload(delta_w, num_samples, round_index=0):
 
 
 def run_round(module, round_payload):
-    """aggregate -> w <- w - step -> _commit_round, as FederatedModule.training_step does."""
+    """The server side of one round (``server_round``: aggregate, then the commit of its state), returning
+    the server step and every agent's model change v_i."""
     before = module.agent_models.clone()
     step = module.server_round(round_payload)
     return step, module.agent_models - before  # the server step and every v_i

@@ -55,14 +55,14 @@ def test_auto_chunks_train_what_the_sequential_engine_trains(round_of_clients):
 
 def test_out_of_memory_halves_the_chunk_and_loses_no_client(round_of_clients, monkeypatch):
     model, layout, params, shards, order, sgd, reference = round_of_clients
-    real = VectorisedEngine._train_lockstep
+    real = VectorisedEngine.train_lockstep
 
     def small_memory(model, chunk_params, *args):
         if next(iter(chunk_params.values())).shape[0] > 3:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(model, chunk_params, *args)
 
-    monkeypatch.setattr(VectorisedEngine, "_train_lockstep", staticmethod(small_memory))
+    monkeypatch.setattr(VectorisedEngine, "train_lockstep", staticmethod(small_memory))
     engine = VectorisedEngine(None)
     with pytest.warns(UserWarning, match="out of memory training 12 clients at once; retrying in chunks of 6"):
         trained = engine.train(model, layout, params, shards, order, sgd, objective)
@@ -76,20 +76,20 @@ def test_other_errors_and_one_client_out_of_memory_still_raise(round_of_clients,
     def broken(*args):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
-    monkeypatch.setattr(VectorisedEngine, "_train_lockstep", staticmethod(broken))
+    monkeypatch.setattr(VectorisedEngine, "train_lockstep", staticmethod(broken))
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
         VectorisedEngine(4).train(model, layout, params, shards, order, sgd, objective)
 
     def no_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(VectorisedEngine, "_train_lockstep", staticmethod(no_memory))
+    monkeypatch.setattr(VectorisedEngine, "train_lockstep", staticmethod(no_memory))
     with pytest.warns(UserWarning), pytest.raises(torch.OutOfMemoryError):
         VectorisedEngine(2).train(model, layout, params, shards, order, sgd, objective)
 
 
 def test_the_module_keeps_the_smaller_chunk_after_running_out_of_memory(monkeypatch):
-    real = VectorisedEngine._train_lockstep
+    real = VectorisedEngine.train_lockstep
     sizes = []
 
     def small_memory(model, chunk_params, *args):
@@ -98,7 +98,7 @@ def test_the_module_keeps_the_smaller_chunk_after_running_out_of_memory(monkeypa
             raise torch.OutOfMemoryError("CUDA out of memory")
         return real(model, chunk_params, *args)
 
-    monkeypatch.setattr(VectorisedEngine, "_train_lockstep", staticmethod(small_memory))
+    monkeypatch.setattr(VectorisedEngine, "train_lockstep", staticmethod(small_memory))
     data = digits_data(num_clients=8)
     module = module_for(data, engine="vectorised", num_rounds=2)
     recorder = Recorder()

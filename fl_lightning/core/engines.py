@@ -309,17 +309,9 @@ class VectorisedEngine:
         self.forward_kind, self.forward_reason = ("vmap", reason) if stacked is None else ("stacked", None)
         return stacked
 
-    def train(
-        self,
-        model: nn.Module,
-        layout: ParameterLayout,
-        start: dict[str, torch.Tensor],
-        shards: ClientShards,
-        order: torch.Tensor,
-        sgd: LocalSGD,
-        objective: ClientObjective,
-        anchor: dict[str, torch.Tensor] | None = None,
-    ) -> dict[str, torch.Tensor]:
+    def train(self, model: nn.Module, layout: ParameterLayout, start: dict[str, torch.Tensor], shards: ClientShards,
+              order: torch.Tensor, sgd: LocalSGD, objective: ClientObjective,
+              anchor: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Trains every client from ``start`` and returns their parameters, stacked [m, ...]
         in the input order.
 
@@ -470,17 +462,9 @@ class SequentialEngine:
         autocast_context(torch.device("cpu"), autocast)  # validates the name
         self.autocast = autocast
 
-    def train(
-        self,
-        model: nn.Module,
-        layout: ParameterLayout,
-        start: dict[str, torch.Tensor],
-        shards: ClientShards,
-        order: torch.Tensor,
-        sgd: LocalSGD,
-        objective: ClientObjective,
-        anchor: dict[str, torch.Tensor] | None = None,
-    ) -> dict[str, torch.Tensor]:
+    def train(self, model: nn.Module, layout: ParameterLayout, start: dict[str, torch.Tensor], shards: ClientShards,
+              order: torch.Tensor, sgd: LocalSGD, objective: ClientObjective,
+              anchor: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Same contract as ``VectorisedEngine.train``."""
         is_stacked, anchor = resolve_start(start, anchor, shards.num_clients, layout)
         local_model = copy.deepcopy(model)

@@ -71,6 +71,7 @@ from mlflow import MlflowClient
 from tqdm import tqdm
 
 from fl_lightning.records import vocabulary as schema
+from fl_lightning.records.store_uri import without_credentials
 from fl_lightning.records.vocabulary import Metric, Tag
 from leaderboard import claims as ledger
 from leaderboard.convergence import (
@@ -84,7 +85,6 @@ from leaderboard.runs import (
     LeaderboardError,
     Progress,
     RunRecord,
-    display_uri,
     load_runs,
     metric_history,
     reading,
@@ -360,7 +360,7 @@ def export(
         frames[RECORDS] = records_frame(runs)
     written = write_tables(frames, out, formats)
     progress(f"Exported {len(frames[RUNS])} runs and {len(frames[ROUNDS])} (run, round, metric) rows "
-             f"from {display_uri(tracking_uri)}:")
+             f"from {without_credentials(tracking_uri)}:")
     for path in written:
         progress(f"  {path} ({path.stat().st_size / 1e6:.2f} MB)")
     return written

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import mlflow
 from mlflow import MlflowClient
@@ -41,7 +40,7 @@ from fl_lightning.records.read_only_store import (
     reading,
     sqlite_file,
 )
-from fl_lightning.records.store_uri import file_store_folder
+from fl_lightning.records.store_uri import store_display_name, without_credentials
 from fl_lightning.records.vocabulary import Artifact, ClientMetrics, Metric, Tag, agent_of
 from leaderboard.tasks import Task, task_of
 
@@ -295,28 +294,14 @@ def library_tree(sha: str) -> str:
     return f"{LIBRARY}@{tree[:10]}" if found.returncode == 0 and tree else ""
 
 
-def display_uri(uri: str) -> str:
-    """The tracking URI without a password (never publish credentials)."""
-    parts = urlsplit(uri)
-    if parts.password is None and "@" not in parts.netloc:
-        return uri
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
 def store_name(uri: str) -> str:
-    """What the page may say about the store: a file's name (``sqlite:////home/me/mlruns.db`` ->
-    ``mlruns.db``), a server's host, the folders of exports (``2 exports: a, b``); never a local
-    absolute path, never a password."""
+    """What the page may say about the store: the folders of exports (``2 exports: a, b``), else
+    ``records.store_uri.store_display_name`` (a file's name, a server's host; never a local absolute
+    path, never a password)."""
     if uri.startswith(EXPORT_PREFIX):
         names = [Path(folder.rstrip("/")).name for folder in uri.removeprefix(EXPORT_PREFIX).split(",")]
         return f"{len(names)} export{'s' * (len(names) > 1)}: {', '.join(names)}"
-    parts = urlsplit(uri)
-    if parts.scheme in ("http", "https", "databricks") or (parts.netloc and parts.scheme != "file"):
-        host = parts.netloc.rsplit("@", 1)[-1]
-        return f"{parts.scheme}://{host}" if host else parts.scheme
-    local = sqlite_file(uri) or file_store_folder(uri) or Path(unquote(parts.path))  # the last: another database
-    return local.name or uri.split(":", 1)[0]
+    return store_display_name(uri)
 
 
 def check_store_exists(uri: str) -> str:
@@ -438,7 +423,7 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
         client = MlflowClient(tracking_uri=read_uri)
         all_names, names, ids = select_experiments(client, experiments)
     except MlflowException as error:
-        raise LeaderboardError(f"cannot read the MLflow store {display_uri(tracking_uri)}: "
+        raise LeaderboardError(f"cannot read the MLflow store {without_credentials(tracking_uri)}: "
                                f"{first_line(error.message)}") from None
     id_to_name = dict(zip(ids, names))
     if not ids:
@@ -448,7 +433,7 @@ def _read_store(tracking_uri: str, read_uri: str, experiments: Iterable[str] | N
         found = mlflow.search_runs(experiment_ids=ids, output_format="list", order_by=["start_time ASC"])
     with_runs = sorted({id_to_name.get(r.info.experiment_id, r.info.experiment_id) for r in found})
     progress(f"Read {len(found)} runs from {len(with_runs)} experiment(s) ({', '.join(with_runs) or 'none with runs'}) "
-             f"in {display_uri(tracking_uri)}")
+             f"in {without_credentials(tracking_uri)}")
 
     runs: list[RunRecord] = []
     step = max(10, len(found) // 10)

@@ -11,10 +11,10 @@ from mlflow.exceptions import MlflowException
 
 from fl_lightning.records.errors import first_line
 from fl_lightning.records.read_only_store import NO_EXPERIMENTS
+from fl_lightning.records.store_uri import without_credentials
 from leaderboard.runs import (
     LeaderboardError,
     check_store_exists,
-    display_uri,
     reading,
     select_experiments,
     using_tracking_uri,
@@ -72,6 +72,6 @@ def precheck_tags(tracking_uri: str, experiments: Sequence[str] | None, wanted: 
             with using_tracking_uri(read_uri):
                 found = mlflow.search_runs(experiment_ids=ids, output_format="list") if ids else []
         except MlflowException as error:
-            raise LeaderboardError(f"cannot read the MLflow store {display_uri(tracking_uri)}: "
+            raise LeaderboardError(f"cannot read the MLflow store {without_credentials(tracking_uri)}: "
                                    f"{first_line(error.message)}") from None
     check_tags_match([dict(run.data.tags) for run in found], wanted)

@@ -14,13 +14,12 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import yaml
 
 from fl_lightning.records.errors import PreflightError, first_line
 from fl_lightning.records.store_probe import MLFLOW_TABLES, server_port, unreachable
-from fl_lightning.records.store_uri import file_store_folder, sqlite_file
+from fl_lightning.records.store_uri import file_store_folder, sqlite_file, store_scheme
 
 FL_CHECKPOINT_KEYS = ("state_dict", "epoch", "hyper_parameters")
 
@@ -111,18 +110,18 @@ def check_tracking_store(uri: str) -> None:
     """The MLflow store can be reached: a tracking server answers within
     ``store_probe.REACH_TIMEOUT_S``; a SQLite or file store can be created or written where it is
     (:func:`check_store_folder`)."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("http", "https"):
+    scheme = store_scheme(uri)
+    if scheme in ("http", "https"):
         reason = unreachable(uri)
         if reason is not None:
             raise PreflightError(f"cannot reach the MLflow tracking server {uri} ({reason}): start it "
                                  f"(mlflow server --port {server_port(uri)}) or log to a local store with "
                                  "--trainer.logger.init_args.tracking_uri sqlite:///mlruns.db")
-    elif parsed.scheme == "sqlite":
+    elif scheme == "sqlite":
         database = sqlite_file(uri)
         if database is not None:
             check_store_folder(uri, database.parent, database)
-    elif parsed.scheme in ("", "file"):
+    elif scheme in ("", "file"):
         folder = file_store_folder(uri)
         if folder is not None:
             check_store_folder(uri, folder.parent)

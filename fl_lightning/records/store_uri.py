@@ -8,7 +8,7 @@ server (``http://host:5000``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 
 SQLITE = "sqlite:///"  # the prefix of a SQLite store's URI; what follows is the file's path
 
@@ -69,3 +69,28 @@ def local_store_missing(uri: str) -> bool:
     if absolute.startswith("file:"):
         return not Path(unquote(urlparse(absolute).path)).is_dir()
     return False
+
+
+def store_scheme(uri: str) -> str:
+    """The scheme of a store's URI: ``sqlite``, ``file``, ``http``...; ``""`` for a bare path."""
+    return urlparse(uri).scheme
+
+
+def without_credentials(uri: str) -> str:
+    """The tracking URI without a user or password (never print or publish credentials)."""
+    parts = urlsplit(uri)
+    if parts.password is None and "@" not in parts.netloc:
+        return uri
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def store_display_name(uri: str) -> str:
+    """What a page may say about a store: a file's name (``sqlite:////home/me/mlruns.db`` ->
+    ``mlruns.db``) or a server's scheme and host; never a local absolute path, never a password."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https", "databricks") or (parts.netloc and parts.scheme != "file"):
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return f"{parts.scheme}://{host}" if host else parts.scheme
+    local = sqlite_file(uri) or file_store_folder(uri) or Path(unquote(parts.path))  # the last: another database
+    return local.name or uri.split(":", 1)[0]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fl_lightning.records import store_uri
 from fl_lightning.records.store_uri import (
     absolute_tracking_uri,
     file_store_folder,
@@ -69,3 +70,24 @@ def test_no_other_module_parses_a_store_uri_by_hand():
              for path in sorted((ROOT / package).rglob("*.py")) if path.name != "store_uri.py"
              for number, line in enumerate(path.read_text().splitlines(), 1) if BY_HAND.search(line)]
     assert not found, "parse the URI with fl_lightning.records.store_uri instead:\n" + "\n".join(found)
+
+
+def test_only_records_takes_a_uri_apart():
+    """``urllib.parse`` is read in ``fl_lightning/records/`` only: every other module asks it."""
+    found = [f"{path.relative_to(ROOT)}" for package in ("fl_lightning", "benchmarks", "leaderboard")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             if "urllib.parse" in path.read_text() and path.parent.name != "records"]
+    assert found == []
+
+
+@pytest.mark.parametrize(("uri", "shown", "name"), [
+    ("sqlite:////home/me/runs.db", "sqlite:////home/me/runs.db", "runs.db"),
+    ("file:///home/me/mlruns", "file:///home/me/mlruns", "mlruns"),
+    ("http://me:secret@mlflow.example.org:5000", "http://mlflow.example.org:5000", "http://mlflow.example.org:5000"),
+    ("https://token@host", "https://host", "https://host"),
+    ("databricks", "databricks", "databricks"),
+])
+def test_a_store_is_shown_without_credentials_or_local_paths(uri, shown, name):
+    assert store_uri.without_credentials(uri) == shown
+    assert store_uri.store_display_name(uri) == name
+    assert store_uri.store_scheme(uri) == ("" if uri == "databricks" else uri.split(":")[0])

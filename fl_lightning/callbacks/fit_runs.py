@@ -25,8 +25,10 @@ forwards to it:
    logged past its checkpoint and the params MLflow keeps from the run's start.
 
 Extending a run: resumed with a larger ``--model.num_rounds``, a fit continues to the new count
-in the same run, bit for bit like an uninterrupted fit of that length (unless the algorithm's
-schedule depends on ``num_rounds``, as FedMGDA's decay does). LightningCLI replaces the model's
+in the same run, its model bit for bit like an uninterrupted fit of that length (unless the
+algorithm's schedule depends on ``num_rounds``, as FedMGDA's decay does); its history also holds
+the evaluation at the earlier fit's last round, so ``replay`` follows the run's route (tag
+``fit_lengths``). LightningCLI replaces the model's
 settings with the checkpoint's before any hook, so the CLI reads the requested count first
 (``fl_lightning.cli.settings.given_settings``) and passes it to :class:`MLflowFitSetup`. MLflow keeps one value
 per param: the run's ``num_rounds`` param keeps the first value, and the tag

@@ -339,6 +339,10 @@ class MLflowRunInfo(Callback):
             planned = str(trainer.lightning_module.hparams.get(schema.NUM_ROUNDS))
             if Tag.EXTENDED_TO_ROUNDS in run.data.tags or run.data.params.get(schema.NUM_ROUNDS, planned) != planned:
                 client.set_tag(run_id, Tag.EXTENDED_TO_ROUNDS, planned)  # the param keeps the first value
+                first = int(run.data.params.get(schema.NUM_ROUNDS, planned))
+                lengths = schema.fit_lengths(run.data.tags, run.data.params) or [first]
+                if str(lengths[-1]) != planned:  # the route replay follows (a resume to the same length adds nothing)
+                    client.set_tag(run_id, Tag.FIT_LENGTHS, ",".join(map(str, [*lengths, planned])))
             restore_checkpoint_round(logger, rounds, resumed_from.get("round_metrics"))
             if trainer.ckpt_path:  # what a fit that lost its tracking server could not write
                 replayed = replay_unsent(client, str(run_id), Path(trainer.ckpt_path).parent, rounds)

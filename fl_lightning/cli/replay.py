@@ -9,6 +9,11 @@ with ``time`` in its name). It prints ``identical: N rounds, M metrics`` or the 
 of an experiment (a suite), chosen with a fixed seed. The leaderboard shows, per benchmark, how
 many runs were replayed and how many were identical.
 
+An extended run (resumed with a larger ``--model.num_rounds``) is replayed along the route it took,
+which it records in its ``fit_lengths`` tag: a 3-round fit, then extended to 5. A fit evaluates
+at its last round, so the 3-round fit's evaluation at round 3 is part of the run, and a straight
+5-round fit would not make it.
+
     fl-lightning replay 3f2a...                      # a run id (or a run name) in ./mlruns.db
     fl-lightning replay --experiment fedfv-offline --sample 5 --tracking-uri sqlite:///runs.db
 """
@@ -29,7 +34,7 @@ from typing import Any
 
 from fl_lightning.records.errors import OneLineParser
 from fl_lightning.records.store_uri import sqlite_file, sqlite_uri
-from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag
+from fl_lightning.records.vocabulary import DEFAULT_TRACKING_URI, REPLAY_IDENTICAL, Tag, fit_lengths
 
 REPLAY_EXPERIMENT = "replay"
 RESULT_TAG, DATE_TAG = Tag.REPLAY_RESULT, Tag.REPLAY_DATE
@@ -48,15 +53,18 @@ class Outcome:
     rounds: int
     metrics: int
     divergence: str = ""  # "round 3: train_loss stored 1.02 replayed 1.03"
+    route: tuple[int, ...] = ()  # an extended run's fit lengths, replayed in turn; () for one fit
 
     @property
     def verdict(self) -> str:
         return REPLAY_IDENTICAL if self.identical else f"diverged: {self.divergence}"
 
     def line(self) -> str:
+        route = (f" (fitted to {self.route[0]} rounds, then extended to "
+                 f"{', then '.join(map(str, self.route[1:]))}, as the run was)") if self.route else ""
         if self.identical:
-            return f"{self.name}: identical: {self.rounds} rounds, {self.metrics} metrics"
-        return f"{self.name}: diverged at {self.divergence}"
+            return f"{self.name}: identical: {self.rounds} rounds, {self.metrics} metrics{route}"
+        return f"{self.name}: diverged at {self.divergence}{route}"
 
 
 def compared(name: str) -> bool:
@@ -101,8 +109,9 @@ def _text(value: float | None) -> str:
     return "(not logged)" if value is None else repr(value)
 
 
-def replay_config(text: str, tracking_uri: str, folder: Path) -> Path:
-    """The stored config with its logger pointed at the scratch store (a new run, no checkpoint)."""
+def replay_config(text: str, tracking_uri: str, folder: Path, checkpoints: bool = False) -> Path:
+    """The stored config with its logger pointed at the scratch store (a new run; a checkpoint only
+    where a route of fits needs one to continue from)."""
     import yaml
 
     config = yaml.safe_load(text)
@@ -113,7 +122,7 @@ def replay_config(text: str, tracking_uri: str, folder: Path) -> Path:
                          "init_args": {"experiment_name": REPLAY_EXPERIMENT, "tracking_uri": tracking_uri}}
     for length in ("max_epochs", "min_epochs", "max_steps", "min_steps"):  # the model's num_rounds decides
         trainer.pop(length, None)
-    trainer["enable_checkpointing"] = False
+    trainer["enable_checkpointing"] = checkpoints
     trainer["enable_progress_bar"] = False
     trainer["default_root_dir"] = str(folder / "checkpoints")
     trainer["callbacks"] = None
@@ -153,11 +162,41 @@ def sample_runs(client: Any, experiment: str, count: int, seed: int = 0) -> list
     return random.Random(seed).sample(runs, min(count, len(runs)))
 
 
+def route_fit(folder: Path, config: Path, length: int | None, continues: bool) -> list[str]:
+    """The ``fit`` words of one fit of a replay: the stored config; on a route, ``length`` rounds,
+    and a fit that ``continues`` resumes from the previous fit's ``last.ckpt``."""
+    words = ["fit", "--config", str(config)]
+    if length is None:
+        return words
+    words.append(f"--model.num_rounds={length}")
+    if continues:
+        (checkpoint,) = sorted((folder / "checkpoints").rglob("last.ckpt"))
+        words += ["--ckpt_path", str(checkpoint)]
+    return words
+
+
+def fit_in(folder: Path, name: str, words: list[str]) -> None:
+    """One fit of a replay, run in ``folder`` with its output in ``fit.log``; a failed fit is a
+    ``ReplayError`` with the log's last lines."""
+    from fl_lightning.cli.lightning_cli import run as fit
+
+    here = os.getcwd()
+    os.chdir(folder)
+    log = folder / "fit.log"
+    try:
+        with open(log, "a") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            fit(words)
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            tail = " | ".join(log.read_text().strip().splitlines()[-3:])
+            raise ReplayError(f"run {name}: the replay's fit failed (exit {exit_.code}): {tail}") from None
+    finally:
+        os.chdir(here)
+
+
 def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print) -> Outcome:
     """Fit ``run``'s config again in a scratch store and compare; records the verdict unless told not to."""
     from mlflow.tracking import MlflowClient
-
-    from fl_lightning.cli.lightning_cli import run as fit
 
     run_id, name = run.info.run_id, run.data.tags.get("mlflow.runName", run.info.run_id)
     if run.info.status != "FINISHED":
@@ -171,20 +210,11 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
             raise ReplayError(f"run {name} has no {CONFIG_ARTIFACT} artifact (a Trainer script's run): only runs of "
                               "`fl-lightning fit` and the benchmark runner log the settings to replay") from None
         uri = sqlite_uri(folder / "replay.db")
-        config = replay_config(text, uri, folder)
+        route = tuple(fit_lengths(run.data.tags, run.data.params))
+        config = replay_config(text, uri, folder, checkpoints=bool(route))
         progress(f"replaying {name} ...")
-        here = os.getcwd()
-        os.chdir(folder)
-        log = folder / "fit.log"
-        try:
-            with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                fit(["fit", "--config", str(config)])
-        except SystemExit as exit_:
-            if exit_.code not in (0, None):
-                tail = " | ".join(log.read_text().strip().splitlines()[-3:])
-                raise ReplayError(f"run {name}: the replay's fit failed (exit {exit_.code}): {tail}") from None
-        finally:
-            os.chdir(here)
+        for index, length in enumerate(route or (None,)):
+            fit_in(folder, name, route_fit(folder, config, length, continues=index > 0))
         scratch_client = MlflowClient(uri)
         experiment = scratch_client.get_experiment_by_name(REPLAY_EXPERIMENT)
         if experiment is None:
@@ -195,11 +225,11 @@ def replay_run(client: Any, run: Any, record: bool = True, progress: Any = print
     divergence = first_divergence(stored, replayed)
     rounds = max((max(steps) for steps in stored.values() if steps), default=0)
     if divergence is None:
-        outcome = Outcome(run_id, name, True, rounds, len(stored))
+        outcome = Outcome(run_id, name, True, rounds, len(stored), route=route)
     else:
         step, metric, mine, theirs = divergence
         outcome = Outcome(run_id, name, False, rounds, len(stored),
-                          f"round {step}: {metric} stored {_text(mine)}, replayed {_text(theirs)}")
+                          f"round {step}: {metric} stored {_text(mine)}, replayed {_text(theirs)}", route)
     if record:
         client.set_tag(run_id, RESULT_TAG, outcome.verdict)
         client.set_tag(run_id, DATE_TAG, datetime.date.today().isoformat())

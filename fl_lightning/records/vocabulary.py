@@ -103,6 +103,7 @@ class Tag:
     RESUMED_AT_ROUND = "resumed_at_round"
     RESUMED_FROM_RUNS = "resumed_from_runs"
     EXTENDED_TO_ROUNDS = "extended_to_rounds"  # the num_rounds a continued run plans when it differs from its param
+    FIT_LENGTHS = "fit_lengths"  # an extended run's route: every num_rounds it was fitted to, in order ("3,5")
     # the process a fit runs in, and a run found RUNNING after its fit died (``fit_lock``)
     FIT_HOST = "fit_host"
     FIT_PID = "fit_pid"
@@ -258,3 +259,16 @@ def task_json(fields: Mapping[str, Any]) -> str:
 def task_key(task_text: str) -> str:
     """The ``task_key`` tag: the first 12 hex digits of the ``task`` tag's sha1."""
     return hashlib.sha1(task_text.encode()).hexdigest()[:12]
+
+
+def fit_lengths(tags: Mapping[str, str], params: Mapping[str, str]) -> list[int]:
+    """The route of an extended run: every ``num_rounds`` it was fitted to, in order (``[3, 5]``: a
+    3-round fit, then extended to 5). From the ``fit_lengths`` tag; a run extended before that tag
+    existed has only ``extended_to_rounds``, read as one extension. ``[]`` for a run never extended
+    (a resume to the same length is no extension)."""
+    if tags.get(Tag.FIT_LENGTHS):
+        return [int(length) for length in tags[Tag.FIT_LENGTHS].split(",")]
+    extended, first = tags.get(Tag.EXTENDED_TO_ROUNDS), params.get(NUM_ROUNDS)
+    if extended is None or first is None or extended == first:
+        return []
+    return [int(first), int(extended)]

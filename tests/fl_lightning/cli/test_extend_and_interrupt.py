@@ -134,6 +134,34 @@ def test_a_finished_run_extended_to_more_rounds_equals_an_uninterrupted_one(stor
         assert torch.equal(have["state_dict"][name], value), name
 
 
+@pytest.mark.parametrize("lengths", [(3, 5), (2, 3, 5)])
+def test_an_extended_run_replays_identically_along_its_own_route(lengths, store, tmp_path, capsys):
+    """Evaluated every 2 rounds, a 3-round fit also evaluates at its last round (round 3), which a
+    5-round fit does not, and the per-layer conflict counts (a mean since the last evaluation)
+    differ after it. So an extended run is not a straight fit of its final length: ``replay`` fits
+    it along the route it took (3, then extended to 5; 2, 3, then 5), which the run records in
+    its ``fit_lengths`` tag, and finds every number again."""
+    from fl_lightning.cli.replay import replay_run
+
+    client = MlflowClient(store)
+    every_two = ("--model.eval_every=2",)
+    main(fit_args(store, lengths[0], *every_two))
+    (run,) = runs_of(store)
+    for length in lengths[1:]:
+        checkpoint = last_checkpoint(tmp_path / "checkpoints", run.info.run_id)
+        main(fit_args(store, lengths[0], *every_two, f"--model.num_rounds={length}", "--ckpt_path", str(checkpoint)))
+    capsys.readouterr()
+    (extended,) = runs_of(store)
+    assert extended.data.tags[Tag.FIT_LENGTHS] == ",".join(map(str, lengths))
+    assert extended.data.tags[Tag.EXTENDED_TO_ROUNDS] == str(lengths[-1])
+    layers = [key for key in extended.data.metrics if key.startswith("conflicts_layer/")]
+    assert layers and 3 in {m.step for m in client.get_metric_history(run.info.run_id, "test_acc_mean")}
+
+    outcome = replay_run(client, extended, record=False, progress=lambda line: None)
+    assert outcome.identical, outcome.divergence
+    assert outcome.rounds == lengths[-1] and outcome.route == lengths
+
+
 def test_fewer_rounds_than_the_checkpoint_completed_are_refused_before_anything_is_created(store, tmp_path, capsys):
     main(fit_args(store, 3))
     (run,) = runs_of(store)

@@ -93,3 +93,12 @@ def test_built_names_are_the_stored_spellings():
     # the names runs already logged are read by (the store's): never renamed
     assert (Metric.CLIENT_TIME_S, Metric.SERVER_TIME_S, Metric.AFL_LAMBDA, Artifact.CLIENT_METRICS) == (
         "client_time_s", "server_time_s", "afl_lambda", "clients/final_client_metrics.json")
+
+
+def test_an_extended_runs_route_is_read_from_its_tags():
+    fit_lengths, tag = vocabulary.fit_lengths, vocabulary.Tag
+    assert fit_lengths({tag.FIT_LENGTHS: "3,5,8", tag.EXTENDED_TO_ROUNDS: "8"}, {"num_rounds": "3"}) == [3, 5, 8]
+    assert fit_lengths({tag.EXTENDED_TO_ROUNDS: "5"}, {"num_rounds": "3"}) == [3, 5]  # before the tag: one extension
+    assert fit_lengths({}, {"num_rounds": "3"}) == []  # never extended
+    assert fit_lengths({tag.EXTENDED_TO_ROUNDS: "3"}, {"num_rounds": "3"}) == []
+    assert fit_lengths({tag.EXTENDED_TO_ROUNDS: "5"}, {}) == []  # no param to start from

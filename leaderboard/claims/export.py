@@ -416,6 +416,110 @@ EFFECT_SHORT = {"inside": "inside", "weaker": "ours weaker", "stronger": "ours s
                 "above": "above", "below": "below"}
 
 
+def verdict_detail(result: ClaimResult) -> str:
+    """What stands under a claim's verdict: how many of its comparisons reproduced, how many more
+    hold by construction, or why it is not tested."""
+    if result.claim.not_tested:
+        return result.claim.not_tested
+    verdicts = [entry.verdict for entry in judged(result.comparisons)]
+    detail = ""
+    if len(verdicts) > 1 and result.verdict not in (NOT_TESTED, NOT_TESTABLE, NOT_IMPLEMENTED):
+        detail = f"{verdicts.count(REPRODUCED)}/{len(verdicts)} comparisons reproduced"
+    constructed = len(result.comparisons) - len(judged(result.comparisons))
+    if constructed:
+        detail += (("; " if detail else "") + f"{constructed} more by construction, not counted")
+    return detail
+
+
+def reading_notes(result: ClaimResult) -> tuple[list[str], list[str]]:
+    """The badges and notes on how a claim's runs were read: retired, fragile at other reading
+    points, knife-edge seeds, comparisons Holm did not reach, and the runs read per arm."""
+    claim, badges, notes = result.claim, [], []
+    if claim.retired is not None:
+        badges.append("retired")
+        notes.append(
+            f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
+            f"still shown, and not counted in the tally."
+        )
+    quantities = [quantity_of(c.treatment.quantity) for c in claim.comparisons]
+    over_rounds = bool(quantities) and all(q.over_rounds for q in quantities)
+    timing = bool(quantities) and all(q.timing for q in quantities)
+    reading = result.plan or LedgerPlan()
+    if result.fragile:
+        badges.append("fragile")
+        notes.append("Fragile: at the " + reading.reading_label(reading.primary_point, over_rounds)
+                     + f" it is {result.data_verdict}; "
+                     + "; ".join(f"at the {reading.reading_label(p, over_rounds)} {v}"
+                                 for p, v in result.fragile_points) + ".")
+    knife = [(entry.comparison.label, entry.knife_edge) for entry in result.comparisons if entry.knife_edge]
+    if knife and not claim.not_testable:
+        badges.append("knife-edge")
+        notes.append("Knife-edge: " + "; ".join(
+            f"{name}: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone changes its verdict"
+            for name, seeds in knife) + ".")
+    not_reached = [entry.comparison.label for entry in result.comparisons if entry.holm_not_reached]
+    if not_reached:
+        notes.append("Not reached by Holm: " + ", ".join(not_reached) + " (Holm's step-down stopped at an "
+                     "earlier comparison, so these are inconclusive and their own intervals are not shown).")
+    arms = convergence_by_arm(result.comparisons)
+    if arms and timing:
+        runs_read = sum(len(s) for entry in result.comparisons for s in entry.convergence_arms.values())
+        notes.append(f"Runs read: {runs_read} timing runs (a timing run measures steady-state rounds: "
+                     "the convergence rule does not judge it).")
+    elif arms:
+        notes.append("Runs read: " + "; ".join(f"{arm}: {counts}" for arm, counts in arms) + ".")
+    return badges, notes
+
+
+def standing_notes(result: ClaimResult, plan: LedgerPlan | None) -> tuple[list[str], list[str]]:
+    """The badges and notes on what a claim's verdict stands on: amendments, construction, what
+    cannot be tested or is not implemented, seeds beyond or short of the plan, mixed code versions."""
+    claim, badges, notes = result.claim, [], []
+    if result.amended:
+        badges.append("amended")
+        notes.append("Amended: " + "; ".join(f"{a.id} ({a.date}): {a.after}" for a in result.amendments))
+    if claim.by_construction:
+        badges.append("by construction")
+        notes.append(f"Holds by construction: {claim.by_construction}")
+    if claim.not_testable:
+        notes.append(
+            f"Not testable as stated: {claim.not_testable} The project's stand-ins are the ablations below."
+        )
+    if claim.not_implemented:
+        notes.append(f"Not implemented: {claim.not_implemented} The project's stand-ins are the ablations below, "
+                     "never the verdict.")
+    if result.extension_verdict:
+        notes.append(f"Seeds beyond the plan's {result.seeds_planned} give {result.extension_verdict}; "
+                     "an extension, not the verdict.")
+    if result.mixed_versions:
+        notes.append(f"⚠ Paired runs come from {len(result.mixed_versions)} code versions.")
+    if plan is not None and 0 < result.seeds < plan.star_min_seeds and result.comparisons:
+        notes.append(f"Only {result.seeds} paired seeds of the plan's {result.seeds_planned}.")
+    return badges, notes
+
+
+def evidence_and_commands(claim: Claim, tables: list[BenchmarkTable],
+                          suites: Mapping[str, SuiteFile]) -> tuple[list[str], list[str]]:
+    """A claim's links to its benchmark pages, and the commands that run its suites (its offline
+    suite, its ablations', and its paper-scale one, which needs the data and a GPU)."""
+    evidence, commands = [], []
+    if claim.offline is not None:
+        benchmarks = dict.fromkeys([claim.offline.benchmark] + [s.benchmark for c in claim.comparisons
+                                                                for s in (c.treatment, c.baseline) if s])
+        evidence += [link for b in benchmarks if (link := _page(tables, claim.offline.suite, b))]
+        commands.append(command_for(claim.offline, suites))
+    for ablation in claim.ablations:
+        command = command_for(ablation.location, suites)
+        if command not in commands:
+            commands.append(command)
+    if claim.paper_scale is not None:
+        commands.append(
+            command_for(claim.paper_scale, suites).replace(" --jobs 2", "")
+            + "   # paper scale: needs the data and a GPU"
+        )
+    return evidence, commands
+
+
 def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
                suites: Mapping[str, SuiteFile], plan: LedgerPlan | None = None) -> list[ClaimRow]:
     """One :class:`ClaimRow` of the claims table per result: its verdict and how many comparisons
@@ -424,90 +528,15 @@ def claim_rows(results: Iterable[ClaimResult], tables: list[BenchmarkTable],
     rows = []
     for result in results:
         claim = result.claim
-        lines = comparison_lines(result.comparisons, claim)
-        verdicts = [entry.verdict for entry in judged(result.comparisons)]
-        detail = ""
-        if len(verdicts) > 1 and result.verdict not in (NOT_TESTED, NOT_TESTABLE, NOT_IMPLEMENTED):
-            detail = f"{verdicts.count(REPRODUCED)}/{len(verdicts)} comparisons reproduced"
-        constructed = len(result.comparisons) - len(judged(result.comparisons))
-        if constructed:
-            detail += (("; " if detail else "") + f"{constructed} more by construction, not counted")
-        if claim.not_tested:
-            detail = claim.not_tested
-        badges, notes = [], []
-        if claim.retired is not None:
-            badges.append("retired")
-            notes.append(
-                f"Retired {claim.retired.date}: {claim.retired.reason.rstrip('.')}. Its verdict on today's runs is "
-                f"still shown, and not counted in the tally."
-            )
-        quantities = [quantity_of(c.treatment.quantity) for c in claim.comparisons]
-        over_rounds = bool(quantities) and all(q.over_rounds for q in quantities)
-        timing = bool(quantities) and all(q.timing for q in quantities)
-        reading = result.plan or LedgerPlan()
-        if result.fragile:
-            badges.append("fragile")
-            notes.append("Fragile: at the " + reading.reading_label(reading.primary_point, over_rounds)
-                         + f" it is {result.data_verdict}; "
-                         + "; ".join(f"at the {reading.reading_label(p, over_rounds)} {v}"
-                                     for p, v in result.fragile_points) + ".")
-        knife = [(entry.comparison.label, entry.knife_edge) for entry in result.comparisons if entry.knife_edge]
-        if knife and not claim.not_testable:
-            badges.append("knife-edge")
-            notes.append("Knife-edge: " + "; ".join(
-                f"{name}: leaving out seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)} alone changes its verdict"
-                for name, seeds in knife) + ".")
-        not_reached = [entry.comparison.label for entry in result.comparisons if entry.holm_not_reached]
-        if not_reached:
-            notes.append("Not reached by Holm: " + ", ".join(not_reached) + " (Holm's step-down stopped at an "
-                         "earlier comparison, so these are inconclusive and their own intervals are not shown).")
-        arms = convergence_by_arm(result.comparisons)
-        if arms and timing:
-            runs_read = sum(len(s) for entry in result.comparisons for s in entry.convergence_arms.values())
-            notes.append(f"Runs read: {runs_read} timing runs (a timing run measures steady-state rounds: "
-                         "the convergence rule does not judge it).")
-        elif arms:
-            notes.append("Runs read: " + "; ".join(f"{arm}: {counts}" for arm, counts in arms) + ".")
-        if result.amended:
-            badges.append("amended")
-            notes.append("Amended: " + "; ".join(f"{a.id} ({a.date}): {a.after}" for a in result.amendments))
-        if claim.by_construction:
-            badges.append("by construction")
-            notes.append(f"Holds by construction: {claim.by_construction}")
-        if claim.not_testable:
-            notes.append(
-                f"Not testable as stated: {claim.not_testable} The project's stand-ins are the ablations below."
-            )
-        if claim.not_implemented:
-            notes.append(f"Not implemented: {claim.not_implemented} The project's stand-ins are the ablations below, "
-                         "never the verdict.")
-        if result.extension_verdict:
-            notes.append(f"Seeds beyond the plan's {result.seeds_planned} give {result.extension_verdict}; "
-                         "an extension, not the verdict.")
-        if result.mixed_versions:
-            notes.append(f"⚠ Paired runs come from {len(result.mixed_versions)} code versions.")
-        if plan is not None and 0 < result.seeds < plan.star_min_seeds and result.comparisons:
-            notes.append(f"Only {result.seeds} paired seeds of the plan's {result.seeds_planned}.")
-        evidence, commands = [], []
-        if claim.offline is not None:
-            benchmarks = dict.fromkeys([claim.offline.benchmark] + [s.benchmark for c in claim.comparisons
-                                                                    for s in (c.treatment, c.baseline) if s])
-            evidence += [link for b in benchmarks if (link := _page(tables, claim.offline.suite, b))]
-            commands.append(command_for(claim.offline, suites))
-        for ablation in claim.ablations:
-            command = command_for(ablation.location, suites)
-            if command not in commands:
-                commands.append(command)
-        if claim.paper_scale is not None:
-            commands.append(
-                command_for(claim.paper_scale, suites).replace(" --jobs 2", "")
-                + "   # paper scale: needs the data and a GPU"
-            )
+        read_badges, read_notes = reading_notes(result)
+        stand_badges, stand_notes = standing_notes(result, plan)
+        evidence, commands = evidence_and_commands(claim, tables, suites)
         rows.append(ClaimRow(
             paper=claim.name, citation=claim.citation, where=claim.where, claim=claim.text, quote=claim.quote,
-            bar=claim.bar, claim_id=claim.id, lines=lines, scale=scale_text(claim),
-            verdict=result.verdict, verdict_class=VERDICT_CLASS[result.verdict], verdict_detail=detail,
-            effect=effect_summary(result), badges=tuple(badges), notes=tuple(notes),
+            bar=claim.bar, claim_id=claim.id, lines=comparison_lines(result.comparisons, claim),
+            scale=scale_text(claim), verdict=result.verdict, verdict_class=VERDICT_CLASS[result.verdict],
+            verdict_detail=verdict_detail(result), effect=effect_summary(result),
+            badges=tuple(read_badges + stand_badges), notes=tuple(read_notes + stand_notes),
             reason=result.reason,
             ablations=tuple((a.ablation.factor, a.verdict, VERDICT_CLASS[a.verdict],
                              _page(tables, a.ablation.location.suite, a.ablation.location.benchmark),

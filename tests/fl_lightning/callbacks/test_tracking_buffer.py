@@ -1,0 +1,104 @@
+"""The tracking buffer's smaller rules (callbacks.tracking_buffer), each pinned where a mutant of it
+survived the outage tests: the wait a fit gives a lost server comes from the environment, a call
+other than a metric batch is retried through an outage (and only through one), and the file of
+unsent metrics is read and rewritten whole."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.tracking import MlflowClient
+
+from fl_lightning.callbacks import tracking_buffer
+from fl_lightning.callbacks.tracking_buffer import (
+    SERVER_WAIT_ENV,
+    SERVER_WAIT_S,
+    UNSENT_FILE,
+    BufferedClient,
+    buffer_metrics,
+    read_unsent,
+    replay_unsent,
+    server_wait_s,
+    write_unsent,
+)
+from fl_lightning.faults import TrackingServerLost
+from tests.fl_lightning.callbacks.test_tracking_outage import REFUSED, FlakyServer
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("7.5", 7.5), ("", SERVER_WAIT_S), ("soon", SERVER_WAIT_S),
+                                                (None, SERVER_WAIT_S)])
+def test_the_wait_for_a_lost_server_is_read_from_the_environment(value, seconds, monkeypatch):
+    if value is None:
+        monkeypatch.delenv(SERVER_WAIT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SERVER_WAIT_ENV, value)
+    assert server_wait_s() == seconds
+
+
+def test_a_fits_logger_gets_the_wait_the_environment_sets(tmp_path, monkeypatch):
+    monkeypatch.setenv(SERVER_WAIT_ENV, "7")
+    logger = MLFlowLogger(experiment_name="e", tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}")
+    logger.experiment  # noqa: B018 - makes the logger's client
+    buffered = buffer_metrics(logger, every_s=5.0)
+    assert isinstance(buffered, BufferedClient) and buffered.server_wait_s == 7.0
+    assert buffer_metrics(logger, every_s=5.0) is buffered  # wrapped once
+
+
+class TagServer(FlakyServer):
+    """Refuses ``set_tag`` with ``errors`` in turn, then answers."""
+
+    def __init__(self, *errors):
+        super().__init__()
+        self.errors, self.tags = list(errors), []
+
+    def set_tag(self, run_id, key, value):
+        if self.errors:
+            raise self.errors.pop(0)
+        self.tags.append((key, value))
+        return "set"
+
+
+def test_a_call_that_meets_an_outage_is_retried_until_the_server_answers(monkeypatch):
+    monkeypatch.setattr(tracking_buffer.time, "sleep", lambda seconds: None)
+    server, told = TagServer(RuntimeError(REFUSED), RuntimeError(REFUSED)), []
+    buffered = BufferedClient(server, every_s=0.0, server_wait_s=600)
+    buffered.on_outage = told.append
+    assert buffered.set_tag("r", "k", "v") == "set"
+    assert server.tags == [("k", "v")] and told[0].startswith("tracking server unreachable") and told[-1] is None
+
+
+def test_a_call_the_server_refuses_is_not_retried():
+    server = TagServer(ValueError("RESOURCE_DOES_NOT_EXIST: run 'r' not found"))
+    buffered = BufferedClient(server, every_s=0.0, server_wait_s=600)
+    with pytest.raises(ValueError, match="not found"):
+        buffered.set_tag("r", "k", "v")
+    assert server.tags == [] and buffered.unreachable_since is None
+
+
+def test_a_call_that_outlasts_the_wait_says_what_it_met():
+    refused = RuntimeError(REFUSED)
+    buffered = BufferedClient(TagServer(refused), every_s=0.0, server_wait_s=0.0)
+    with pytest.raises(TrackingServerLost) as lost:
+        buffered.set_tag("r", "k", "v")
+    assert lost.value.__cause__ is refused  # the traceback file shows the connection's own error
+
+
+def test_an_unsent_file_without_metrics_holds_none(tmp_path):
+    path = tmp_path / UNSENT_FILE
+    path.write_text(json.dumps({"tracking_uri": "http://127.0.0.1:5999"}))
+    assert read_unsent(path) == []
+    path.write_text("[1, 2]")  # not the file's form
+    assert read_unsent(path) == []
+
+
+def test_the_entries_of_other_runs_keep_their_store_when_one_run_is_written(tmp_path):
+    store = MlflowClient(f"sqlite:///{tmp_path / 'runs.db'}")
+    run_id = store.create_run(store.create_experiment("e")).info.run_id
+    entry = {"key": "train_loss", "value": 0.5, "timestamp": 1000, "step": 1}
+    write_unsent(tmp_path / UNSENT_FILE, "http://elsewhere:5000",
+                 [{**entry, "run_id": run_id}, {**entry, "run_id": "another"}])
+    assert replay_unsent(store, run_id, tmp_path, rounds_completed=1) == 1
+    left = json.loads((tmp_path / UNSENT_FILE).read_text())
+    assert left["tracking_uri"] == store.tracking_uri and [e["run_id"] for e in left["metrics"]] == ["another"]

@@ -142,8 +142,13 @@ def find_run(client: Any, key: str) -> Any:
     except Exception:  # not an id: look for a name
         pass
     ids = [e.experiment_id for e in client.search_experiments()]
-    escaped = key.replace("'", "\\'")
-    runs = client.search_runs(ids, filter_string=f"tags.`mlflow.runName` = '{escaped}'") if ids else []
+    # MLflow's filter strings have no escapes (a \' inside '...' matched nothing): a name holding '
+    # is quoted with ", and one holding both quote marks cannot be written as a filter at all
+    if "'" in key and '"' in key:
+        raise ReplayError(f"no run with id {key!r}, and a run name holding both ' and \" cannot be searched for; "
+                          "give the run id instead")
+    quote = '"' if "'" in key else "'"
+    runs = client.search_runs(ids, filter_string=f"tags.`mlflow.runName` = {quote}{key}{quote}") if ids else []
     if not runs:
         raise ReplayError(f"no run with id or name {key!r} in the store; `mlflow ui` lists them")
     if len(runs) > 1:

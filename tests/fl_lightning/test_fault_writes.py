@@ -159,6 +159,91 @@ def test_a_round_kept_in_memory_that_the_quota_refuses_names_its_file_and_leaves
     assert (tmp_path / "last.ckpt").read_bytes() == b"round 2's"
 
 
+def test_a_round_kept_in_memory_is_written_once_and_a_callback_keeping_none_writes_nothing(tmp_path):
+    """Issue 50: ``save_unsaved_round`` says whether it wrote; the round it kept is written at most
+    once (a second call, e.g. the fit report's after ``on_exception``, finds nothing kept)."""
+    events: list[tuple] = []
+
+    def write(checkpoint, path):
+        events.append(("checkpoint", checkpoint["epoch"] + 1))
+        torch.save(checkpoint, path)
+
+    callback, trainer = kept_round(tmp_path, events, write)
+    assert callback.save_unsaved_round(trainer)
+    assert not callback.save_unsaved_round(trainer)
+    assert [event for event in events if event[0] == "checkpoint"] == [("checkpoint", 3)]
+    assert not RoundCheckpoint(dirpath=tmp_path / "other").save_unsaved_round(trainer)
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (OSError(), "(OSError)"),  # no text: its kind
+    (OSError("x" * 300), "(" + "x" * 160 + ")"),  # a long text: its first 160 characters
+])
+def test_a_round_kept_in_memory_whose_write_fails_says_why_in_one_line(tmp_path, capsys, error, said):
+    def failing(checkpoint, path):
+        raise error
+
+    callback, trainer = kept_round(tmp_path, [], failing)
+    assert not callback.save_unsaved_round(trainer)
+    out = capsys.readouterr().out
+    assert out == f"could not write the checkpoint of round 3 {said}; {tmp_path / 'last.ckpt'} is the previous one\n"
+
+
+def test_a_round_kept_in_memory_whose_partial_cannot_be_removed_still_says_its_line(tmp_path, capsys, monkeypatch):
+    """The write fails and its partial file cannot be removed either (the folder went read-only):
+    the fit's own exception stays the one reported, and the line is still said."""
+    unlink = Path.unlink
+
+    def refusing(self, missing_ok=False):
+        if self.name.endswith(".partial"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return unlink(self, missing_ok=missing_ok)
+
+    def half_written(checkpoint, path):
+        Path(path).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    callback, trainer = kept_round(tmp_path, [], half_written)
+    monkeypatch.setattr(Path, "unlink", refusing)
+    assert not callback.save_unsaved_round(trainer)
+    assert capsys.readouterr().out.startswith("could not write the checkpoint of round 3 (")
+
+
+def test_a_checkpoint_write_whose_partial_cannot_be_removed_raises_the_writes_own_error(tmp_path, monkeypatch):
+    """A write that fails (the disk full) and leaves a partial file that cannot be removed either:
+    the fit fails with the write's error, naming the partial, not with the removal's."""
+    unlink = Path.unlink
+
+    def refusing(self, missing_ok=False):
+        if self.name.endswith(".partial"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return unlink(self, missing_ok=missing_ok)
+
+    def half_written(path, weights_only=False):
+        Path(path).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    trainer = SimpleNamespace(save_checkpoint=half_written, is_global_zero=True, global_step=3, loggers=[])
+    monkeypatch.setattr(Path, "unlink", refusing)
+    with pytest.raises(OSError) as refused:
+        RoundCheckpoint(dirpath=tmp_path)._save_checkpoint(trainer, str(tmp_path / "last.ckpt"))
+    assert refused.value.errno == errno.ENOSPC
+    assert fault_line(refused.value) == f"the disk is full (writing {tmp_path / 'last.ckpt.partial'})"
+
+
+def test_the_metrics_held_are_written_first_whichever_loggers_hold_none():
+    """Before a checkpoint, every logger holding metrics back writes them; loggers that hold none
+    (a CSV logger beside the MLflow one) are passed over."""
+    from fl_lightning.callbacks.checkpointing import flush_loggers
+
+    events: list[tuple] = []
+    buffer = BufferedClient(RecordingStore(events), every_s=3600)
+    buffer.log_batch("r", metrics=[Metric("round", 2.0, 1000, 2)])
+    flush_loggers(SimpleNamespace(loggers=[SimpleNamespace(), SimpleNamespace(metrics_buffer=buffer)]))
+    assert events == [("store", [2])]
+
+
 def test_a_round_kept_in_memory_is_not_written_once_any_of_its_tensors_changed(tmp_path):
     """The running round had begun changing the state (one tensor of two): not the round's end."""
     from fl_lightning import private_api

@@ -231,3 +231,94 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_whole(tmp_path
         trainer.fit(module, datamodule=data)
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
     assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 1  # round 2's, whole
+
+
+# ------------------------------------------------------------ issue 50: what the checkpoint writer's mutants got past
+def test_an_interval_or_a_time_budget_out_of_range_is_refused_saying_what_it_takes():
+    """``every_n_rounds`` a whole number from 1, ``time_budget`` strictly between 0 and 1; the
+    bounds themselves (1; just above 0, just below 1) are taken."""
+    for every in (0, -2, 1.5):
+        with pytest.raises(ValueError) as refused:
+            RoundCheckpoint(every_n_rounds=every)
+        assert str(refused.value) == (f"every_n_rounds must be an integer >= 1 (or None: chosen from the cost of a "
+                                      f"write), got {every}")
+    for budget in (0, 1, -0.1, 1.5):
+        with pytest.raises(ValueError) as refused:
+            RoundCheckpoint(time_budget=budget)
+        assert str(refused.value) == (f"time_budget must be in (0, 1) (the share of the fit's time writes may take; "
+                                      f"default 0.1), got {budget}")
+    taken = RoundCheckpoint(every_n_rounds=1, time_budget=0.999)
+    assert (taken.every_n_rounds, taken.fixed_interval, taken.time_budget) == (1, True, 0.999)
+    chosen = RoundCheckpoint(time_budget=1e-6)
+    assert (chosen.every_n_rounds, chosen.fixed_interval, chosen.time_budget) == (None, False, 1e-6)
+
+
+def test_a_write_is_due_first_every_n_rounds_at_the_trainers_last_round_and_when_the_fit_stops():
+    """``due``: the fit's first round (no write yet), every N rounds after, the last round a
+    Trainer's ``max_epochs`` allows (a fit cut shorter than its ``num_rounds``), and a round the
+    fit stops at; a Trainer without a bound (``max_epochs`` None or -1) writes every N rounds only."""
+    from types import SimpleNamespace
+
+    checkpoint = RoundCheckpoint(every_n_rounds=3)
+
+    def trainer(max_epochs, should_stop=False):
+        return SimpleNamespace(max_epochs=max_epochs, should_stop=should_stop)
+
+    assert checkpoint.due(trainer(None), 1)  # the first write: its cost chooses N
+    checkpoint.write_seconds = 0.5
+    assert [r for r in range(1, 6) if checkpoint.due(trainer(5), r)] == [3, 5]
+    assert [r for r in range(1, 8) if checkpoint.due(trainer(-1), r)] == [3, 6]
+    assert [r for r in range(1, 8) if checkpoint.due(trainer(None), r)] == [3, 6]
+    assert checkpoint.due(trainer(-1, should_stop=True), 4)
+    chosen = RoundCheckpoint()
+    chosen.write_seconds = 0.5  # written once, N not chosen yet: only the last round
+    assert [r for r in range(1, 5) if chosen.due(trainer(4), r)] == [4]
+
+
+def test_a_round_kept_in_memory_keeps_tensors_by_reference_and_copies_everything_else():
+    """``copy_containers``: tensors at any depth of dicts, lists and tuples kept (and listed with
+    their versions), the containers copied with their types (an ``OrderedDict`` state dict stays
+    one), and any other object deep-copied, so a later change of the live state does not reach the
+    round kept; a named tuple is an object like any other."""
+    from collections import OrderedDict, namedtuple
+
+    from fl_lightning.callbacks.checkpointing import copy_containers
+
+    Pair = namedtuple("Pair", "left right")
+    weight, bias, step = torch.zeros(2), torch.ones(1), torch.tensor(3)
+    live = {"state_dict": OrderedDict(weight=weight), "optimizers": [{"params": (bias, step)}],
+            "loops": {"seen": {1, 2}, "history": [[0.5]]}, "pair": Pair([1], [2])}
+    tensors: list = []
+    kept = copy_containers(live, tensors)
+    assert [tensor for tensor, _ in tensors] == [weight, bias, step] and all(v == 0 for _, v in tensors)
+    assert kept["state_dict"]["weight"] is weight and kept["optimizers"][0]["params"][1] is step
+    assert type(kept["state_dict"]) is OrderedDict and kept["state_dict"] is not live["state_dict"]
+    assert type(kept["optimizers"][0]["params"]) is tuple and kept["optimizers"] is not live["optimizers"]
+    live["loops"]["seen"].add(3)
+    live["loops"]["history"][0].append(0.25)
+    live["pair"].left.append(9)
+    assert kept["loops"] == {"seen": {1, 2}, "history": [[0.5]]} and kept["pair"] == Pair([1], [2])
+
+
+def test_the_default_checkpoint_writes_where_it_is_told_and_a_lone_configured_callback_counts():
+    """``--trainer.callbacks`` holds a list or a single callback: a single ``ModelCheckpoint``
+    replaces the default as a list of them does; any other single callback does not."""
+    from pathlib import Path
+
+    default = default_checkpoint(None, None, dirpath=Path("runs/1/abc/checkpoints"))
+    assert len(default) == 1 and Path(default[0].dirpath) == Path("runs/1/abc/checkpoints").absolute()
+    assert default_checkpoint(ModelCheckpoint(save_top_k=-1), None) == []
+    assert isinstance(default_checkpoint(pl.callbacks.LearningRateMonitor(), True)[0], RoundCheckpoint)
+
+
+def test_a_fit_replaces_the_last_ckpt_it_finds_in_its_folder_and_names_its_own_as_the_last(tmp_path):
+    """A fit's folder holding a ``last.ckpt`` already (a fit of it that was not resumed): the new
+    fit replaces it, never writing ``last-v1.ckpt`` beside it, and its checkpoint callback names
+    that file as the last one written (the path the resume line prints)."""
+    (tmp_path / "last.ckpt").write_bytes(b"an older fit's")
+    module, data = make_run(num_rounds=3)
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=2)
+    trainer_with(checkpoint).fit(module, datamodule=data)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 2
+    assert checkpoint.last_model_path == str(tmp_path / "last.ckpt")

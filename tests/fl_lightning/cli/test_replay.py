@@ -145,3 +145,171 @@ def test_a_batch_with_one_altered_run_exits_1(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == "1 of 2 runs identical"
     assert replay(["a", "a", "--tracking-uri", store]) == 0
     assert replay(["b", "--tracking-uri", store]) == 1
+
+
+# ------------------------------------------------------------------ issue 50: what the replay mutants got past
+def stored_runs(store, statuses):
+    """Runs of experiment ``suite`` in ``store``, ended with ``statuses``; a second experiment
+    beside it. Returns the client and the ids of the FINISHED runs."""
+    client = MlflowClient(store)
+    suite = client.create_experiment("suite")
+    client.create_experiment("other")
+    finished = []
+    for status in statuses:
+        run = client.create_run(suite)
+        if status != "RUNNING":
+            client.set_terminated(run.info.run_id, status=status)
+        if status == "FINISHED":
+            finished.append(run.info.run_id)
+    return client, finished
+
+
+def test_a_sample_is_finished_runs_only_drawn_with_seed_0_from_the_runs_in_id_order(store):
+    """``--sample K`` picks the same K runs however often it is asked (seed 0 over the runs sorted
+    by id), never a failed or running one, and all of them when K is more than there are."""
+    import random
+
+    from fl_lightning.cli.replay import sample_runs
+
+    client, finished = stored_runs(store, ["FINISHED"] * 10 + ["FAILED", "KILLED", "RUNNING"])
+    picked = [run.info.run_id for run in sample_runs(client, "suite", 5)]
+    assert picked == random.Random(0).sample(sorted(finished), 5)
+    assert sorted(run.info.run_id for run in sample_runs(client, "suite", 50)) == sorted(finished)
+
+
+def test_a_sample_draws_from_every_finished_run_not_from_mlflows_first_page(store, monkeypatch):
+    """MLflow's ``search_runs`` returns 1,000 runs unless asked for more, and a suite may hold more:
+    the sample is drawn from all of them (the default page shrunk to 2 here, instead of 1,001 runs)."""
+    import inspect
+
+    from fl_lightning.cli.replay import sample_runs
+
+    client, finished = stored_runs(store, ["FINISHED"] * 4)
+    defaults = list(MlflowClient.search_runs.__defaults__)
+    names = list(inspect.signature(MlflowClient.search_runs).parameters)[-len(defaults):]
+    defaults[names.index("max_results")] = 2
+    monkeypatch.setattr(MlflowClient.search_runs, "__defaults__", tuple(defaults))
+    assert len(client.search_runs([client.get_experiment_by_name("suite").experiment_id])) == 2  # the page
+    assert sorted(run.info.run_id for run in sample_runs(client, "suite", 10)) == sorted(finished)
+
+
+def test_sampling_an_experiment_the_store_lacks_names_those_it_has(store):
+    from fl_lightning.cli.replay import ReplayError, sample_runs
+
+    client, _ = stored_runs(store, [])
+    with pytest.raises(ReplayError) as refused:
+        sample_runs(client, "suit", 2)
+    assert str(refused.value) == "no experiment 'suit' in the store; it has: Default, other, suite"
+
+
+def test_a_value_the_other_side_did_not_log_is_said_to_be_not_logged():
+    """The divergence line's words for a missing value (``round 2: x stored (not logged), replayed 0.5``)."""
+    from fl_lightning.cli.replay import _text
+
+    assert _text(None) == "(not logged)"
+    assert _text(0.5) == "0.5" and _text(0.0) == "0.0"
+
+
+def test_a_run_is_found_by_its_name_in_any_experiment_quotes_and_all(store):
+    """``fl-lightning replay NAME``: the run named so, whichever experiment holds it, a name with a
+    quote mark too (MLflow's filters have no escapes: ``\\'`` matched nothing); a name two runs share,
+    or one holding both quote marks (no filter can name it), is refused, asking for the id."""
+    from fl_lightning.cli.replay import ReplayError, find_run
+
+    client, _ = stored_runs(store, [])
+    other = client.get_experiment_by_name("other").experiment_id
+    plain = client.create_run(other, run_name="fedavg-seed-3").info.run_id
+    quoted = client.create_run(other, run_name="it's-seed-4").info.run_id
+    double = client.create_run(other, run_name='say "seed 5"').info.run_id
+    for _ in range(2):
+        client.create_run(other, run_name="twin")
+    assert find_run(client, "fedavg-seed-3").info.run_id == plain
+    assert find_run(client, plain).info.run_id == plain
+    assert find_run(client, "it's-seed-4").info.run_id == quoted
+    assert find_run(client, 'say "seed 5"').info.run_id == double
+    with pytest.raises(ReplayError) as refused:
+        find_run(client, 'it\'s "both"')
+    assert str(refused.value) == ("no run with id 'it\\'s \"both\"', and a run name holding both ' and \" "
+                                  "cannot be searched for; give the run id instead")
+    with pytest.raises(ReplayError) as refused:
+        find_run(client, "twin")
+    assert str(refused.value) == "2 runs are named 'twin'; give the run id instead"
+
+
+def test_lightnings_epoch_counter_is_not_one_of_the_numbers_compared():
+    """``epoch`` is the Trainer's loop counter logged beside the metrics, not a number of the run:
+    neither compared nor counted in ``identical: N rounds, M metrics``."""
+    from fl_lightning.cli.replay import compared
+
+    assert not compared("epoch")
+    assert compared("train_loss")
+
+
+def test_nan_on_one_side_only_diverges():
+    """A metric that became NaN in the replay (or was NaN only in the stored run) is a divergence;
+    NaN on both sides is the same number."""
+    nan = float("nan")
+    stored = {"train_loss": {1: 0.5, 2: 0.4}}
+    went_nan = {"train_loss": {1: 0.5, 2: nan}}
+    assert first_divergence(stored, went_nan)[:3] == (2, "train_loss", 0.4)
+    assert first_divergence(went_nan, stored)[::3] == (2, 0.4)
+
+
+def test_a_divergence_is_recorded_on_the_run_and_printed_with_where_it_is():
+    """The ``replay_result`` tag and the printed line of a replay that diverged both say where."""
+    from fl_lightning.cli.replay import Outcome
+
+    where = "round 2: train_loss stored 0.5, replayed 0.25"
+    diverged = Outcome("abc", "fedavg-seed-3", False, 3, 7, where)
+    assert diverged.verdict == f"diverged: {where}"
+    assert diverged.line() == f"fedavg-seed-3: diverged at {where}"
+    same = Outcome("abc", "fedavg-seed-3", True, 3, 7)
+    assert same.verdict == "identical" and same.line() == "fedavg-seed-3: identical: 3 rounds, 7 metrics"
+
+
+def test_metrics_diverging_in_the_same_round_give_the_first_by_name_whatever_their_values():
+    stored = {"train_loss": {2: 5.0}, "worst_acc": {2: 0.25}}
+    replayed = {"train_loss": {2: 6.0}, "worst_acc": {2: 0.5}}
+    assert first_divergence(stored, replayed) == (2, "train_loss", 5.0, 6.0)
+
+
+def test_the_replayed_config_runs_quietly_in_its_scratch_folder_and_every_length_setting_goes(tmp_path):
+    """A replay's fit: no progress bar, its files under the scratch folder, none of the stored
+    run's callbacks (its checkpoint writer), no checkpoint unless a route needs one, and no
+    min/max epochs or steps (the model's ``num_rounds`` decides); a stored config without a
+    ``trainer`` section or without the old ``threads`` flag is taken as it is."""
+    import yaml
+
+    from fl_lightning.cli.replay import ReplayError, replay_config
+
+    model = {"class_path": "fl_lightning.algorithms.FedAvg", "init_args": {"lr": 0.05}}
+    stored = {"model": model, "trainer": {"min_epochs": 2, "min_steps": 3, "enable_progress_bar": True,
+                                          "callbacks": [{"class_path": "RoundCheckpoint"}],
+                                          "default_root_dir": "elsewhere"}}
+    config = yaml.safe_load(replay_config(yaml.safe_dump(stored), "sqlite:///scratch.db", tmp_path).read_text())
+    assert config["trainer"] == {"logger": {"class_path": "lightning.pytorch.loggers.MLFlowLogger",
+                                            "init_args": {"experiment_name": "replay",
+                                                          "tracking_uri": "sqlite:///scratch.db"}},
+                                 "enable_progress_bar": False, "callbacks": None,
+                                 "default_root_dir": str(tmp_path / "checkpoints"), "enable_checkpointing": False}
+    route = yaml.safe_load(replay_config(yaml.safe_dump({"model": model}), "sqlite:///scratch.db", tmp_path,
+                                         checkpoints=True).read_text())
+    assert route["model"] == model and route["trainer"]["enable_checkpointing"] is True
+    with pytest.raises(ReplayError) as refused:
+        replay_config("- model\n", "sqlite:///scratch.db", tmp_path)
+    assert str(refused.value) == "its config.yaml holds no model: it was not logged by fl-lightning fit"
+
+
+def test_only_a_sqlite_store_is_checked_for_its_file(tmp_path):
+    """Replay never creates a store: a SQLite file that is not there is refused; other stores
+    (a server, a file store) are left for MLflow to reach."""
+    from fl_lightning.cli.replay import ReplayError, check_existing_store
+
+    (tmp_path / "runs.db").write_bytes(b"")
+    check_existing_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    check_existing_store("http://127.0.0.1:5000")
+    check_existing_store(f"file:{tmp_path / 'mlruns'}")
+    with pytest.raises(ReplayError) as refused:
+        check_existing_store(f"sqlite:///{tmp_path / 'gone.db'}")
+    assert str(refused.value) == (f"no MLflow store at {tmp_path / 'gone.db'}: give the store that holds the run "
+                                  "with --tracking-uri")

@@ -173,9 +173,9 @@ def test_auto_is_logged_as_a_number_and_a_resume_keeps_it(store, capsys, monkeyp
     """Started where it was given 2 cores, stopped, resumed where it is given 1: the run keeps 2
     (the checkpoint's setting), logs 2 (never "auto"), and its config.yaml, which replay reads, says 2."""
     from mlflow.tracking import MlflowClient
-    from test_resume_cli import interrupted_fit
 
     from fl_lightning.cli import main
+    from tests.fl_lightning.cli.test_resume_cli import interrupted_fit
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     run, command = interrupted_fit(store, capsys, monkeypatch)
@@ -250,3 +250,15 @@ def test_each_job_gets_its_share_of_the_cores_and_never_zero_threads():
     assert [threads_per_job(jobs, cores=2) for jobs in (1, 2, 3, 8)] == [2, 1, 1, 1]
     assert [threads_per_job(jobs, cores=16) for jobs in (1, 3, 4, 5)] == [16, 5, 4, 3]
     assert threads_per_job(1) >= 1  # the machine's own count
+
+
+def test_a_second_fit_with_the_same_callback_puts_back_the_count_the_process_had_before_it():
+    """A module fitted twice (a notebook, a second ``trainer.fit``): each fit keeps the count the
+    process has when it starts and puts that one back, not the first fit's."""
+    fit_threads = FitThreads(2)
+    for ambient in (3, 4):
+        torch.set_num_threads(ambient)
+        fit_threads.setup(None, None, "fit")
+        assert torch.get_num_threads() == 2
+        fit_threads.teardown(None, None, "fit")
+        assert torch.get_num_threads() == ambient

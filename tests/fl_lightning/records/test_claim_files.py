@@ -107,3 +107,59 @@ def test_a_lock_held_by_a_live_process_names_it_and_one_of_another_host_says_how
     path.write_text("")  # unreadable: being written
     with pytest.raises(PreflightError, match=r"\(an unknown process; lock .*delete the lock file"):
         RunLock.acquire(tmp_path)
+
+
+# ------------------------------------------------------------------ issue 50: what the acquire mutants got past
+def test_a_resumes_folder_that_is_gone_is_refused_not_made_again(tmp_path, monkeypatch):
+    """Only a fresh run's lock makes its folder (``make``); a resume whose checkpoint folder has
+    gone is refused in one line and no folder appears."""
+    monkeypatch.setattr(fit_lock, "_HELD", [])
+    gone = tmp_path / "runs" / "1" / "abc" / "checkpoints"
+    with pytest.raises(PreflightError, match=r"^cannot lock the run's checkpoint folder .*checkpoints "
+                                             r"\(No such file or directory\)"):
+        RunLock.acquire(gone)
+    assert not (tmp_path / "runs").exists()
+    RunLock.acquire(gone, make=True).release()
+    assert gone.is_dir()
+
+
+def test_a_fresh_runs_folder_that_cannot_be_made_is_refused_saying_what_to_do(tmp_path, monkeypatch):
+    """The folder's parent passed the writability check but making the folder failed (the disk
+    filled meanwhile): one line naming the folder, why, and what to do."""
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "mkdir", full)
+    folder = tmp_path / "checkpoints"
+    with pytest.raises(PreflightError) as refused:
+        RunLock.acquire(folder, make=True)
+    assert str(refused.value) == (f"cannot make the run's checkpoint folder {folder} (No space left on device): "
+                                  "make its parent writable or pass --trainer.default_root_dir")
+
+
+def test_a_lock_refused_by_the_folder_the_disk_or_another_hosts_fit_says_the_whole_remedy(tmp_path, monkeypatch):
+    """Each one-line refusal of ``RunLock.acquire`` in full: what failed, why, and what to do."""
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    def full(record, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fit_lock.os, "open", refused)
+    with pytest.raises(PreflightError) as locked:
+        RunLock.acquire(tmp_path)
+    assert str(locked.value) == (f"cannot lock the run's checkpoint folder {tmp_path} (Permission denied): make it "
+                                 "writable or resume from a copy of the checkpoint elsewhere")
+    monkeypatch.undo()
+    monkeypatch.setattr(fit_lock.json, "dump", full)
+    with pytest.raises(PreflightError) as written:
+        RunLock.acquire(tmp_path)
+    assert str(written.value) == (f"cannot write the lock {tmp_path / LOCK_NAME} (No space left on device): free "
+                                  "some space, then resume again")
+    monkeypatch.undo()
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 7, "started": "then"}))
+    with pytest.raises(PreflightError) as held:
+        RunLock.acquire(tmp_path)
+    assert str(held.value) == (f"another fit is running this run (process 7 on elsewhere, since then; lock "
+                               f"{tmp_path / LOCK_NAME}): wait for it to end or stop it; if no fit runs there any "
+                               "more, delete the lock file and resume again")

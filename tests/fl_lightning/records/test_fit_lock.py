@@ -114,3 +114,33 @@ def test_sigkill_then_a_new_fit_ends_the_dead_run_killed(store, tmp_path):
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # ...and only reads the store
     main(fit_args(store))
     assert client.get_run(run.info.run_id).info.status == "KILLED"
+
+
+# ------------------------------------------------------------------ issue 50: what the fit_lock mutants got past
+def test_only_running_runs_whose_fit_is_gone_are_ended_and_the_reason_names_the_fit(store):
+    """``mark_dead_runs`` ends KILLED the RUNNING runs of the experiments it is given whose fit (a
+    process of this host) is gone, unless kept for a resume; a run of a dead fit that had ended
+    (FINISHED, FAILED) stays as it ended, and a run whose fit lives or ran on another host, or of
+    another experiment, stays RUNNING."""
+    from fl_lightning.records.fit_lock import mark_dead_runs
+
+    client = MlflowClient(store)
+    suite, other = client.create_experiment("suite"), client.create_experiment("other")
+    dead = str(dead_pid())
+
+    def run(experiment, pid=dead, host=None, status=None):
+        run_id = client.create_run(experiment, tags={Tag.FIT_HOST: host or this_host(), Tag.FIT_PID: pid}).info.run_id
+        if status:
+            client.set_terminated(run_id, status=status)
+        return run_id
+
+    orphan, kept = run(suite), run(suite)
+    ended = {run(suite, status="FINISHED"): "FINISHED", run(suite, status="FAILED"): "FAILED"}
+    left = [run(suite, pid=str(os.getpid())), run(suite, host="another-machine"), run(other)]
+    assert mark_dead_runs(client, [suite], keep={kept}) == [orphan]
+    assert {run_id: client.get_run(run_id).info.status for run_id in [orphan, kept, *ended, *left]} == {
+        orphan: "KILLED", kept: "RUNNING", **ended, **dict.fromkeys(left, "RUNNING")}
+    assert client.get_run(orphan).data.tags[Tag.KILLED_REASON] == (
+        f"its fit (process {dead} on {this_host()}) stopped without ending the run (killed, or the machine went "
+        "down); found by a later fit")
+    assert mark_dead_runs(client, []) == []

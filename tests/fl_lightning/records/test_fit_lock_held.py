@@ -89,3 +89,32 @@ def test_a_claim_is_taken_once_refused_to_a_live_holder_and_taken_over_from_a_de
     assert path.exists()
     write_lock(tmp_path, dead_pid()).replace(path)  # its process is gone
     assert try_claim(path) is None and read_lock(path)["pid"] == os.getpid()
+
+
+def test_a_checkpoint_folder_under_a_file_or_a_folder_it_may_not_write_is_refused_saying_what_to_do(
+        tmp_path, monkeypatch):
+    """Issue 50: both refusals of ``check_writable_folder`` in full, naming the nearest existing
+    folder above the one asked for; a folder the process may not write into is told by
+    ``os.access`` (faked here: this machine's tests run as root, which writes anywhere)."""
+    from pathlib import Path
+
+    from fl_lightning.records import fit_lock
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file\n")
+    with pytest.raises(PreflightError) as under_a_file:
+        check_writable_folder(blocker / "checkpoints")
+    assert str(under_a_file.value) == (f"cannot write checkpoints into {blocker / 'checkpoints'}: {blocker} is not "
+                                       "a folder; pass another --trainer.default_root_dir")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    access = os.access
+    monkeypatch.setattr(fit_lock.os, "access",
+                        lambda path, mode: not (Path(path) == read_only and mode & os.W_OK) and access(path, mode))
+    with pytest.raises(PreflightError) as not_writable:
+        check_writable_folder(read_only / "1" / "run" / "checkpoints")
+    assert str(not_writable.value) == (f"cannot write checkpoints into {read_only / '1' / 'run' / 'checkpoints'}: "
+                                       f"{read_only} is not writable; make it writable or pass another "
+                                       "--trainer.default_root_dir")
+    check_writable_folder(tmp_path / "fine" / "checkpoints")  # creates nothing
+    assert not (tmp_path / "fine").exists()

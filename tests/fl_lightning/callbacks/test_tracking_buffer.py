@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from fl_lightning.callbacks import tracking_buffer
 from fl_lightning.callbacks.tracking_buffer import (
+    RETRY_FIRST_S,
     SERVER_WAIT_ENV,
     SERVER_WAIT_S,
     UNSENT_FILE,
@@ -61,12 +62,16 @@ class TagServer(FlakyServer):
 
 
 def test_a_call_that_meets_an_outage_is_retried_until_the_server_answers(monkeypatch):
-    monkeypatch.setattr(tracking_buffer.time, "sleep", lambda seconds: None)
+    """Retried after the pauses of an outage (0.5 s, then 1 s: doubling), no longer."""
+    slept = []
+    monkeypatch.setattr(tracking_buffer.time, "sleep", slept.append)
     server, told = TagServer(RuntimeError(REFUSED), RuntimeError(REFUSED)), []
     buffered = BufferedClient(server, every_s=0.0, server_wait_s=600)
     buffered.on_outage = told.append
     assert buffered.set_tag("r", "k", "v") == "set"
     assert server.tags == [("k", "v")] and told[0].startswith("tracking server unreachable") and told[-1] is None
+    first, second = slept  # the pauses planned, less the moments since (the second doubles the first)
+    assert 0 < first <= RETRY_FIRST_S < second <= 2 * RETRY_FIRST_S
 
 
 def test_a_call_the_server_refuses_is_not_retried():

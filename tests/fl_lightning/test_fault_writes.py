@@ -127,16 +127,20 @@ def kept_round(tmp_path, events: list[tuple], write) -> tuple[RoundCheckpoint, S
     return callback, trainer
 
 
-def test_the_metrics_held_are_written_before_the_round_kept_in_memory(tmp_path):
-    """A failing fit writes the round it kept in memory: the store gets the metrics first, so a
-    checkpoint never claims rounds whose metrics were lost."""
-    events: list[tuple] = []
-
+def recording_writes(events: list[tuple]):
+    """A checkpoint write that notes the round it writes in ``events``, then writes it."""
     def write(checkpoint, path):
         events.append(("checkpoint", checkpoint["epoch"] + 1))
         torch.save(checkpoint, path)
 
-    callback, trainer = kept_round(tmp_path, events, write)
+    return write
+
+
+def test_the_metrics_held_are_written_before_the_round_kept_in_memory(tmp_path):
+    """A failing fit writes the round it kept in memory: the store gets the metrics first, so a
+    checkpoint never claims rounds whose metrics were lost."""
+    events: list[tuple] = []
+    callback, trainer = kept_round(tmp_path, events, recording_writes(events))
     assert callback.save_unsaved_round(trainer)
     assert events == [("store", [2]), ("checkpoint", 3)]
     assert callback.rounds_saved == 3 and callback.last_model_path == str(tmp_path / "last.ckpt")
@@ -163,12 +167,7 @@ def test_a_round_kept_in_memory_is_written_once_and_a_callback_keeping_none_writ
     """Issue 50: ``save_unsaved_round`` says whether it wrote; the round it kept is written at most
     once (a second call, e.g. the fit report's after ``on_exception``, finds nothing kept)."""
     events: list[tuple] = []
-
-    def write(checkpoint, path):
-        events.append(("checkpoint", checkpoint["epoch"] + 1))
-        torch.save(checkpoint, path)
-
-    callback, trainer = kept_round(tmp_path, events, write)
+    callback, trainer = kept_round(tmp_path, events, recording_writes(events))
     assert callback.save_unsaved_round(trainer)
     assert not callback.save_unsaved_round(trainer)
     assert [event for event in events if event[0] == "checkpoint"] == [("checkpoint", 3)]

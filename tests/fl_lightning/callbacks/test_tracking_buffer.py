@@ -107,3 +107,41 @@ def test_the_entries_of_other_runs_keep_their_store_when_one_run_is_written(tmp_
     assert replay_unsent(store, run_id, tmp_path, rounds_completed=1) == 1
     left = json.loads((tmp_path / UNSENT_FILE).read_text())
     assert left["tracking_uri"] == store.tracking_uri and [e["run_id"] for e in left["metrics"]] == ["another"]
+
+
+class RecordingClient:
+    """A store that answers every call and notes it."""
+
+    tracking_uri = "sqlite:///runs.db"
+
+    def __init__(self):
+        self.calls = []
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), **kwargs):
+        self.calls.append(("log_batch", [m.step for m in metrics], list(params), list(tags), kwargs))
+
+    def set_terminated(self, run_id, status=None):
+        self.calls.append(("set_terminated", status))
+
+
+def test_only_metric_batches_are_held_the_rest_passes_through_whole():
+    """Metrics alone wait for the next write; a batch with tags or params, or one asked for
+    asynchronously (``synchronous=False``: MLflow's own queue), goes to the store at once, every
+    argument with it; so does any other call, keywords included."""
+    from mlflow.entities import Metric, RunTag
+
+    store = RecordingClient()
+    buffered = BufferedClient(store, every_s=3600)  # nothing is due on its own
+    loss = Metric("train_loss", 0.5, 1000, 1)
+    buffered.log_batch("r", metrics=[loss])
+    buffered.log_batch("r", metrics=[loss], synchronous=True)
+    assert store.calls == [] and len(buffered.held) == 2
+    buffered.log_batch("r", tags=[RunTag("k", "v")])
+    buffered.log_batch("r", metrics=[Metric("round", 1.0, 1000, 2)], synchronous=False)
+    buffered.set_terminated("r", status="KILLED")
+    assert store.calls == [
+        ("log_batch", [1, 1], [], [], {}),  # what was held, written first
+        ("log_batch", [], [], [RunTag("k", "v")], {}),
+        ("log_batch", [2], [], [], {"synchronous": False}),
+        ("set_terminated", "KILLED"),
+    ]

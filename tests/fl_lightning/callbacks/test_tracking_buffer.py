@@ -145,3 +145,54 @@ def test_only_metric_batches_are_held_the_rest_passes_through_whole():
         ("log_batch", [2], [], [], {"synchronous": False}),
         ("set_terminated", "KILLED"),
     ]
+
+
+class Clock:
+    """``time.monotonic`` that stands still until moved."""
+
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_write_is_due_when_its_time_comes_to_the_instant(monkeypatch):
+    """``every_s`` after the last write (0: at every call, even within one tick of the clock); in an
+    outage, at the planned retry and not ``every_s`` later."""
+    from mlflow.entities import Metric
+
+    clock = Clock()
+    monkeypatch.setattr(tracking_buffer.time, "monotonic", clock)
+    store = RecordingClient()
+    BufferedClient(store, every_s=0.0).log_batch("r", metrics=[Metric("x", 1.0, 1, 1)])
+    assert len(store.calls) == 1  # the clock did not move: still due
+    buffered = BufferedClient(store, every_s=5.0)
+    clock.now += 5.0
+    buffered.log_batch("r", metrics=[Metric("x", 1.0, 1, 2)])
+    assert len(store.calls) == 2  # exactly every_s later
+
+    server = FlakyServer()
+    buffered = BufferedClient(server, every_s=3600, server_wait_s=600)
+    server.down = True
+    buffered.held.append(("r", Metric("x", 1.0, 1, 1)))
+    buffered.flush()  # refused: retried at next_try, 0.5 s on
+    server.down = False
+    clock.now = buffered.next_try
+    buffered.log_batch("r", metrics=[Metric("x", 1.0, 1, 2)])
+    assert server.written == [("x", 1), ("x", 2)]  # at the planned retry, though every_s has not passed
+
+
+def test_a_lost_server_found_by_a_metric_write_says_what_it_met():
+    from mlflow.entities import Metric
+
+    refused = RuntimeError(REFUSED)
+
+    class Refusing(FlakyServer):
+        def log_batch(self, run_id, metrics=(), params=(), tags=()):
+            raise refused
+
+    buffered = BufferedClient(Refusing(), every_s=0.0, server_wait_s=0.0)
+    with pytest.raises(TrackingServerLost) as lost:
+        buffered.log_batch("r", metrics=[Metric("x", 1.0, 1, 1)])
+    assert lost.value.__cause__ is refused

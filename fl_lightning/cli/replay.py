@@ -175,8 +175,11 @@ def route_fit(folder: Path, config: Path, length: int | None, continues: bool) -
         return words
     words.append(f"--model.num_rounds={length}")
     if continues:
-        (checkpoint,) = sorted((folder / "checkpoints").rglob("last.ckpt"))
-        words += ["--ckpt_path", str(checkpoint)]
+        found = sorted((folder / "checkpoints").rglob("last.ckpt"))
+        if len(found) != 1:
+            raise ReplayError(f"the replay's fit before {length} rounds left {len(found)} last.ckpt files in "
+                              f"{folder / 'checkpoints'}, not one to continue from")
+        words += ["--ckpt_path", str(found[0])]
     return words
 
 

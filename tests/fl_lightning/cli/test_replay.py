@@ -313,3 +313,19 @@ def test_only_a_sqlite_store_is_checked_for_its_file(tmp_path):
         check_existing_store(f"sqlite:///{tmp_path / 'gone.db'}")
     assert str(refused.value) == (f"no MLflow store at {tmp_path / 'gone.db'}: give the store that holds the run "
                                   "with --tracking-uri")
+
+
+def test_a_route_fit_without_one_checkpoint_to_continue_from_is_a_replay_error(tmp_path):
+    """A route's later fit continues from the one ``last.ckpt`` the earlier fit left; none (or two)
+    is said in one line, not a traceback."""
+    from fl_lightning.cli.replay import ReplayError, route_fit
+
+    config = tmp_path / "config.yaml"
+    assert route_fit(tmp_path, config, None, continues=False) == ["fit", "--config", str(config)]
+    assert route_fit(tmp_path, config, 3, continues=False)[-1] == "--model.num_rounds=3"
+    with pytest.raises(ReplayError, match="left 0 last.ckpt files"):
+        route_fit(tmp_path, config, 5, continues=True)
+    (tmp_path / "checkpoints" / "run").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "run" / "last.ckpt").write_bytes(b"")
+    assert route_fit(tmp_path, config, 5, continues=True)[-2:] == [
+        "--ckpt_path", str(tmp_path / "checkpoints" / "run" / "last.ckpt")]

@@ -19,7 +19,13 @@ from mlflow.tracking import MlflowClient
 
 from benchmarks import runner
 from benchmarks.launchers import STOPPED
-from benchmarks.suite_store import claims_folder, ensure_experiment, latest_unfinished_run, resumable_checkpoint
+from benchmarks.suite_store import (
+    claims_folder,
+    ensure_experiment,
+    latest_unfinished_run,
+    record_failure,
+    resumable_checkpoint,
+)
 from benchmarks.suites import expand_algorithms, load_suite
 from fl_lightning.records.fit_lock import read_lock, this_host
 from fl_lightning.records.vocabulary import Tag
@@ -228,6 +234,51 @@ def test_the_newest_unfinished_run_of_a_cell_is_resumed_and_never_a_live_one(sui
     assert resumable_checkpoint(uri, cell) is None
     client.set_tag(live.info.run_id, Tag.FIT_PID, "999999999")  # its fit is gone: resumed
     assert live.info.run_id in resumable_checkpoint(uri, cell)
+
+
+def test_a_cell_whose_process_died_gets_its_newest_unfinished_run_ended_or_one_made_saying_why(suite_file, tmp_path):
+    """``record_failure``: a cell with no run yet gets one, named by its config, seed, benchmark
+    and ending (not MLflow's random name), with the cell's tags, the error's last 5,000
+    characters and the status asked for; a cell with an unfinished run has that run ended so."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    first, second = load_suite(str(suite_file))[:2]
+    client = MlflowClient(uri)
+    error = "x" * 6000 + "the worker died"
+    record_failure(uri, first, error)
+    [made] = client.search_runs([ensure_experiment(uri, first.suite)])
+    assert made.info.run_name == f"{first.algorithm_config} seed {first.seed} | {first.benchmark} | failed"
+    assert made.info.status == "FAILED" and made.data.tags[Tag.ERROR] == error[-5000:]
+    assert {key: made.data.tags.get(key) for key in first.tags} == first.tags
+    experiment = ensure_experiment(uri, second.suite)
+    unfinished = client.create_run(experiment, tags=second.tags)
+    record_failure(uri, second, "stopped", status="KILLED")
+    ended = client.get_run(unfinished.info.run_id)
+    assert (ended.info.status, ended.data.tags[Tag.ERROR]) == ("KILLED", "stopped")
+    assert len(client.search_runs([experiment])) == 2
+
+
+@pytest.mark.parametrize(("stop", "stopped_by", "sent", "said"), [
+    (KeyboardInterrupt(), signal.SIGINT, [], "interrupted (SIGINT)"),  # raised by a cell's thread, say
+    (runner.SuiteStopped(signal.SIGINT), signal.SIGINT, [], "interrupted (SIGINT)"),
+    (runner.SuiteStopped(signal.SIGTERM), signal.SIGTERM, [signal.SIGTERM], "terminated (SIGTERM)"),
+    (runner.SuiteStopped(signal.SIGHUP), signal.SIGHUP, [signal.SIGTERM], "hung up (SIGHUP)"),
+])
+def test_a_stop_names_its_signal_passes_sigterm_on_for_all_but_sigint_and_says_how_to_go_on(
+        stop, stopped_by, sent, said, capsys):
+    """``_stop_cells``: a KeyboardInterrupt that no signal handler raised is a SIGINT; the workers
+    are sent SIGTERM unless the terminal's Ctrl-C reached them already; the line names the signal
+    and the command that runs the cells again."""
+    launcher = FakeLauncher()
+    try:
+        assert runner._stop_cells(stop, {}, launcher, "tiny.yaml", confirmatory=True) == stopped_by
+    finally:
+        STOPPED.clear()
+    assert launcher.stopped == sent
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"{said}: the cells in flight end KILLED; `")
+    assert "run tiny.yaml --confirmatory` again" in line
+    if isinstance(stop, runner.SuiteStopped):
+        assert str(stop) == signal.Signals(stopped_by).name
 
 
 def test_an_empty_grid_list_is_refused(tmp_path):

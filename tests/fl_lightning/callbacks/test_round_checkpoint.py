@@ -322,3 +322,162 @@ def test_a_fit_replaces_the_last_ckpt_it_finds_in_its_folder_and_names_its_own_a
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
     assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 2
     assert checkpoint.last_model_path == str(tmp_path / "last.ckpt")
+
+
+# ------------------------------------------------------- issue 50: the writer's timing half, what its mutants got past
+def test_a_resume_naming_its_folder_absolutely_keeps_the_relative_folder_of_the_checkpoint(tmp_path):
+    """``load_state_dict``: a checkpoint written by a fit that named its folder relatively
+    (``runs/1/abc/checkpoints``) and resumed by one naming it absolutely is the same folder, so the
+    last checkpoint's path comes back; a relative folder that only shares its last part, or an
+    absolute one elsewhere, is another folder and Lightning's warning says so."""
+    import warnings
+
+    here = tmp_path / "work" / "runs" / "1" / "abc" / "checkpoints"
+    stored = {"monitor": None, "best_model_score": None, "best_model_path": "", "current_score": None,
+              "best_k_models": {}, "kth_best_model_path": "", "kth_value": None,
+              "last_model_path": str(here / "last.ckpt")}
+
+    def loaded(dirpath):
+        checkpoint = RoundCheckpoint(dirpath=here)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            checkpoint.load_state_dict({**stored, "dirpath": dirpath})
+        return checkpoint.last_model_path, [str(w.message) for w in caught if "dirpath has changed" in str(w.message)]
+
+    assert loaded("runs/1/abc/checkpoints") == (str(here / "last.ckpt"), [])
+    assert loaded(str(here)) == (str(here / "last.ckpt"), [])
+    for other in ("runs/2/abc/checkpoints", "elsewhere/checkpoints", str(tmp_path / "abc" / "checkpoints"), ""):
+        last, said = loaded(other)
+        assert last == "" and len(said) == 1, other
+    unplaced = RoundCheckpoint()  # no folder yet: nothing to compare, Lightning's warning
+    with pytest.warns(UserWarning, match="dirpath has changed"):
+        unplaced.load_state_dict({**stored, "dirpath": "runs/1/abc/checkpoints"})
+    assert unplaced.last_model_path == ""
+
+
+def test_the_interval_is_chosen_and_said_at_the_end_of_the_second_round(tmp_path, caplog):
+    """The first round warms up and is left out; after the second the interval is chosen from
+    the first write and the second round's time, and said then (not first at the fit's end)."""
+    said_by_round: dict[int, bool] = {}
+
+    class Listen(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            said_by_round[trainer.current_epoch] = "checkpoint every" in caplog.text
+
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, time_budget=0.5)
+    module, data = make_run(num_rounds=4)
+    caplog.set_level("INFO", logger="fl_lightning.callbacks.checkpointing")
+    trainer_with(checkpoint, Listen()).fit(module, datamodule=data)
+    assert said_by_round == {0: False, 1: False, 2: True, 3: True}
+    assert caplog.text.count("checkpoint every") == 1
+
+
+def test_an_interval_that_changed_during_the_fit_is_said_at_its_end_by_rank_zero_only(caplog):
+    """``on_train_end``: the interval chosen first and the one at the end differ: one INFO line
+    with the final interval and the figures it came from; the same interval, a given one, or a
+    rank other than 0: nothing."""
+    from types import SimpleNamespace
+
+    from fl_lightning.callbacks import checkpointing
+
+    caplog.set_level("INFO", logger=checkpointing.__name__)
+
+    def said(first, final, rank_zero=True):
+        caplog.clear()
+        checkpoint = RoundCheckpoint()
+        checkpoint._last_checkpoint_saved = "last.ckpt"  # written at its last round, as every fit is
+        checkpoint._chosen_first, checkpoint.every_n_rounds = first, final
+        checkpoint.write_seconds, checkpoint.round_seconds = 1.25, 0.5
+        checkpoint.on_train_end(SimpleNamespace(is_global_zero=rank_zero), None)
+        return [record.getMessage() for record in caplog.records if record.name == checkpointing.__name__]
+
+    assert said(2, 5) == ["checkpoint interval at the end: 5 rounds (a write took 1.25 s, a round 0.50 s)"]
+    assert said(2, 2) == [] and said(None, 5) == [] and said(2, 5, rank_zero=False) == []
+
+
+class PlainModule(pl.LightningModule):
+    """A LightningModule with no clients: the writer keeps and writes its rounds too."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(0)
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3, generator=generator)),
+                                           batch_size=4)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_a_module_without_clients_has_its_kept_round_written_and_weights_only_is_followed(weights_only, tmp_path):
+    """Round 2 of a plain module is kept in memory (N = 3) and written when round 3 fails before
+    its first step; with ``save_weights_only`` that file holds no optimizer state, as a write
+    at the round's end would."""
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=3, save_weights_only=weights_only)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, max_epochs=6, callbacks=[FailAt(3, False), checkpoint],
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        trainer.fit(PlainModule())
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    assert saved["epoch"] + 1 == 2 == checkpoint.rounds_saved
+    assert ("optimizer_states" in saved) is not weights_only
+
+
+class Clock:
+    """``time.perf_counter`` for the writer: rounds and writes take the seconds a test gives."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_the_interval_follows_the_median_of_the_last_25_rounds_after_the_first(tmp_path, monkeypatch, caplog):
+    """N = ⌈write / (budget · round)⌉ with a clock the test sets: round 1 (100 s, warming up) is
+    left out; rounds 2-14 take 10 s, rounds 15-27 1 s; a write 3 s; budget 0.1. After round 2,
+    N = ⌈3 / (0.1 · 10)⌉ = 3; at the end the median of the last 25 rounds (12 of 10 s, 13 of 1 s)
+    is 1 s, so N = 30, and the end of the fit says the change."""
+    from fl_lightning.callbacks import checkpointing
+
+    clock = Clock()
+    monkeypatch.setattr(checkpointing, "time", clock)
+
+    class Rounds(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            round_number = trainer.current_epoch + 1
+            clock.now += 100.0 if round_number == 1 else 10.0 if round_number <= 14 else 1.0
+
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, time_budget=0.1)
+    save = checkpoint._save_checkpoint
+
+    def three_seconds(trainer, filepath):
+        save(trainer, filepath)
+        clock.now += 3.0
+
+    checkpoint._save_checkpoint = three_seconds
+    module, data = make_run(num_rounds=27, eval_every=100)
+    caplog.set_level("INFO", logger="fl_lightning.callbacks.checkpointing")
+    trainer_with(checkpoint, Rounds()).fit(module, datamodule=data)
+    said = [record.getMessage() for record in caplog.records if record.name == checkpointing.__name__]
+    assert said[0].startswith("checkpoint every 3 round(s) and after the last: "
+                              "writing it took 3.00 s and a round 10.00 s")
+    assert (checkpoint.round_seconds, checkpoint.write_seconds, checkpoint.every_n_rounds) == (1.0, 3.0, 30)
+    assert said[1:] == ["checkpoint interval at the end: 30 rounds (a write took 3.00 s, a round 1.00 s)"]
+
+
+@pytest.mark.parametrize("on_train_epoch_end", [True, False])
+def test_a_writer_told_to_save_after_validation_writes_the_same_rounds(on_train_epoch_end, tmp_path):
+    """``save_on_train_epoch_end`` (ModelCheckpoint's): a round ends at the train epoch's end or at
+    its validation's end, once either way, and the writes fall on the same rounds."""
+    module, data = make_run()
+    checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=3, save_on_train_epoch_end=on_train_epoch_end)
+    writes = record_writes(checkpoint)
+    trainer_with(checkpoint).fit(module, datamodule=data)
+    assert writes == [1, 3, 6, 7]

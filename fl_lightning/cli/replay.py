@@ -258,13 +258,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     returns 0 when every replay is identical, 1 when one differs, 2 after an error."""
     parser = OneLineParser(prog="fl-lightning replay", description=(
         "Fit a stored run again from its logged settings (its config.yaml) into a scratch store and compare "
-        "every metric of every round with the stored run, wall-clock times aside."))
-    parser.add_argument("runs", nargs="*", help="run ids or run names")
+        "every metric of every round with the stored run, wall-clock times aside."), epilog=(
+        "Exit status: 0 when every run replayed was identical, 1 when one diverged, 2 when a run could not "
+        "be replayed."))
+    parser.add_argument("runs", nargs="*", help="run ids or run names (a name several runs share, or one holding "
+                        "both ' and \", is refused: give the id)")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
-                        help="the store holding the runs (default: $MLFLOW_TRACKING_URI, else %(default)s)")
+                        help="the store holding the runs (default: $MLFLOW_TRACKING_URI, else %(default)s); a "
+                        "SQLite store must exist already")
     parser.add_argument("--experiment", help="with --sample: the experiment (a suite's name) to sample")
-    parser.add_argument("--sample", type=int, help="replay this many finished runs of --experiment (seed 0)")
-    parser.add_argument("--no-record", action="store_true", help="leave the stored runs untouched (no replay tags)")
+    parser.add_argument("--sample", type=int, help="replay this many finished runs of --experiment, chosen with "
+                        "seed 0")
+    parser.add_argument("--no-record", action="store_true", help="leave the stored runs untouched (no "
+                        "replay_result / replay_date tags)")
     args = parser.parse_args(argv)
     if bool(args.sample) != bool(args.experiment) or (not args.runs and not args.sample):
         parser.error("give run ids or names, or --experiment NAME --sample K")

@@ -36,6 +36,8 @@ CHECKED = {
         "test_the_infeasible_partition_error_is_what_the_fit_prints",
     ("guides/datasets-and-partitions.md", "source=digits partition=pathological"):
         "test_the_partition_report_is_what_the_python_block_prints",
+    ("guides/resume-faults-replay.md", "usage: fl-lightning replay"):
+        "test_the_replay_help_is_what_fl_lightning_replay_help_prints",
 }
 # Output blocks on pages another change owns (issue 50 leaves them to it): each still needs a check
 # here or an 'illustrative, <date>: <why>' marker. The test fails once one of them has either, so
@@ -104,6 +106,19 @@ def test_the_suite_list_is_what_fl_benchmarks_list_prints():
     shown = the_block("guides/suites-and-runner.md", "suite                                 runs")
     assert matches(shown.text, out.getvalue()), (
         f"{shown.id}: the docs' `fl-benchmarks list` differs from what it prints now:\n{out.getvalue()}")
+
+
+def test_the_replay_help_is_what_fl_lightning_replay_help_prints(monkeypatch):
+    from fl_lightning.cli.replay import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("COLUMNS", "100")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["--help"])
+    shown = the_block("guides/resume-faults-replay.md", "usage: fl-lightning replay")
+    assert matches(shown.text, out.getvalue()), (
+        f"{shown.id}: the docs' `fl-lightning replay --help` differs from what it prints now:\n{out.getvalue()}")
 
 
 def test_the_comparison_line_is_in_the_published_ledger():

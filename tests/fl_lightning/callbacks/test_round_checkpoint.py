@@ -466,8 +466,8 @@ def test_the_interval_follows_the_median_of_the_last_25_rounds_after_the_first(t
     caplog.set_level("INFO", logger="fl_lightning.callbacks.checkpointing")
     trainer_with(checkpoint, Rounds()).fit(module, datamodule=data)
     said = [record.getMessage() for record in caplog.records if record.name == checkpointing.__name__]
-    assert said[0].startswith("checkpoint every 3 round(s) and after the last: "
-                              "writing it took 3.00 s and a round 10.00 s")
+    assert said[0] == ("checkpoint every 3 round(s) and after the last: writing it took 3.00 s and a round 10.00 s "
+                       "(at most 10% of the fit's time; followed as they change)")
     assert (checkpoint.round_seconds, checkpoint.write_seconds, checkpoint.every_n_rounds) == (1.0, 3.0, 30)
     assert said[1:] == ["checkpoint interval at the end: 30 rounds (a write took 3.00 s, a round 1.00 s)"]
 
@@ -475,9 +475,47 @@ def test_the_interval_follows_the_median_of_the_last_25_rounds_after_the_first(t
 @pytest.mark.parametrize("on_train_epoch_end", [True, False])
 def test_a_writer_told_to_save_after_validation_writes_the_same_rounds(on_train_epoch_end, tmp_path):
     """``save_on_train_epoch_end`` (ModelCheckpoint's): a round ends at the train epoch's end or at
-    its validation's end, once either way, and the writes fall on the same rounds."""
+    its validation's end, once either way: the writes fall on the same rounds, and every other
+    round is kept in memory once."""
     module, data = make_run()
     checkpoint = RoundCheckpoint(dirpath=tmp_path, every_n_rounds=3, save_on_train_epoch_end=on_train_epoch_end)
-    writes = record_writes(checkpoint)
+    writes, kept = record_writes(checkpoint), []
+    snapshot = checkpoint.snapshot
+
+    def recording_snapshot(trainer):
+        kept.append(trainer.current_epoch + 1)
+        return snapshot(trainer)
+
+    checkpoint.snapshot = recording_snapshot
     trainer_with(checkpoint).fit(module, datamodule=data)
-    assert writes == [1, 3, 6, 7]
+    assert writes == [1, 3, 6, 7] and kept == [2, 4, 5]
+
+
+def test_the_interval_is_chosen_only_once_both_costs_are_known_is_at_least_one_and_rank_zeros():
+    """``choose_interval``: nothing before a write and a round are both timed; a write far cheaper
+    than the budget gives N = 1 (every round); a given N is kept; with several ranks, rank 0's
+    N is the one followed (broadcast from rank 0)."""
+    from types import SimpleNamespace
+
+    class Ranks:
+        """Two ranks that timed differently: rank 0 needs N = 4, rank 1 asks for 9."""
+
+        def broadcast(self, value, src=0):
+            return {0: value, 1: 9}[src]
+
+    trainer = SimpleNamespace(strategy=Ranks(), is_global_zero=True)
+    checkpoint = RoundCheckpoint(time_budget=0.1)
+    for write, round_time in ((None, 1.0), (0.5, None), (None, None)):
+        checkpoint.write_seconds, checkpoint.round_seconds = write, round_time
+        checkpoint.choose_interval(trainer)
+        assert checkpoint.every_n_rounds is None
+    checkpoint.write_seconds, checkpoint.round_seconds = 0.001, 1.0
+    checkpoint.choose_interval(trainer)
+    assert checkpoint.every_n_rounds == 1
+    checkpoint.write_seconds = 0.4  # ⌈0.4 / (0.1 · 1.0)⌉ = 4 on rank 0
+    checkpoint.choose_interval(trainer)
+    assert checkpoint.every_n_rounds == 4
+    given = RoundCheckpoint(every_n_rounds=2)
+    given.write_seconds, given.round_seconds = 5.0, 1.0
+    given.choose_interval(trainer)
+    assert given.every_n_rounds == 2

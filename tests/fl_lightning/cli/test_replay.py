@@ -3,6 +3,12 @@ every number of every round."""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
@@ -145,6 +151,99 @@ def test_a_batch_with_one_altered_run_exits_1(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == "1 of 2 runs identical"
     assert replay(["a", "a", "--tracking-uri", store]) == 0
     assert replay(["b", "--tracking-uri", store]) == 1
+
+
+class FakeReplays:
+    """``main`` around fakes: the runs found or sampled, and the replays asked for."""
+
+    def __init__(self, monkeypatch, outcomes=None, error=None):
+        from fl_lightning.cli import replay as replay_module
+        from fl_lightning.cli.replay import Outcome
+
+        self.found, self.sampled, self.replayed, self.stores, self.clients = [], [], [], [], set()
+        self.outcomes = outcomes or {}
+
+        def find_run(client, key):
+            self.clients.add(client.tracking_uri)
+            self.found.append(key)
+            if error is not None:
+                raise error
+            return key
+
+        def sample_runs(client, experiment, count):
+            self.clients.add(client.tracking_uri)
+            self.sampled.append((experiment, count))
+            return [f"{experiment}-{n}" for n in range(count)]
+
+        def replay_run(client, run, record=True):
+            self.clients.add(client.tracking_uri)
+            self.replayed.append((run, record))
+            return self.outcomes.get(run, Outcome(run, run, True, 3, 5))
+
+        monkeypatch.setattr(replay_module, "find_run", find_run)
+        monkeypatch.setattr(replay_module, "sample_runs", sample_runs)
+        monkeypatch.setattr(replay_module, "replay_run", replay_run)
+        monkeypatch.setattr(replay_module, "check_existing_store", self.stores.append)
+
+
+@pytest.mark.parametrize("argv", [[], ["--sample", "2"], ["--experiment", "suite"], ["a", "--sample", "2"],
+                                  ["--experiment", "suite", "--sample", "0"]])
+def test_replay_needs_runs_or_an_experiment_with_a_sample_and_says_so_in_one_line(argv, monkeypatch, capsys):
+    fakes = FakeReplays(monkeypatch)
+    with pytest.raises(SystemExit) as stop:
+        replay(argv)
+    assert stop.value.code == 2 and fakes.replayed == []
+    assert capsys.readouterr().err == ("fl-lightning replay: error: give run ids or names, or --experiment NAME "
+                                       "--sample K (see fl-lightning replay --help)\n")
+
+
+def test_replay_reads_the_store_from_the_environment_and_passes_the_no_record_choice_on(tmp_path, monkeypatch,
+                                                                                          capsys):
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    MlflowClient(store).search_experiments()  # the store exists
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    fakes = FakeReplays(monkeypatch)
+    assert replay(["a", "b"]) == 0
+    assert fakes.stores == [store] and fakes.found == ["a", "b"] and fakes.replayed == [("a", True), ("b", True)]
+    assert fakes.clients == {store}
+    assert capsys.readouterr().out.splitlines() == ["a: identical: 3 rounds, 5 metrics",
+                                                     "b: identical: 3 rounds, 5 metrics", "2 of 2 runs identical"]
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"  # no download bars between the lines
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")  # a user's own choice is kept
+    assert replay(["c", "--no-record"]) == 0
+    assert fakes.replayed[-1] == ("c", False) and capsys.readouterr().out.splitlines() == [
+        "c: identical: 3 rounds, 5 metrics"]
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "true"
+
+
+def test_replay_samples_an_experiment_when_no_run_is_named_and_named_runs_win(tmp_path, monkeypatch, capsys):
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    MlflowClient(store).search_experiments()
+    fakes = FakeReplays(monkeypatch)
+    assert replay(["--experiment", "suite", "--sample", "2", "--tracking-uri", store]) == 0
+    assert fakes.sampled == [("suite", 2)] and [run for run, _ in fakes.replayed] == ["suite-0", "suite-1"]
+    assert fakes.clients == {store}
+    assert replay(["x", "--experiment", "suite", "--sample", "2", "--tracking-uri", store]) == 0
+    assert fakes.sampled == [("suite", 2)] and fakes.replayed[-1] == ("x", True)
+
+
+def test_a_run_that_cannot_be_replayed_is_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from fl_lightning.cli.preflight import PreflightError
+    from fl_lightning.cli.replay import ReplayError
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    MlflowClient(store).search_experiments()
+    capsys.readouterr()
+    for error in (ReplayError("no run with id or name \"x\" in the store"), PreflightError("the store is locked")):
+        FakeReplays(monkeypatch, error=error)
+        assert replay(["x", "--tracking-uri", store]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"error: {error}\n" and captured.out == ""
+    fakes = FakeReplays(monkeypatch)  # a server that does not answer: refused before any run is looked for
+    assert replay(["x", "--tracking-uri", "http://127.0.0.1:9"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot reach the MLflow tracking server http://127.0.0.1:9 (")
+    assert fakes.found == []
 
 
 # ------------------------------------------------------------------ issue 50: what the replay mutants got past
@@ -329,3 +428,176 @@ def test_a_route_fit_without_one_checkpoint_to_continue_from_is_a_replay_error(t
     (tmp_path / "checkpoints" / "run" / "last.ckpt").write_bytes(b"")
     assert route_fit(tmp_path, config, 5, continues=True)[-2:] == [
         "--ckpt_path", str(tmp_path / "checkpoints" / "run" / "last.ckpt")]
+
+
+# ------------------------------------------------- replay_run and its fits, around a fake fit (no training)
+CONFIG = "model:\n  class_path: fl_lightning.algorithms.FedAvg\n  init_args:\n    num_rounds: 2\n" \
+         "trainer:\n  max_epochs: 2\n"
+
+
+@functools.cache
+def empty_store() -> Path:
+    """An MLflow SQLite store with its tables made, copied where a test needs a fresh store (making
+    the tables takes a second or two)."""
+    path = Path(tempfile.mkdtemp(prefix="fl-empty-store-")) / "empty.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+class FakeFit:
+    """``lightning_cli.run`` for a replay: each fit logs ``values`` (metric -> {round: value}) up to
+    its rounds into the scratch store its config names, in the one run there (a later fit of a
+    route continues it), and leaves a ``last.ckpt``; ``fail`` makes it print lines and exit so."""
+
+    def __init__(self, monkeypatch, values, fail=None, log_nothing=False):
+        from fl_lightning.cli import lightning_cli
+
+        self.values, self.fail, self.log_nothing, self.calls = values, fail, log_nothing, []
+        monkeypatch.setattr(lightning_cli, "run", self)
+
+    def __call__(self, words):
+        import yaml
+
+        self.calls.append((os.getcwd(), list(words)))
+        if self.fail is not None:
+            print("line 1\nline 2\nline 3\nthe fit's last line")
+            raise SystemExit(self.fail)
+        config = yaml.safe_load(open(words[words.index("--config") + 1]))
+        self.configs = [*getattr(self, "configs", []), config]
+        rounds = next((int(w.split("=")[1]) for w in words if w.startswith("--model.num_rounds=")),
+                      config["model"]["init_args"]["num_rounds"])
+        if not self.log_nothing:
+            init = config["trainer"]["logger"]["init_args"]
+            shutil.copy(empty_store(), init["tracking_uri"].removeprefix("sqlite:///"))
+            client = MlflowClient(init["tracking_uri"])
+            found = client.get_experiment_by_name(init["experiment_name"])
+            experiment = found.experiment_id if found else client.create_experiment(init["experiment_name"])
+            runs = client.search_runs([experiment])
+            run_id = runs[0].info.run_id if runs else client.create_run(experiment).info.run_id
+            for name, steps in self.values.items():
+                for step, value in steps.items():
+                    if step <= rounds:
+                        client.log_metric(run_id, name, value, step=step)
+        earlier = sorted(Path("checkpoints").glob("fit*/last.ckpt"))  # a route's earlier fit's: continued, replaced
+        for path in earlier:
+            path.unlink()
+        folder = Path("checkpoints") / f"fit{len(list(Path('checkpoints').glob('fit*'))) + 1}"
+        folder.mkdir(parents=True)
+        (folder / "last.ckpt").touch()
+
+
+def stored_run(tmp_path, values, *, status="FINISHED", config=CONFIG, tags=None):
+    shutil.copy(empty_store(), tmp_path / "runs.db")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs.db'}")
+    run = client.create_run(client.create_experiment("suite"), run_name="FedAvg seed 4", tags=tags or {})
+    for name, steps in values.items():
+        for step, value in steps.items():
+            client.log_metric(run.info.run_id, name, value, step=step)
+    if config is not None:
+        client.log_text(run.info.run_id, config, "config.yaml")
+    if status != "RUNNING":
+        client.set_terminated(run.info.run_id, status)
+    return client, client.get_run(run.info.run_id)
+
+
+VALUES = {"test_acc_mean": {1: 0.5, 2: 0.625}, "train_loss": {1: 1.5, 2: 1.25}, "client_time_s": {1: 3.0, 2: 2.0}}
+
+
+def test_a_replay_fits_the_stored_config_in_a_scratch_folder_and_records_identical(tmp_path, monkeypatch):
+    import datetime
+
+    from fl_lightning.cli.replay import DATE_TAG, replay_run
+
+    client, run = stored_run(tmp_path, VALUES)
+    fit = FakeFit(monkeypatch, {**VALUES, "client_time_s": {1: 9.0, 2: 8.0}})  # wall-clock times differ
+    said: list[str] = []
+    here = os.getcwd()
+    outcome = replay_run(client, run, progress=said.append)
+    assert os.getcwd() == here and said == ["replaying FedAvg seed 4 ..."]
+    assert (outcome.run_id, outcome.name, outcome.identical, outcome.rounds, outcome.metrics, outcome.route) == (
+        run.info.run_id, "FedAvg seed 4", True, 2, 2, ())
+    [(folder, words)] = fit.calls
+    assert os.path.basename(folder).startswith("fl-replay-") and not os.path.exists(folder)  # scratch, removed
+    assert words == ["fit", "--config", os.path.join(folder, "config.yaml")]
+    trainer = fit.configs[0]["trainer"]
+    assert trainer["enable_checkpointing"] is False and "max_epochs" not in trainer
+    assert trainer["logger"]["init_args"]["tracking_uri"] == f"sqlite:///{os.path.join(folder, 'replay.db')}"
+    tags = client.get_run(run.info.run_id).data.tags
+    assert tags[RESULT_TAG] == "identical" and tags[DATE_TAG] == datetime.date.today().isoformat()
+
+
+def test_a_replay_that_diverges_says_where_and_records_it_unless_told_not_to(tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import DATE_TAG, replay_run
+
+    client, run = stored_run(tmp_path, VALUES)
+    FakeFit(monkeypatch, {**VALUES, "train_loss": {1: 1.5, 2: 1.375}})
+    outcome = replay_run(client, run, record=False, progress=lambda line: None)
+    assert not outcome.identical and outcome.divergence == "round 2: train_loss stored 1.25, replayed 1.375"
+    assert (outcome.rounds, outcome.metrics) == (2, 2)
+    assert {RESULT_TAG, DATE_TAG}.isdisjoint(client.get_run(run.info.run_id).data.tags)
+    outcome = replay_run(client, run, progress=lambda line: None)
+    assert client.get_run(run.info.run_id).data.tags[RESULT_TAG] == (
+        "diverged: round 2: train_loss stored 1.25, replayed 1.375")
+
+
+def test_an_extended_run_is_replayed_along_its_route_each_fit_continuing_the_last(tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import replay_run
+
+    values = {"test_acc_mean": {1: 0.5, 2: 0.625, 3: 0.75}}
+    client, run = stored_run(tmp_path, values, tags={"fit_lengths": "2,3"})
+    fit = FakeFit(monkeypatch, values)
+    outcome = replay_run(client, run, progress=lambda line: None)
+    assert outcome.identical and outcome.route == (2, 3) and outcome.rounds == 3
+    (folder, first), (_, second) = fit.calls
+    config = os.path.join(folder, "config.yaml")
+    assert first == ["fit", "--config", config, "--model.num_rounds=2"]
+    assert second == ["fit", "--config", config, "--model.num_rounds=3", "--ckpt_path",
+                      os.path.join(folder, "checkpoints", "fit1", "last.ckpt")]
+    assert fit.configs[0]["trainer"]["enable_checkpointing"] is True  # the next fit continues from it
+
+
+@pytest.mark.parametrize(("status", "config", "said"), [
+    ("RUNNING", CONFIG, "run FedAvg seed 4 is RUNNING: only a finished run has every number to check"),
+    ("FAILED", CONFIG, "run FedAvg seed 4 is FAILED: only a finished run has every number to check"),
+    ("FINISHED", None, "run FedAvg seed 4 has no config.yaml artifact (a Trainer script's run): only runs of "
+                       "`fl-lightning fit` and the benchmark runner log the settings to replay"),
+])
+def test_a_run_that_cannot_be_replayed_says_why_and_fits_nothing(status, config, said, tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import ReplayError, replay_run
+
+    client, run = stored_run(tmp_path, VALUES, status=status, config=config)
+    fit = FakeFit(monkeypatch, VALUES)
+    with pytest.raises(ReplayError) as refused:
+        replay_run(client, run, progress=lambda line: None)
+    assert str(refused.value) == said and fit.calls == []
+    assert RESULT_TAG not in client.get_run(run.info.run_id).data.tags
+
+
+def test_a_replay_whose_fit_fails_or_logs_nothing_says_so_with_the_fits_last_lines(tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import ReplayError, replay_run
+
+    client, run = stored_run(tmp_path, VALUES)
+    here = os.getcwd()
+    FakeFit(monkeypatch, VALUES, fail=2)
+    with pytest.raises(ReplayError) as failed:
+        replay_run(client, run, progress=lambda line: None)
+    assert str(failed.value) == ("run FedAvg seed 4: the replay's fit failed (exit 2): "
+                                 "line 2 | line 3 | the fit's last line") and os.getcwd() == here
+    FakeFit(monkeypatch, VALUES, log_nothing=True)
+    with pytest.raises(ReplayError, match=r"^run FedAvg seed 4: the replay's fit logged no run$"):
+        replay_run(client, run, progress=lambda line: None)
+    FakeFit(monkeypatch, VALUES, fail=0)  # a fit that exits 0 (as LightningCLI may) is no failure
+    with pytest.raises(ReplayError, match="logged no run"):
+        replay_run(client, run, progress=lambda line: None)
+    assert os.getcwd() == here
+
+
+def test_a_run_without_a_name_is_called_by_its_id(tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import replay_run
+
+    client, run = stored_run(tmp_path, VALUES)
+    client.delete_tag(run.info.run_id, "mlflow.runName")
+    FakeFit(monkeypatch, VALUES)
+    said: list[str] = []
+    outcome = replay_run(client, client.get_run(run.info.run_id), progress=said.append)
+    assert outcome.name == run.info.run_id and said == [f"replaying {run.info.run_id} ..."]

@@ -1,0 +1,45 @@
+"""``benchmarks.suite_store``: what a dry run reads of a suite's store, without creating or altering
+it, and what it says about a store with no runs to count."""
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from benchmarks import suite_store
+from benchmarks.suite_store import finished_runs_read_only
+from benchmarks.suites import load_suite
+from fl_lightning.records.vocabulary import Tag
+from tests.benchmarks.test_runner import SUITE
+
+
+def test_a_dry_runs_view_of_the_store_says_what_it_found(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    store = tmp_path / "runs.db"
+    uri = f"sqlite:///{store}"
+    assert finished_runs_read_only(uri, "tiny") == (
+        set(), {}, f"the store {uri} does not exist yet (a dry run does not create it): every run is to run")
+    assert not store.exists()
+    store.touch()
+    assert finished_runs_read_only(uri, "tiny") == (set(), {}, f"the store {uri} holds no runs yet: every run is "
+                                                                "to run")
+    store.unlink()
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SUITE))
+    cell = load_suite(str(path))[0]
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment(cell.suite), start_time=1_000, tags=cell.tags)
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=3_500)
+    unfinished = client.create_run(client.get_experiment_by_name(cell.suite).experiment_id, tags=cell.tags)
+    client.set_terminated(unfinished.info.run_id, "FAILED")
+    assert finished_runs_read_only(uri, cell.suite) == (
+        {(cell.tags[Tag.CELL], cell.tags[Tag.SEED], cell.tags[Tag.CELL_CONFIG])}, {cell.tags[Tag.CELL]: [2.5]}, "")
+
+    def unreadable(read_uri, suite):
+        raise MlflowException("no such table: runs\nand the rest of it")
+
+    monkeypatch.setattr(suite_store, "finished_runs", unreadable)
+    with pytest.raises(SystemExit) as refused:
+        finished_runs_read_only(uri, cell.suite)
+    assert str(refused.value) == (f"cannot read the store {uri} without altering it (no such table: runs); "
+                                  "run without --dry-run, or pass another --tracking-uri")

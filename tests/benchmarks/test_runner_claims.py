@@ -281,6 +281,25 @@ def test_a_stop_names_its_signal_passes_sigterm_on_for_all_but_sigint_and_says_h
         assert str(stop) == signal.Signals(stopped_by).name
 
 
+def test_the_summary_table_has_a_line_per_cell_with_its_seeds_endings_mean_accuracy_and_seconds():
+    """A seed with no outcome this time was finished before (skipped); the mean is over the seeds
+    the store has an accuracy for; the seconds are the runs' of this time, summed."""
+    from types import SimpleNamespace
+
+    cells = [SimpleNamespace(cell=cell, seed=seed) for cell in ("mnist/a|FedAvg", "b|FedFV") for seed in (0, 1)]
+    outcomes = {("mnist/a|FedAvg", 0): ("FINISHED", 10.4), ("mnist/a|FedAvg", 1): ("FAILED", 5.0),
+                ("b|FedFV", 1): ("FINISHED", 20.0)}
+    accuracy = {("mnist/a|FedAvg", "0"): 0.5, ("b|FedFV", "0"): 0.75, ("b|FedFV", "1"): 0.5}
+    assert runner.summary_table(cells, outcomes, accuracy).splitlines() == [
+        "cell            runs                    mean acc     time",
+        "mnist/a|FedAvg  1 finished, 1 failed      0.5000      15s",
+        "b|FedFV         1 skipped, 1 finished     0.6250      20s",
+    ]
+    skipped = runner.summary_table(cells[2:], {}, {}).splitlines()[1]
+    assert skipped == "b|FedFV  2 skipped                      —       0s"
+    assert runner.summary_table([], {}, {}) == "cell        runs                    mean acc     time"
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

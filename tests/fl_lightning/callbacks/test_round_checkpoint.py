@@ -519,3 +519,18 @@ def test_the_interval_is_chosen_only_once_both_costs_are_known_is_at_least_one_a
     given.write_seconds, given.round_seconds = 5.0, 1.0
     given.choose_interval(trainer)
     assert given.every_n_rounds == 2
+
+
+def test_the_chosen_interval_is_said_with_the_budget_as_a_percentage(caplog):
+    from types import SimpleNamespace
+
+    from fl_lightning.callbacks import checkpointing
+
+    caplog.set_level("INFO", logger=checkpointing.__name__)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(broadcast=lambda value, src=0: value), is_global_zero=True)
+    checkpoint = RoundCheckpoint(time_budget=0.6)
+    checkpoint.write_seconds, checkpoint.round_seconds = 1.5, 0.5  # ⌈1.5 / (0.6 · 0.5)⌉ = 5
+    checkpoint.choose_interval(trainer)
+    assert [record.getMessage() for record in caplog.records if record.name == checkpointing.__name__] == [
+        "checkpoint every 5 round(s) and after the last: writing it took 1.50 s and a round 0.50 s (at most 60% of "
+        "the fit's time; followed as they change)"]

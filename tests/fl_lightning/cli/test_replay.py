@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -422,8 +423,10 @@ def test_a_route_fit_without_one_checkpoint_to_continue_from_is_a_replay_error(t
     config = tmp_path / "config.yaml"
     assert route_fit(tmp_path, config, None, continues=False) == ["fit", "--config", str(config)]
     assert route_fit(tmp_path, config, 3, continues=False)[-1] == "--model.num_rounds=3"
-    with pytest.raises(ReplayError, match="left 0 last.ckpt files"):
+    with pytest.raises(ReplayError) as refused:
         route_fit(tmp_path, config, 5, continues=True)
+    assert str(refused.value) == (f"the replay's fit before 5 rounds left 0 last.ckpt files in "
+                                  f"{tmp_path / 'checkpoints'}, not one to continue from")
     (tmp_path / "checkpoints" / "run").mkdir(parents=True)
     (tmp_path / "checkpoints" / "run" / "last.ckpt").write_bytes(b"")
     assert route_fit(tmp_path, config, 5, continues=True)[-2:] == [
@@ -460,7 +463,8 @@ class FakeFit:
 
         self.calls.append((os.getcwd(), list(words)))
         if self.fail is not None:
-            print("line 1\nline 2\nline 3\nthe fit's last line")
+            print("line 1\nline 2\nline 3")
+            sys.stderr.write("the fit's last line\n")  # the fit's errors, into its log as well
             raise SystemExit(self.fail)
         config = yaml.safe_load(open(words[words.index("--config") + 1]))
         self.configs = [*getattr(self, "configs", []), config]
@@ -573,14 +577,16 @@ def test_a_run_that_cannot_be_replayed_says_why_and_fits_nothing(status, config,
     assert RESULT_TAG not in client.get_run(run.info.run_id).data.tags
 
 
-def test_a_replay_whose_fit_fails_or_logs_nothing_says_so_with_the_fits_last_lines(tmp_path, monkeypatch):
+def test_a_replay_whose_fit_fails_or_logs_nothing_says_so_with_the_fits_last_lines(tmp_path, monkeypatch, capsys):
     from fl_lightning.cli.replay import ReplayError, replay_run
 
     client, run = stored_run(tmp_path, VALUES)
     here = os.getcwd()
     FakeFit(monkeypatch, VALUES, fail=2)
+    capsys.readouterr()
     with pytest.raises(ReplayError) as failed:
         replay_run(client, run, progress=lambda line: None)
+    assert "last line" not in capsys.readouterr().err  # the fit's output went to its log only
     assert str(failed.value) == ("run FedAvg seed 4: the replay's fit failed (exit 2): "
                                  "line 2 | line 3 | the fit's last line") and os.getcwd() == here
     FakeFit(monkeypatch, VALUES, log_nothing=True)

@@ -6,7 +6,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from benchmarks import suite_store
-from benchmarks.suite_store import finished_runs_read_only
+from benchmarks.suite_store import finished_runs_or_exit, finished_runs_read_only
 from benchmarks.suites import load_suite
 from fl_lightning.records.vocabulary import Tag
 from tests.benchmarks.test_runner import SUITE
@@ -38,8 +38,13 @@ def test_a_dry_runs_view_of_the_store_says_what_it_found(tmp_path, monkeypatch):
     def unreadable(read_uri, suite):
         raise MlflowException("no such table: runs\nand the rest of it")
 
+    finished = {(cell.tags[Tag.CELL], cell.tags[Tag.SEED], cell.tags[Tag.CELL_CONFIG])}
+    assert finished_runs_or_exit(uri, cell.suite) == finished and finished_runs_or_exit(uri, "other") == set()
     monkeypatch.setattr(suite_store, "finished_runs", unreadable)
     with pytest.raises(SystemExit) as refused:
         finished_runs_read_only(uri, cell.suite)
     assert str(refused.value) == (f"cannot read the store {uri} without altering it (no such table: runs); "
                                   "run without --dry-run, or pass another --tracking-uri")
+    with pytest.raises(SystemExit) as refused:
+        finished_runs_or_exit(uri, cell.suite)
+    assert str(refused.value) == f"cannot open the store {uri}: no such table: runs"

@@ -568,6 +568,41 @@ def test_a_lost_server_is_not_retried_and_a_refused_call_is():
     assert server_unreachable(ConnectionResetError())
 
 
+def test_an_unreachable_server_is_known_by_a_connection_error_its_text_or_its_type_anywhere_in_the_chain():
+    """A ``requests`` timeout with no text is known by its type's name; an error the server
+    answered with is not worth retrying, nor a lost server, whatever caused it."""
+    from requests.exceptions import ConnectTimeout
+
+    assert server_unreachable(ConnectTimeout())
+    assert not server_unreachable(RuntimeError("RESOURCE_DOES_NOT_EXIST: no run 1"))
+    try:
+        try:
+            raise ConnectionRefusedError()
+        except ConnectionRefusedError as error:
+            raise RuntimeError("logging failed") from error
+    except RuntimeError as wrapped:
+        assert server_unreachable(wrapped)
+        lost = TrackingServerLost("gone for 60 s")
+        lost.__cause__ = wrapped
+        assert not server_unreachable(lost)
+
+
+def test_an_exception_chain_follows_the_cause_first_then_what_was_being_handled():
+    cause, handled, raised = ValueError("cause"), KeyError("handled"), RuntimeError("raised")
+    raised.__cause__, raised.__context__ = cause, handled
+    assert list(exception_chain(raised)) == [raised, cause]
+    raised.__cause__ = None
+    assert list(exception_chain(raised)) == [raised, handled]
+
+
+def test_the_fit_faults_are_forgotten_between_fits():
+    from fl_lightning.faults import FitFaults
+
+    FitFaults.folder, FitFaults.said = Path("runs/1"), "the disk is full"
+    FitFaults.reset()
+    assert (FitFaults.folder, FitFaults.said) == (None, None)
+
+
 # ------------------------------------------------------------------ the traceback file
 def test_the_traceback_goes_to_the_runs_folder_first_and_its_path_is_absolute(tmp_path, monkeypatch):
     (tmp_path / "work").mkdir()

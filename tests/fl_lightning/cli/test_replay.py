@@ -516,8 +516,12 @@ def test_a_replay_fits_the_stored_config_in_a_scratch_folder_and_records_identic
     fit = FakeFit(monkeypatch, {**VALUES, "client_time_s": {1: 9.0, 2: 8.0}})  # wall-clock times differ
     said: list[str] = []
     here = os.getcwd()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     outcome = replay_run(client, run, progress=said.append)
     assert os.getcwd() == here and said == ["replaying FedAvg seed 4 ..."]
+    assert list(temporary.iterdir()) == []  # the config downloaded into the scratch folder, gone with it
     assert (outcome.run_id, outcome.name, outcome.identical, outcome.rounds, outcome.metrics, outcome.route) == (
         run.info.run_id, "FedAvg seed 4", True, 2, 2, ())
     [(folder, words)] = fit.calls

@@ -322,7 +322,7 @@ class _Progress:
         self.outcomes: dict[tuple[str, int], tuple[str, float]] = {}
         self.futures: list[Any] = []  # every submitted cell, including the ones looked at again
         self.reported: set[Any] = set()
-        self.waiting: dict[tuple[str, int], str] = {}  # the cells another runner holds, and what was said of them
+        self.waiting: set[tuple[str, int]] = set()  # the cells another runner held when looked at: said once
 
     def report(self, future: Any) -> Cell | None:
         """Says how the cell ended; the cell, if another runner holds it (looked at again later)."""
@@ -332,11 +332,10 @@ class _Progress:
         if status == ELSEWHERE:
             self.outcomes[key] = (status, 0.0)
             if key not in self.waiting:  # said once, not on every look
-                self.waiting[key] = error
+                self.waiting.add(key)
                 print(f"[-/{self.total}] {status:8s} {0:6.0f}s  {cell.cell} seed {cell.seed}  ({first_line(error)}; "
                       "waiting for it)", flush=True)
             return cell
-        self.waiting.pop(key, None)
         self.outcomes[key] = (status, seconds)
         note = f"  ({first_line(error)})" if error else ""
         number = sum(1 for value, _ in self.outcomes.values() if value != ELSEWHERE)

@@ -300,6 +300,59 @@ def test_the_summary_table_has_a_line_per_cell_with_its_seeds_endings_mean_accur
     assert runner.summary_table([], {}, {}) == "cell        runs                    mean acc     time"
 
 
+def test_progress_says_each_ending_once_numbers_the_cells_run_here_and_a_held_cell_once(capsys):
+    """``_Progress``: a cell another runner holds is said once however often it is looked at, with
+    ``-`` for its number, and given back to be looked at again; a cell that ends is numbered among
+    the cells run here, with its error's first line; ``report_late`` says only the cells that ended
+    unsaid (not a cancelled one, nor one whose thread raised)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    def ended(cell, status, seconds, error=""):
+        future = Future()
+        future.set_result((cell, status, seconds, error))
+        return future
+
+    first, second, third = (SimpleNamespace(cell=name, seed=seed) for name, seed in (("a|FedAvg", 0), ("b|FedFV", 1),
+                                                                                   ("c|CGSV", 2)))
+    progress = runner._Progress(3)
+    held = "being run by another runner of this store (process 7 on box; claim x.claim)"
+    futures = [ended(first, runner.ELSEWHERE, 0.0, held), ended(first, runner.ELSEWHERE, 0.0, held),
+               ended(second, "FAILED", 3.2, "exit code 1; log b.log:\nTraceback ..."), ended(first, "FINISHED", 12.0)]
+    assert progress.report(futures[0]) is first and progress.outcomes == {("a|FedAvg", 0): (runner.ELSEWHERE, 0.0)}
+    assert [progress.report(future) for future in futures[1:]] == [first, None, None]
+    assert progress.outcomes == {("a|FedAvg", 0): ("FINISHED", 12.0), ("b|FedFV", 1): ("FAILED", 3.2)}
+    assert capsys.readouterr().out.splitlines() == [
+        f"[-/3] ELSEWHERE      0s  a|FedAvg seed 0  ({held}; waiting for it)",
+        "[1/3] FAILED        3s  b|FedFV seed 1  (exit code 1; log b.log:)",
+        "[2/3] FINISHED     12s  a|FedAvg seed 0",
+    ]
+    late, cancelled, raised = ended(third, "KILLED", 4.0, "stopped with the suite"), Future(), Future()
+    cancelled.cancel()
+    raised.set_exception(RuntimeError("the worker's thread failed"))
+    progress.futures += [*futures, late, cancelled, raised]
+    progress.report_late()
+    assert capsys.readouterr().out.splitlines() == ["[3/3] KILLED        4s  c|CGSV seed 2  (stopped with the suite)"]
+
+
+def test_each_progress_line_is_flushed_as_it_is_said(monkeypatch):
+    """A runner's output in a log file or a pipe (block-buffered) shows each cell's line when the
+    cell ends, not when the buffer fills."""
+    import io
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
+    progress = runner._Progress(2)
+    for status in (runner.ELSEWHERE, "FINISHED"):
+        future = Future()
+        future.set_result((SimpleNamespace(cell="a|FedAvg", seed=0), status, 1.0, "held"))
+        before = raw.getvalue()
+        progress.report(future)
+        assert raw.getvalue().startswith(before) and raw.getvalue().endswith(b"\n") and raw.getvalue() != before
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sqlite3
+import sys
 import traceback
 import weakref
 from pathlib import Path
@@ -187,6 +188,21 @@ def test_a_round_kept_in_memory_whose_write_fails_says_why_in_one_line(tmp_path,
     assert not callback.save_unsaved_round(trainer)
     out = capsys.readouterr().out
     assert out == f"could not write the checkpoint of round 3 {said}; {tmp_path / 'last.ckpt'} is the previous one\n"
+
+
+def test_the_line_of_a_round_that_could_not_be_written_is_flushed_at_once(tmp_path, monkeypatch):
+    """The fit is failing: its output may be a log file or a pipe (block-buffered), and the process
+    may be killed next; the line is in the file when it is said."""
+    import io
+
+    def failing(checkpoint, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    callback, trainer = kept_round(tmp_path, [], failing)
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
+    assert not callback.save_unsaved_round(trainer)
+    assert raw.getvalue().decode().startswith("could not write the checkpoint of round 3 ([Errno 28] No space left")
 
 
 def test_a_round_kept_in_memory_whose_partial_cannot_be_removed_still_says_its_line(tmp_path, capsys, monkeypatch):

@@ -136,17 +136,18 @@ def ensure_experiment(tracking_uri: str, suite: str) -> str:
 
 
 def claims_folder(tracking_uri: str, suite: str, log_dir: Path) -> Path:
-    """Where the runners of a store claim its cells: beside a SQLite or file store (every runner of
-    that store sees it, from whatever folder it runs), else (a tracking server) in the suite's log
-    folder of this working folder."""
-    from fl_lightning.records.store_uri import sqlite_file
+    """Where the runners of a store claim its cells: beside a SQLite or file store (``file:`` or a
+    plain path: every runner of that store sees it, from whatever folder it runs), else (a tracking
+    server) in the suite's log folder of this working folder."""
+    from fl_lightning.records.store_uri import file_store_folder, sqlite_file
 
     safe = suite.replace("/", "_")
     database = sqlite_file(tracking_uri)
     if database is not None:
         return Path(f"{Path(database).absolute()}.claims") / safe
-    if tracking_uri.startswith("file:"):
-        return Path(tracking_uri[len("file:"):].removeprefix("//")).absolute() / ".claims" / safe
+    folder = file_store_folder(tracking_uri)
+    if folder is not None:
+        return folder.absolute() / ".claims" / safe
     return log_dir / "claims"
 
 

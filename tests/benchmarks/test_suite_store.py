@@ -6,7 +6,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from benchmarks import suite_store
-from benchmarks.suite_store import finished_runs_or_exit, finished_runs_read_only
+from benchmarks.suite_store import claims_folder, finished_runs_or_exit, finished_runs_read_only
 from benchmarks.suites import load_suite
 from fl_lightning.records.vocabulary import Tag
 from tests.benchmarks.test_runner import SUITE
@@ -48,3 +48,17 @@ def test_a_dry_runs_view_of_the_store_says_what_it_found(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as refused:
         finished_runs_or_exit(uri, cell.suite)
     assert str(refused.value) == f"cannot open the store {uri}: no such table: runs"
+
+
+def test_the_claims_of_a_local_store_lie_beside_it_and_a_servers_in_the_log_folder(tmp_path, monkeypatch):
+    """Every runner of a SQLite or file store finds its claims from whatever folder it runs in; a
+    suite's name with ``/`` is one folder; a server's claims are the working folder's."""
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "benchmark_logs" / "fedfv" / "offline"
+    assert claims_folder("sqlite:///runs.db", "fedfv/offline", logs) == tmp_path / "runs.db.claims" / "fedfv_offline"
+    assert claims_folder(f"sqlite:///{tmp_path}/a/runs.db", "s", logs) == tmp_path / "a" / "runs.db.claims" / "s"
+    stores = (f"file://{tmp_path}/mlruns", f"file:{tmp_path}/mlruns", "file:./mlruns", "mlruns",
+              str(tmp_path / "mlruns"))
+    for uri in stores:
+        assert claims_folder(uri, "fedfv/offline", logs) == tmp_path / "mlruns" / ".claims" / "fedfv_offline", uri
+    assert claims_folder("http://127.0.0.1:5000", "fedfv/offline", logs) == logs / "claims"

@@ -62,3 +62,29 @@ def test_the_claims_of_a_local_store_lie_beside_it_and_a_servers_in_the_log_fold
     for uri in stores:
         assert claims_folder(uri, "fedfv/offline", logs) == tmp_path / "mlruns" / ".claims" / "fedfv_offline", uri
     assert claims_folder("http://127.0.0.1:5000", "fedfv/offline", logs) == logs / "claims"
+
+
+def test_the_summarys_accuracy_is_the_mean_client_accuracy_else_the_global_one(tmp_path, monkeypatch):
+    """``final_metric``: (cell, seed) -> a run's ``test_acc_mean``; a run of one model tested on the
+    shared set (``test_mode: global``) has ``global_test_acc`` only, or a NaN mean; a run with
+    neither is left out."""
+    import math
+
+    from benchmarks.suite_store import final_metric
+    from fl_lightning.records.vocabulary import Metric
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    client = MlflowClient(uri)
+    suite = client.create_experiment("tiny")
+    client.create_experiment("other")
+    for cell, seed, metrics in (("a", "0", {Metric.TEST_ACC_MEAN: 0.5, Metric.GLOBAL_TEST_ACC: 0.25}),
+                                ("a", "1", {Metric.GLOBAL_TEST_ACC: 0.75}),
+                                ("b", "0", {Metric.TEST_ACC_MEAN: math.nan, Metric.GLOBAL_TEST_ACC: 0.125}),
+                                ("b", "1", {"train_loss": 1.0})):
+        run = client.create_run(suite, tags={Tag.CELL: cell, Tag.SEED: seed})
+        for name, value in metrics.items():
+            client.log_metric(run.info.run_id, name, value)
+    other = client.create_run(client.get_experiment_by_name("other").experiment_id, tags={Tag.CELL: "c", Tag.SEED: "0"})
+    client.log_metric(other.info.run_id, Metric.TEST_ACC_MEAN, 0.9)
+    assert final_metric(uri, "tiny") == {("a", "0"): 0.5, ("a", "1"): 0.75, ("b", "0"): 0.125}

@@ -540,8 +540,9 @@ def test_a_replay_that_diverges_says_where_and_records_it_unless_told_not_to(tmp
     client, run = stored_run(tmp_path, VALUES)
     FakeFit(monkeypatch, {**VALUES, "train_loss": {1: 1.5, 2: 1.375}})
     outcome = replay_run(client, run, record=False, progress=lambda line: None)
-    assert not outcome.identical and outcome.divergence == "round 2: train_loss stored 1.25, replayed 1.375"
-    assert (outcome.rounds, outcome.metrics) == (2, 2)
+    assert outcome.identical is False and outcome.divergence == "round 2: train_loss stored 1.25, replayed 1.375"
+    assert (outcome.run_id, outcome.name, outcome.rounds, outcome.metrics) == (run.info.run_id, "FedAvg seed 4", 2, 2)
+    assert outcome.line() == "FedAvg seed 4: diverged at round 2: train_loss stored 1.25, replayed 1.375"
     assert {RESULT_TAG, DATE_TAG}.isdisjoint(client.get_run(run.info.run_id).data.tags)
     outcome = replay_run(client, run, progress=lambda line: None)
     assert client.get_run(run.info.run_id).data.tags[RESULT_TAG] == (
@@ -611,3 +612,13 @@ def test_a_run_without_a_name_is_called_by_its_id(tmp_path, monkeypatch):
     said: list[str] = []
     outcome = replay_run(client, client.get_run(run.info.run_id), progress=said.append)
     assert outcome.name == run.info.run_id and said == [f"replaying {run.info.run_id} ..."]
+
+
+def test_a_run_with_only_wall_clock_times_replays_as_zero_rounds_and_zero_metrics(tmp_path, monkeypatch):
+    from fl_lightning.cli.replay import replay_run
+
+    times = {"client_time_s": {1: 3.0, 2: 2.0}}
+    client, run = stored_run(tmp_path, times)
+    FakeFit(monkeypatch, times)
+    outcome = replay_run(client, run, progress=lambda line: None)
+    assert outcome.line() == "FedAvg seed 4: identical: 0 rounds, 0 metrics"

@@ -353,6 +353,21 @@ def test_each_progress_line_is_flushed_as_it_is_said(monkeypatch):
         assert raw.getvalue().startswith(before) and raw.getvalue().endswith(b"\n") and raw.getvalue() != before
 
 
+@pytest.mark.parametrize(("statuses", "stopped_by", "code"), [
+    (["FINISHED", "SKIPPED (done)"], None, 0),
+    (["FINISHED", "FAILED"], None, 1),
+    (["KILLED"], None, 1),
+    (["FINISHED", runner.ELSEWHERE], None, 1),  # left to another runner that stopped before finishing it
+    (["FINISHED", "NOT-RUN"], None, 1),  # a cell that could not even be claimed
+    (["FINISHED"], signal.SIGTERM, 128 + signal.SIGTERM),
+    ([], signal.SIGINT, 128 + signal.SIGINT),
+])
+def test_the_exit_status_is_1_for_any_cell_not_done_and_128_plus_the_signal_that_stopped_the_suite(
+        statuses, stopped_by, code):
+    outcomes = {(f"cell{number}", 0): (status, 1.0) for number, status in enumerate(statuses)}
+    assert runner.exit_status(outcomes, stopped_by) == code
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

@@ -88,3 +88,44 @@ def test_the_summarys_accuracy_is_the_mean_client_accuracy_else_the_global_one(t
     other = client.create_run(client.get_experiment_by_name("other").experiment_id, tags={Tag.CELL: "c", Tag.SEED: "0"})
     client.log_metric(other.info.run_id, Metric.TEST_ACC_MEAN, 0.9)
     assert final_metric(uri, "tiny") == {("a", "0"): 0.5, ("a", "1"): 0.75, ("b", "0"): 0.125}
+
+
+def test_a_cell_is_finished_by_a_finished_run_of_its_config_cell_and_seed_only(tmp_path):
+    """``cell_finished``: the question a runner asks before each cell it claims."""
+    from benchmarks.suite_store import cell_finished
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    client = MlflowClient(uri)
+    assert not cell_finished(uri, "tiny", "a", "0", "c1")  # no experiment yet
+    suite = client.create_experiment("tiny")
+    for status, tags in (("FAILED", {Tag.CELL: "a", Tag.SEED: "0", Tag.CELL_CONFIG: "c1"}),
+                         ("FINISHED", {Tag.CELL: "a", Tag.SEED: "1", Tag.CELL_CONFIG: "c2"}),
+                         ("FINISHED", {Tag.CELL: "b", Tag.CELL_CONFIG: "c1"})):  # a run without a seed tag
+        client.set_terminated(client.create_run(suite, tags=tags).info.run_id, status)
+    assert not cell_finished(uri, "tiny", "a", "0", "c1")  # failed
+    assert not cell_finished(uri, "tiny", "a", "1", "c1")  # finished with another config
+    assert cell_finished(uri, "tiny", "a", "1", "c2") and cell_finished(uri, "tiny", "b", "", "c1")
+    assert not cell_finished(uri, "tiny", "b", "0", "c1")
+
+
+def test_a_store_that_cannot_be_set_up_or_loses_its_experiment_is_refused_in_one_line(tmp_path, monkeypatch):
+    from benchmarks.suite_store import ensure_experiment
+    from fl_lightning.callbacks import mlflow_store
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def locked(tracking_uri, name):
+        try:
+            raise OSError("database is locked\nretry later")
+        except OSError as error:
+            raise RuntimeError("could not open the experiment") from error
+
+    monkeypatch.setattr(mlflow_store, "open_mlflow_experiment", locked)
+    with pytest.raises(SystemExit) as refused:
+        ensure_experiment(uri, "tiny")
+    assert str(refused.value) == f"cannot set up the store {uri}: database is locked"
+    monkeypatch.setattr(mlflow_store, "open_mlflow_experiment", lambda tracking_uri, name: None)  # made, then gone
+    with pytest.raises(SystemExit) as refused:
+        ensure_experiment(uri, "tiny")
+    assert str(refused.value) == (f"the experiment 'tiny' of the store {uri} vanished while it was set up; "
+                                  "run again")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,9 @@ def test_the_newest_unfinished_run_of_a_cell_is_resumed_and_never_a_live_one(sui
     client.set_terminated(older.info.run_id, "KILLED")
     newer = client.create_run(experiment, start_time=2_000, tags=cell.tags)
     client.set_terminated(newer.info.run_id, "FAILED")
+    others = load_suite(str(suite_file))[1:]  # newer unfinished runs of other cells and configs: not this cell's
+    for number, other in enumerate([*others, replace(cell, seed=cell.seed + 1)]):
+        client.create_run(experiment, start_time=5_000 + number, tags=other.tags)
     assert latest_unfinished_run(uri, cell).info.run_id == newer.info.run_id
     for run in (older, newer):
         folder = tmp_path / "checkpoints" / experiment / run.info.run_id / "checkpoints"

@@ -563,6 +563,11 @@ def test_an_extended_run_is_replayed_along_its_route_each_fit_continuing_the_las
     assert second == ["fit", "--config", config, "--model.num_rounds=3", "--ckpt_path",
                       os.path.join(folder, "checkpoints", "fit1", "last.ckpt")]
     assert fit.configs[0]["trainer"]["enable_checkpointing"] is True  # the next fit continues from it
+    FakeFit(monkeypatch, {"test_acc_mean": {1: 0.5, 2: 0.625, 3: 0.875}})
+    diverged = replay_run(client, run, progress=lambda line: None)
+    assert diverged.route == (2, 3) and diverged.line() == (
+        "FedAvg seed 4: diverged at round 3: test_acc_mean stored 0.75, replayed 0.875 "
+        "(fitted to 2 rounds, then extended to 3, as the run was)")
 
 
 @pytest.mark.parametrize(("status", "config", "said"), [

@@ -131,7 +131,46 @@ def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_sk
         done = store.create_run(experiment, tags=tags)
         store.set_terminated(done.info.run_id, "FINISHED")
     launcher.calls.clear()
-    assert runner.run_cell(cell, uri, logs, launcher, claims)[1] == "SKIPPED (done)" and not launcher.calls
+    assert runner.run_cell(cell, uri, logs, launcher, claims) == (cell, "SKIPPED (done)", 0.0, "")
+    assert not launcher.calls
+
+
+def test_each_way_a_cell_can_end_without_running_is_one_exact_outcome(suite_file, tmp_path):
+    """``run_cell``: without a claims folder the cell runs, its config logging to the store; a
+    claims folder that cannot be made, a cell another live runner holds (named, or "another
+    process" when its claim cannot be read yet), a suite stopped meanwhile: each its status, no
+    seconds, and the words the summary shows."""
+    import yaml
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cell = load_suite(str(suite_file))[0]
+    logs = tmp_path / "logs"
+    ensure_experiment(uri, cell.suite)
+    launcher = FakeLauncher()
+    ran, status, seconds, error = runner.run_cell(cell, uri, logs, launcher)  # no claims folder
+    assert (ran, status, error) == (cell, "FINISHED", "") and seconds >= 0
+    config = yaml.safe_load((logs / f"{runner.cell_file_name(cell)}.yaml").read_text())
+    assert config["trainer"]["logger"]["init_args"]["tracking_uri"] == uri and launcher.calls
+    (tmp_path / "a-file").write_text("")
+    assert runner.run_cell(cell, uri, logs, launcher, tmp_path / "a-file" / "claims")[1:] == (
+        "NOT-RUN", 0.0, f"cannot claim the cell in {tmp_path / 'a-file' / 'claims'} (Not a directory)")
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    claim = claims / f"{runner.cell_file_name(cell)}.claim"
+    claim.write_text(f'{{"host": "{this_host()}", "pid": {os.getppid()}, "started": "now"}}')
+    assert runner.run_cell(cell, uri, logs, launcher, claims)[1:] == (
+        runner.ELSEWHERE, 0.0, f"being run by another runner of this store (process {os.getppid()} on "
+                               f"{this_host()}; claim {claim})")
+    claim.write_text("")  # being written by the other runner: not readable yet
+    assert runner.run_cell(cell, uri, logs, launcher, claims)[1:] == (
+        runner.ELSEWHERE, 0.0, f"being run by another runner of this store (another process; claim {claim})")
+    claim.unlink()
+    STOPPED.set()
+    try:
+        assert runner.run_cell(cell, uri, logs, launcher, claims)[1:] == ("NOT-RUN", 0.0, runner.NOT_STARTED)
+    finally:
+        STOPPED.clear()
+    assert not claim.exists()
 
 
 def test_the_runner_exits_1_when_a_cell_ended_killed(suite_file, tmp_path, monkeypatch, capsys):

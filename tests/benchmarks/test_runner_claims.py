@@ -277,6 +277,9 @@ def test_the_newest_unfinished_run_of_a_cell_is_resumed_and_never_a_live_one(sui
     assert resumable_checkpoint(uri, cell) is None
     client.set_tag(live.info.run_id, Tag.FIT_PID, "999999999")  # its fit is gone: resumed
     assert live.info.run_id in resumable_checkpoint(uri, cell)
+    done = client.create_run(experiment, start_time=9_000, tags=cell.tags)  # the cell finished after all
+    client.set_terminated(done.info.run_id, "FINISHED")
+    assert latest_unfinished_run(uri, cell) is None and resumable_checkpoint(uri, cell) is None
 
 
 def test_a_cell_whose_process_died_gets_its_newest_unfinished_run_ended_or_one_made_saying_why(suite_file, tmp_path):

@@ -264,6 +264,7 @@ def test_the_newest_unfinished_run_of_a_cell_is_resumed_and_never_a_live_one(sui
     for number, other in enumerate([*others, replace(cell, seed=cell.seed + 1)]):
         client.create_run(experiment, start_time=5_000 + number, tags=other.tags)
     assert latest_unfinished_run(uri, cell).info.run_id == newer.info.run_id
+    assert resumable_checkpoint(uri, cell) is None  # no checkpoint written yet: the cell starts again
     for run in (older, newer):
         folder = tmp_path / "checkpoints" / experiment / run.info.run_id / "checkpoints"
         folder.mkdir(parents=True)

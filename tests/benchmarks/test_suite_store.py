@@ -30,7 +30,8 @@ def test_a_dry_runs_view_of_the_store_says_what_it_found(tmp_path, monkeypatch):
     client = MlflowClient(uri)
     run = client.create_run(client.create_experiment(cell.suite), start_time=1_000, tags=cell.tags)
     client.set_terminated(run.info.run_id, "FINISHED", end_time=3_500)
-    unfinished = client.create_run(client.get_experiment_by_name(cell.suite).experiment_id, tags=cell.tags)
+    unfinished = client.create_run(client.get_experiment_by_name(cell.suite).experiment_id,
+                                   tags={**cell.tags, Tag.SEED: "7"})
     client.set_terminated(unfinished.info.run_id, "FAILED")
     assert finished_runs_read_only(uri, cell.suite) == (
         {(cell.tags[Tag.CELL], cell.tags[Tag.SEED], cell.tags[Tag.CELL_CONFIG])}, {cell.tags[Tag.CELL]: [2.5]}, "")
@@ -129,3 +130,24 @@ def test_a_store_that_cannot_be_set_up_or_loses_its_experiment_is_refused_in_one
         ensure_experiment(uri, "tiny")
     assert str(refused.value) == (f"the experiment 'tiny' of the store {uri} vanished while it was set up; "
                                   "run again")
+
+
+def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
+    """``finished_runs`` follows MLflow's pages (of 1,000 runs; here of 2) to the last one."""
+    from benchmarks.suite_store import finished_runs
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    client = MlflowClient(uri)
+    suite = client.create_experiment("tiny")
+    for seed in range(5):
+        run = client.create_run(suite, tags={Tag.CELL: "a", Tag.SEED: str(seed), Tag.CELL_CONFIG: "c"})
+        client.set_terminated(run.info.run_id, "FINISHED")
+    search, calls = MlflowClient.search_runs, []
+
+    def small_pages(self, *args, **kwargs):
+        calls.append(kwargs.get("page_token"))
+        assert len(calls) <= 10, "the pages never end"
+        return search(self, *args, **{**kwargs, "max_results": 2})
+
+    monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
+    assert finished_runs(uri, "tiny") == {("a", str(seed), "c") for seed in range(5)} and len(calls) == 3

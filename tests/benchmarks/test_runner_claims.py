@@ -173,6 +173,52 @@ def test_each_way_a_cell_can_end_without_running_is_one_exact_outcome(suite_file
     assert not claim.exists()
 
 
+def test_a_cell_that_ran_ends_finished_killed_or_failed_and_the_store_says_what_its_fit_could_not(
+        suite_file, tmp_path):
+    """``_run_claimed_cell``, by what the launcher answered: 0 is FINISHED; a fit stopped by a
+    signal ended its run KILLED itself; a worker that died while the suite stopped, or a fit that
+    failed (an exit code, or a launcher's own words), has its run ended in the store, with the
+    last 3,000 characters of the cell's log."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cells = load_suite(str(suite_file))
+    logs = tmp_path / "logs"
+    client = MlflowClient(uri)
+    experiment = ensure_experiment(uri, cells[0].suite)
+
+    def run(cell, answer):  # a launcher that answers whatever the suite's state (a worker dying as it stops)
+        from types import SimpleNamespace
+
+        return runner.run_cell(cell, uri, logs, SimpleNamespace(run=lambda config_path, log_path: answer))
+
+    def log_of(cell):
+        return logs / f"{runner.cell_file_name(cell)}.log"
+
+    ended = run(cells[0], 0)
+    assert ended[:2] == (cells[0], "FINISHED") and 0 <= ended[2] < 60 and ended[3] == ""
+    assert run(cells[0], runner.NOT_STARTED)[1:] == ("NOT-RUN", pytest.approx(0, abs=60), runner.NOT_STARTED)
+    assert run(cells[0], 128 + signal.SIGTERM)[1::2] == ("KILLED", "stopped with the suite; the next run of the "
+                                                                   "suite resumes it")
+    assert client.search_runs([experiment]) == []  # each fit ended its own run (or never started one)
+    STOPPED.set()
+    try:
+        assert run(cells[1], -9)[1] == "KILLED"
+    finally:
+        STOPPED.clear()
+    [killed] = client.search_runs([experiment])
+    assert killed.info.status == "KILLED" and killed.data.tags[Tag.CELL] == cells[1].cell
+    assert killed.data.tags[Tag.ERROR] == f"the suite was stopped (-9); log {log_of(cells[1])}"
+    log_of(cells[2]).write_text("x" * 1000 + "y" * 3000)
+    failed = run(cells[2], 1)
+    assert failed[1::2] == ("FAILED", f"exit code 1; log {log_of(cells[2])}:\n" + "y" * 3000)
+    log_of(cells[2]).unlink()
+    [first] = client.search_runs([experiment], "attributes.status = 'FAILED'")
+    assert first.data.tags[Tag.ERROR] == failed[3]
+    lost = run(cells[2], "the worker was lost")[3]
+    assert lost == f"the worker was lost; log {log_of(cells[2])}:\n"
+    [again] = client.search_runs([experiment], "attributes.status = 'FAILED'")  # the same run, ended again
+    assert again.info.run_id == first.info.run_id and again.data.tags[Tag.ERROR] == lost
+
+
 def test_the_runner_exits_1_when_a_cell_ended_killed(suite_file, tmp_path, monkeypatch, capsys):
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
     fake(monkeypatch, FakeLauncher(lambda number: 130 if number == 2 else 0))  # one fit stopped by a signal

@@ -185,16 +185,24 @@ def test_a_cell_that_ran_ends_finished_killed_or_failed_and_the_store_says_what_
     client = MlflowClient(uri)
     experiment = ensure_experiment(uri, cells[0].suite)
 
+    asked = []
+
     def run(cell, answer):  # a launcher that answers whatever the suite's state (a worker dying as it stops)
         from types import SimpleNamespace
 
-        return runner.run_cell(cell, uri, logs, SimpleNamespace(run=lambda config_path, log_path: answer))
+        def launch(config_path, log_path):
+            asked.append((config_path, log_path))
+            return answer
+
+        return runner.run_cell(cell, uri, logs, SimpleNamespace(run=launch))
 
     def log_of(cell):
         return logs / f"{runner.cell_file_name(cell)}.log"
 
     ended = run(cells[0], 0)
     assert ended[:2] == (cells[0], "FINISHED") and 0 <= ended[2] < 60 and ended[3] == ""
+    stem = logs / runner.cell_file_name(cells[0])
+    assert asked == [(str(Path(f"{stem}.yaml").resolve()), f"{stem}.log")]
     assert run(cells[0], runner.NOT_STARTED)[1:] == ("NOT-RUN", pytest.approx(0, abs=60), runner.NOT_STARTED)
     assert run(cells[0], 128 + signal.SIGTERM)[1::2] == ("KILLED", "stopped with the suite; the next run of the "
                                                                    "suite resumes it")

@@ -142,6 +142,8 @@ def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
     for seed in range(5):
         run = client.create_run(suite, tags={Tag.CELL: "a", Tag.SEED: str(seed), Tag.CELL_CONFIG: "c"})
         client.set_terminated(run.info.run_id, "FINISHED")
+    for tags in ({Tag.CELL: "b", Tag.CELL_CONFIG: "c"}, {Tag.CELL: "a fit by hand"}):  # no seed tag; no cell config
+        client.set_terminated(client.create_run(suite, tags=tags).info.run_id, "FINISHED")
     search, calls = MlflowClient.search_runs, []
 
     def small_pages(self, *args, **kwargs):
@@ -150,4 +152,5 @@ def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
         return search(self, *args, **{**kwargs, "max_results": 2})
 
     monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
-    assert finished_runs(uri, "tiny") == {("a", str(seed), "c") for seed in range(5)} and len(calls) == 3
+    assert finished_runs(uri, "tiny") == {*{("a", str(seed), "c") for seed in range(5)}, ("b", "", "c")}
+    assert len(calls) == 4

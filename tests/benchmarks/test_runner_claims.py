@@ -469,6 +469,24 @@ def test_the_exit_status_is_1_for_any_cell_not_done_and_128_plus_the_signal_that
     assert runner.exit_status(outcomes, stopped_by) == code
 
 
+def test_the_leaderboard_command_is_this_installations_fl_leaderboard_else_python_m(tmp_path, monkeypatch):
+    """The summary's last line: the bare ``fl-leaderboard`` where ``PATH`` finds this installation's,
+    its path where the environment was never activated, ``python -m leaderboard`` where it has none."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    uri = "sqlite:///runs.db"
+    script = Path(sys.executable).parent / "fl-leaderboard"
+    if not script.is_file():
+        pytest.skip("this environment has no fl-leaderboard script beside its python")
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}/usr/bin")
+    assert runner.leaderboard_command(uri) == "fl-leaderboard build --tracking-uri sqlite:///runs.db"
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert runner.leaderboard_command(uri) == f"{script.absolute()} build --tracking-uri sqlite:///runs.db"
+    elsewhere = tmp_path / "bin" / "python"  # a Python with no console scripts beside it
+    elsewhere.parent.mkdir()
+    monkeypatch.setattr(sys, "executable", str(elsewhere))
+    assert runner.leaderboard_command(uri) == f"{elsewhere} -m leaderboard build --tracking-uri sqlite:///runs.db"
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

@@ -154,3 +154,17 @@ def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
     monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
     assert finished_runs(uri, "tiny") == {*{("a", str(seed), "c") for seed in range(5)}, ("b", "", "c")}
     assert len(calls) == 4
+
+
+def test_a_real_runs_view_of_the_store_makes_it_and_counts_its_finished_runs(tmp_path):
+    """The runner's ``_finished_runs`` without ``--dry-run``: the store and the suite's experiment
+    are made, and its finished runs read, with no durations and no note."""
+    from benchmarks.runner import _finished_runs
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert _finished_runs(uri, "tiny", dry_run=False) == (set(), {}, "")
+    client = MlflowClient(uri)
+    tags = {Tag.CELL: "a", Tag.SEED: "0", Tag.CELL_CONFIG: "c"}
+    client.set_terminated(client.create_run(client.get_experiment_by_name("tiny").experiment_id,
+                                            tags=tags).info.run_id, "FINISHED")
+    assert _finished_runs(uri, "tiny", dry_run=False) == ({("a", "0", "c")}, {}, "")

@@ -105,11 +105,13 @@ def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_sk
     class Looking(FakeLauncher):
         def run(self, config_path, log_path):
             held.update(read_lock(claims / f"{runner.cell_file_name(cell)}.claim"))
+            held["store"] = yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"][
+                "tracking_uri"]
             return super().run(config_path, log_path)
 
     ensure_experiment(uri, cell.suite)
     assert runner.run_cell(cell, uri, logs, Looking(), claims)[1] == "FINISHED"
-    assert held["pid"] == os.getpid() and not list(claims.iterdir())
+    assert held["pid"] == os.getpid() and held["store"] == uri and not list(claims.iterdir())
     (claims / f"{runner.cell_file_name(cell)}.claim").write_text(
         f'{{"host": "{this_host()}", "pid": {os.getppid()}, "started": "now"}}')
     launcher = FakeLauncher()

@@ -27,10 +27,11 @@ from fl_lightning.records.store_uri import file_store_folder, sqlite_file, sqlit
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 EXAMPLE_URIS = "e.g. --tracking-uri sqlite:////abs/path/mlruns.db or http://host:5000"
+LOCK_WAIT_S = 5.0  # how long a read waits for a store another process holds locked (SQLite's default)
 
 # What ``sqlite_state`` finds in a SQLite file.
-MISSING, EMPTY, NOT_SQLITE, FOREIGN, OTHER_SCHEMA, NO_EXPERIMENTS, READY = (
-    "missing", "empty", "not-sqlite", "foreign", "other-schema", "no-experiments", "ready")
+MISSING, EMPTY, NOT_SQLITE, FOREIGN, OTHER_SCHEMA, NO_EXPERIMENTS, READY, LOCKED = (
+    "missing", "empty", "not-sqlite", "foreign", "other-schema", "no-experiments", "ready", "locked")
 
 
 class StoreError(Exception):
@@ -84,7 +85,8 @@ def committed_copy(path: Path) -> Iterator[Path]:
 def sqlite_state(path: Path) -> tuple[str, str]:
     """(state, detail) of an SQLite file, read without writing: MISSING, EMPTY (no bytes, or no
     table), NOT_SQLITE (detail: what it is), FOREIGN (tables, not MLflow's; detail: some of them),
-    OTHER_SCHEMA (detail: its revision), NO_EXPERIMENTS (MLflow's tables, not one experiment), READY.
+    OTHER_SCHEMA (detail: its revision), NO_EXPERIMENTS (MLflow's tables, not one experiment), READY,
+    LOCKED (another process held it locked for longer than ``LOCK_WAIT_S``; detail: SQLite's words).
     The file is opened read-only (``mode=ro``; a write left unfinished is rolled back in a copy):
     its bytes and modification time stay as they were."""
     if not path.exists():
@@ -100,7 +102,7 @@ def sqlite_state(path: Path) -> tuple[str, str]:
             return NOT_SQLITE, "a file of another format (not SQLite)"
     try:
         with committed_copy(path.resolve()) as readable:
-            connection = sqlite3.connect(f"{readable.as_uri()}?mode=ro", uri=True)
+            connection = sqlite3.connect(f"{readable.as_uri()}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
             try:
                 tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 if not tables:
@@ -112,6 +114,8 @@ def sqlite_state(path: Path) -> tuple[str, str]:
             finally:
                 connection.close()
     except sqlite3.Error as error:
+        if "locked" in str(error) or "busy" in str(error):  # a store in use, not another kind of file
+            return LOCKED, str(error)
         return NOT_SQLITE, f"an SQLite file that cannot be read ({error})"
     revision = "(none)" if revision is None else revision
     head = latest_schema_revision()
@@ -178,6 +182,9 @@ def check_readable(uri: str, flag: str = "--tracking-uri") -> str:
                          f"MLflow store; pass the store the runs were logged to with {flag} ({EXAMPLE_URIS}).")
     if state == OTHER_SCHEMA:
         raise StoreError(_schema_message(uri, detail))
+    if state == LOCKED:
+        raise StoreError(f"the MLflow store {uri} is locked by another process ({detail}); run again once it is "
+                         "free (another fit or an `mlflow ui` writing to it)")
     return state
 
 
@@ -198,7 +205,7 @@ def check_writable(uri: str, flag: str = "--tracking-uri") -> None:
         if state == FOREIGN:
             raise StoreError(f"{path.resolve()} is an SQLite database of something else (tables {detail}); "
                              f"MLflow would add its tables to it: pass another store with {flag} ({EXAMPLE_URIS}).")
-        return
+        return  # LOCKED included: the writer's own check waits for the lock, saying so
     folder = file_store_folder(uri)
     if folder is not None:
         _check_not_a_sqlite_file(uri, folder, flag)

@@ -168,3 +168,48 @@ def test_a_real_runs_view_of_the_store_makes_it_and_counts_its_finished_runs(tmp
     client.set_terminated(client.create_run(client.get_experiment_by_name("tiny").experiment_id,
                                             tags=tags).info.run_id, "FINISHED")
     assert _finished_runs(uri, "tiny", dry_run=False) == ({("a", "0", "c")}, {}, "")
+
+
+def test_a_store_file_locked_by_another_process_or_on_a_read_only_mount_is_refused_naming_the_option(
+        tmp_path, monkeypatch):
+    """``check_store`` before a suite's runs: an existing SQLite store is waited for while another
+    process holds it locked (here 0.3 s, not 60) and refused after; one that cannot be written
+    for another reason (a read-only mount) is refused at once, naming the runner's option."""
+    import sqlite3
+
+    from benchmarks.suite_store import check_store
+    from fl_lightning.cli import preflight
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    MlflowClient(uri).search_experiments()
+    check_store(uri)  # a whole store, free: nothing said
+    monkeypatch.setattr(preflight, "STORE_LOCK_WAIT_S", 0.3)
+    holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(SystemExit) as refused:
+            check_store(uri)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(refused.value) == (f"the MLflow store {uri} stayed locked by another process for 0 s; run again once "
+                                  "it is free (another fit or an `mlflow ui` writing to it), or pass another store")
+    connect = sqlite3.connect
+
+    class ReadOnlyMount:
+        def __init__(self, connection):
+            self.connection = connection
+
+        def execute(self, statement, *args):
+            if statement == "BEGIN IMMEDIATE":
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            return self.connection.execute(statement, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.connection, name)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *args, **kwargs: ReadOnlyMount(connect(*args, **kwargs)))
+    with pytest.raises(SystemExit) as refused:
+        check_store(uri)
+    assert str(refused.value) == (f"the MLflow store {uri} cannot be written (attempt to write a readonly "
+                                  "database); pass another --tracking-uri")

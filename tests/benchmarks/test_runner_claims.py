@@ -489,6 +489,13 @@ def test_the_leaderboard_command_is_this_installations_fl_leaderboard_else_pytho
     assert runner.leaderboard_command(uri) == f"{elsewhere} -m leaderboard build --tracking-uri sqlite:///runs.db"
 
 
+def test_a_cells_file_name_keeps_its_parts_apart_and_drops_spaces():
+    from types import SimpleNamespace
+
+    cell = SimpleNamespace(cell="mnist5k/shards-200x2/p0.1/fl_mlp|FedProx(mu=0.1, beta=2)", seed=3)
+    assert runner.cell_file_name(cell) == "mnist5k_shards-200x2_p0.1_fl_mlp__FedProx(mu=0.1,beta=2)__seed3"
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

@@ -360,17 +360,18 @@ def test_a_cell_whose_process_died_gets_its_newest_unfinished_run_ended_or_one_m
     assert len(client.search_runs([experiment])) == 2
 
 
-@pytest.mark.parametrize(("stop", "stopped_by", "sent", "said", "confirmatory"), [
-    (KeyboardInterrupt(), signal.SIGINT, [], "interrupted (SIGINT)", False),  # raised by a cell's thread, say
-    (runner.SuiteStopped(signal.SIGINT), signal.SIGINT, [], "interrupted (SIGINT)", True),
-    (runner.SuiteStopped(signal.SIGTERM), signal.SIGTERM, [signal.SIGTERM], "terminated (SIGTERM)", False),
-    (runner.SuiteStopped(signal.SIGHUP), signal.SIGHUP, [signal.SIGTERM], "hung up (SIGHUP)", True),
+@pytest.mark.parametrize(("signum", "stopped_by", "sent", "said", "confirmatory"), [
+    (None, signal.SIGINT, [], "interrupted (SIGINT)", False),  # a KeyboardInterrupt raised by a cell's thread, say
+    (signal.SIGINT, signal.SIGINT, [], "interrupted (SIGINT)", True),
+    (signal.SIGTERM, signal.SIGTERM, [signal.SIGTERM], "terminated (SIGTERM)", False),
+    (signal.SIGHUP, signal.SIGHUP, [signal.SIGTERM], "hung up (SIGHUP)", True),
 ])
 def test_a_stop_names_its_signal_passes_sigterm_on_for_all_but_sigint_and_says_how_to_go_on(
-        stop, stopped_by, sent, said, confirmatory, capsys):
+        signum, stopped_by, sent, said, confirmatory, capsys):
     """``_stop_cells``: a KeyboardInterrupt that no signal handler raised is a SIGINT; the workers
     are sent SIGTERM unless the terminal's Ctrl-C reached them already; the line names the signal
     and the command that runs the cells again (a confirmatory pass's with its flag)."""
+    stop = KeyboardInterrupt() if signum is None else runner.SuiteStopped(signum)
     launcher = FakeLauncher()
     try:
         assert runner._stop_cells(stop, {}, launcher, "tiny.yaml", confirmatory=confirmatory) == stopped_by

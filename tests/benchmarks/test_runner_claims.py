@@ -245,6 +245,31 @@ def test_the_runner_exits_1_when_a_cell_ended_killed(suite_file, tmp_path, monke
     assert "KILLED" in out and "done in" not in out
 
 
+def test_a_suite_runs_at_most_jobs_cells_at_once_logging_to_its_store_and_may_run_in_a_thread(
+        suite_file, tmp_path, monkeypatch, capsys):
+    """``--jobs 1`` claims and runs one cell at a time (a second runner sees the others unclaimed);
+    every cell's config logs to the suite's store; a suite run from a thread other than the main
+    one (a notebook's, a GUI's) installs no signal handlers and runs to its end."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    running, most, stores = [], [], set()
+
+    class Counting(FakeLauncher):
+        def run(self, config_path, log_path):
+            running.append(config_path)
+            most.append(len(running))
+            stores.add(yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"]["tracking_uri"])
+            time.sleep(0.05)
+            running.remove(config_path)
+            return super().run(config_path, log_path)
+
+    fake(monkeypatch, Counting())
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(runner.run_suite(str(suite_file), tracking_uri=uri, jobs=1)))
+    worker.start()
+    worker.join(timeout=120)
+    assert codes == [0] and len(most) == 3 and max(most) == 1 and stores == {uri}
+
+
 def test_sigint_inherited_ignored_still_stops_the_suite_and_no_cell_starts_after(suite_file, tmp_path,
                                                                                  monkeypatch, capsys):
     """A background job of a script starts with SIGINT ignored: a SIGINT to its process group

@@ -522,6 +522,49 @@ def test_a_cells_file_name_keeps_its_parts_apart_and_drops_spaces():
     assert runner.cell_file_name(cell) == "mnist5k_shards-200x2_p0.1_fl_mlp__FedProx(mu=0.1,beta=2)__seed3"
 
 
+def test_the_suites_closing_summary_says_how_it_ended_what_failed_and_how_to_go_on(monkeypatch, capsys):
+    """``_print_summary``: done, ended (a cell failed or was killed) or stopped; the table with the
+    store's accuracies; how many failed and where their errors are; how many a signal stopped and
+    the command that resumes them (not after a stop, whose own line said it); the store and the
+    leaderboard command."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(runner, "time", SimpleNamespace(perf_counter=lambda: 112.0))
+    asked = []
+
+    def accuracies(tracking_uri, suite):
+        asked.append((tracking_uri, suite))
+        return {("a|FedAvg", "0"): 0.5}
+
+    monkeypatch.setattr(runner, "final_metric", accuracies)
+    cells = [SimpleNamespace(cell=name, seed=0) for name in ("a|FedAvg", "b|FedFV", "c|CGSV")]
+    uri, logs = "sqlite:///runs.db", Path("benchmark_logs/tiny")
+    ends = {("a|FedAvg", 0): ("FINISHED", 10.0), ("b|FedFV", 0): ("FAILED", 3.0), ("c|CGSV", 0): ("KILLED", 4.0)}
+    table = ["cell      runs                    mean acc     time",
+             "a|FedAvg  1 finished                0.5000      10s",
+             "b|FedFV   1 failed                       —       3s",
+             "c|CGSV    1 killed                       —       4s"]
+    last = ["", f"Store: {uri}", f"Build the leaderboard from it:  {runner.leaderboard_command(uri)}"]
+    runner._print_summary("tiny.yaml", "tiny", cells, ends, uri, logs, 0.4)
+    assert capsys.readouterr().out.splitlines() == [
+        "", "suite tiny ended in 112s; logs in benchmark_logs/tiny", "", *table, "",
+        "1 run(s) failed: their errors are in the store (tag 'error') and in benchmark_logs/tiny", "",
+        f"1 run(s) were stopped by a signal to their fits: `{runner.program_name()} run tiny.yaml` again resumes them",
+        *last]
+    assert asked == [(uri, "tiny")]
+    STOPPED.set()
+    try:
+        runner._print_summary("tiny.yaml", "tiny", cells, ends, uri, logs, 100.0)
+    finally:
+        STOPPED.clear()
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "suite tiny stopped in 12s; logs in benchmark_logs/tiny"
+    assert "were stopped by a signal" not in "".join(out)
+    runner._print_summary("tiny.yaml", "tiny", cells[:1], {("a|FedAvg", 0): ("FINISHED", 10.0)}, uri, logs, 0.4)
+    assert capsys.readouterr().out.splitlines() == ["", "suite tiny done in 112s; logs in benchmark_logs/tiny", "",
+                                                    table[0], table[1], *last]
+
+
 def test_an_empty_grid_list_is_refused(tmp_path):
     with pytest.raises(Exception, match="grid 'mu' is empty"):
         expand_algorithms([{"class_path": "fl_lightning.algorithms.FedProx", "grid": {"mu": []}}])

@@ -79,13 +79,21 @@ def test_a_cell_claimed_by_a_live_runner_is_waited_for_then_run_here_once_its_cl
     threading.Thread(target=other.wait, daemon=True).start()  # reaped as it ends (a zombie would look alive)
     claim = claims / f"{runner.cell_file_name(cells[0])}.claim"
     claim.write_text(f'{{"host": "{this_host()}", "pid": {other.pid}, "started": "now"}}')
-    launcher = fake(monkeypatch, FakeLauncher())
+    stores = []
+
+    class StoreReading(FakeLauncher):
+        def run(self, config_path, log_path):
+            stores.append(yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"]["tracking_uri"])
+            return super().run(config_path, log_path)
+
+    launcher = fake(monkeypatch, StoreReading())
     monkeypatch.setattr(runner, "WAIT_S", 0.2)
     try:
         assert runner.run_suite(str(suite_file), tracking_uri=uri) == 0
     finally:
         other.kill()
         other.wait()
+    assert stores == [uri] * 3  # the cell looked at again logs to the store too
     out = capsys.readouterr().out
     assert "ELSEWHERE" in out and f"process {other.pid} on {this_host()}" in out and "waiting for it" in out
     first = f"{runner.cell_file_name(cells[0])}.yaml"
@@ -292,6 +300,7 @@ def test_sigint_inherited_ignored_still_stops_the_suite_and_no_cell_starts_after
     assert len(launcher.calls) == 1
     captured = capsys.readouterr()
     assert "suite tiny-offline stopped" in captured.out and "interrupted (SIGINT)" in captured.err
+    assert f"`{runner.program_name()} run {suite_file}` again runs them" in captured.err  # the suite as it was named
     assert captured.out.count("NOT-RUN") == 0 or "done" not in captured.out
 
 

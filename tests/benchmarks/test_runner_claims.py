@@ -321,6 +321,27 @@ def test_sighup_stops_the_suite_and_is_passed_on_as_sigterm(suite_file, tmp_path
     assert "hung up (SIGHUP)" in capsys.readouterr().err
 
 
+def test_a_confirmatory_pass_stopped_says_the_command_with_its_flag(suite_file, tmp_path, capsys):
+    """``_run_cells`` of a confirmatory pass: the stop's line gives the command that runs the pass
+    again, ``--confirmatory`` included."""
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    cells = load_suite(str(suite_file))
+
+    def terminated(number):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+        return 143
+
+    progress = runner._Progress(len(cells))
+    try:
+        stopped_by = runner._run_cells(cells, FakeLauncher(terminated), progress, jobs=1, tracking_uri=uri,
+                                       log_dir=tmp_path / "logs", claims=None, name="tiny.yaml", confirmatory=True)
+    finally:
+        STOPPED.clear()
+    assert stopped_by == signal.SIGTERM
+    assert f"`{runner.program_name()} run tiny.yaml --confirmatory` again runs them" in capsys.readouterr().err
+
+
 def test_a_worker_that_dies_while_the_suite_stops_is_recorded_killed_not_failed(suite_file, tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
     cell = load_suite(str(suite_file))[0]

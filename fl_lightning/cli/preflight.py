@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from fl_lightning.records.errors import PreflightError, first_line
+from fl_lightning.records.read_only_store import held_by_another_process
 from fl_lightning.records.store_probe import MLFLOW_TABLES, server_port, unreachable
 from fl_lightning.records.store_uri import file_store_folder, sqlite_file, store_scheme
 
@@ -181,7 +182,7 @@ def check_sqlite_store(uri: str, database: Path, option: str = "--trainer.logger
         try:
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as error:
-            if "locked" in str(error):
+            if held_by_another_process(error):
                 tables = set(MLFLOW_TABLES)  # readable once the lock goes: the wait below
             else:
                 raise PreflightError(f"the MLflow store {uri} is not a readable SQLite database ({error}): it is "
@@ -198,7 +199,7 @@ def check_sqlite_store(uri: str, database: Path, option: str = "--trainer.logger
                 connection.execute("ROLLBACK")
                 return
             except sqlite3.OperationalError as error:
-                if "locked" not in str(error) and "busy" not in str(error):
+                if not held_by_another_process(error):
                     raise PreflightError(f"the MLflow store {uri} cannot be written ({error}); pass another "
                                          f"{option}") from None
             if time.monotonic() >= deadline:

@@ -34,6 +34,12 @@ MISSING, EMPTY, NOT_SQLITE, FOREIGN, OTHER_SCHEMA, NO_EXPERIMENTS, READY, LOCKED
     "missing", "empty", "not-sqlite", "foreign", "other-schema", "no-experiments", "ready", "locked")
 
 
+def held_by_another_process(error: BaseException) -> bool:
+    """Whether SQLite's ``error`` says another process holds the file locked (a store in use, not
+    another kind of file)."""
+    return "locked" in str(error) or "busy" in str(error)
+
+
 class StoreError(Exception):
     """The store cannot be used as it is; the message says what is wrong and what to pass or do."""
 
@@ -114,7 +120,7 @@ def sqlite_state(path: Path) -> tuple[str, str]:
             finally:
                 connection.close()
     except sqlite3.Error as error:
-        if "locked" in str(error) or "busy" in str(error):  # a store in use, not another kind of file
+        if held_by_another_process(error):
             return LOCKED, str(error)
         return NOT_SQLITE, f"an SQLite file that cannot be read ({error})"
     revision = "(none)" if revision is None else revision

@@ -145,21 +145,19 @@ def test_a_lock_refused_by_the_folder_the_disk_or_another_hosts_fit_says_the_who
     def full(record, file):
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    def refusal() -> str:
+        with pytest.raises(PreflightError) as refused_lock:
+            RunLock.acquire(tmp_path)
+        monkeypatch.undo()
+        return str(refused_lock.value)
+
     monkeypatch.setattr(fit_lock.os, "open", refused)
-    with pytest.raises(PreflightError) as locked:
-        RunLock.acquire(tmp_path)
-    assert str(locked.value) == (f"cannot lock the run's checkpoint folder {tmp_path} (Permission denied): make it "
-                                 "writable or resume from a copy of the checkpoint elsewhere")
-    monkeypatch.undo()
+    assert refusal() == (f"cannot lock the run's checkpoint folder {tmp_path} (Permission denied): make it "
+                         "writable or resume from a copy of the checkpoint elsewhere")
     monkeypatch.setattr(fit_lock.json, "dump", full)
-    with pytest.raises(PreflightError) as written:
-        RunLock.acquire(tmp_path)
-    assert str(written.value) == (f"cannot write the lock {tmp_path / LOCK_NAME} (No space left on device): free "
-                                  "some space, then resume again")
-    monkeypatch.undo()
+    assert refusal() == (f"cannot write the lock {tmp_path / LOCK_NAME} (No space left on device): free "
+                         "some space, then resume again")
     (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 7, "started": "then"}))
-    with pytest.raises(PreflightError) as held:
-        RunLock.acquire(tmp_path)
-    assert str(held.value) == (f"another fit is running this run (process 7 on elsewhere, since then; lock "
-                               f"{tmp_path / LOCK_NAME}): wait for it to end or stop it; if no fit runs there any "
-                               "more, delete the lock file and resume again")
+    assert refusal() == (f"another fit is running this run (process 7 on elsewhere, since then; lock "
+                         f"{tmp_path / LOCK_NAME}): wait for it to end or stop it; if no fit runs there any "
+                         "more, delete the lock file and resume again")

@@ -9,7 +9,7 @@ refused or reported, never "fixed"), then read it through a read-only SQLite con
 (``read_only_uri``): anything MLflow might still try to write fails instead of changing the file.
 
 Only the standard library is imported here (and no torch): the leaderboard reads stores through it,
-and the runner uses it before it needs MLflow.
+and the runner uses it before it needs MLflow; SQLAlchemy (MLflow's own) only once a read URI is made.
 """
 
 from __future__ import annotations
@@ -230,18 +230,25 @@ def reading(uri: str) -> Iterator[str]:
         yield uri
         return
     with committed_copy(path.resolve()) as readable:
-        yield read_only_uri(sqlite_uri(readable))
+        yield read_only_uri(readable)
 
 
-def read_only_uri(uri: str) -> str:
-    """The URI to read a SQLite store with through a read-only connection (SQLite refuses every
-    write: no table, migration or experiment can be created through it); other URIs unchanged.
+def read_only_uri(path: Path) -> str:
+    """The URI to read the SQLite store file ``path`` with through a read-only connection (SQLite
+    refuses every write: no table, migration or experiment can be created through it).
 
-    The database is an SQLite URI (``file:/abs/path?mode=ro``) quoted twice: SQLAlchemy unquotes
-    it once, SQLite decodes the rest, so any character of the path survives; and the URI holds no
-    "/" until then, so MLflow, which creates the parent folders of a sqlite path, finds none to create."""
-    path = sqlite_file(uri)
-    if path is None:
-        return uri
-    sqlite_uri_path = quote(str(path.resolve()), safe="/")
-    return sqlite_uri(f"file:{quote(sqlite_uri_path, safe='')}") + "?mode=ro&uri=true"
+    The database SQLite opens is ``file:%2Fabs%2Fpath?mode=ro``: every character of the path
+    escaped, "/" too, so SQLite decodes any path back as it was, and MLflow, which creates the
+    parent folders of a sqlite path, finds none to create. SQLAlchemy 2.1 unquotes the database of
+    a URL once and 2.0 does not, so the URL is quoted once more only where this SQLAlchemy unquotes
+    (``database_url``): either way the database reaches SQLite unaltered, with no "/" in it."""
+    return database_url(f"file:{quote(str(path.resolve()), safe='')}") + "?mode=ro&uri=true"
+
+
+def database_url(database: str) -> str:
+    """The ``sqlite:///`` URL whose database, as this SQLAlchemy reads it, is ``database``
+    (SQLAlchemy 2.1 percent-decodes a URL's database once; 2.0 takes it as written)."""
+    from sqlalchemy.engine import make_url
+
+    quoted = sqlite_uri(quote(database, safe=":"))
+    return quoted if make_url(quoted).database == database else sqlite_uri(database)

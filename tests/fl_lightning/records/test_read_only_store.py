@@ -29,3 +29,26 @@ def test_a_store_locked_by_another_process_is_said_to_be_locked_not_another_kind
     assert str(refused.value) == (f"the MLflow store {uri} is locked by another process (database is locked); run "
                                   "again once it is free (another fit or an `mlflow ui` writing to it)")
     assert check_readable(uri) == READY
+
+
+def test_a_read_only_uri_reads_the_store_and_leaves_no_folder_behind_whatever_the_path(tmp_path, monkeypatch):
+    """MLflow creates the parent folders of a sqlite path, read from the URI or, from MLflow 3.18,
+    from SQLAlchemy's once-unquoted database: neither may hold a "/", or a folder ``file:/...`` appears
+    in the working directory. Any character of the path (spaces, ``%``, ``?``, ``#``) survives."""
+    from sqlalchemy.engine import make_url
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    MlflowClient(f"sqlite:///{plain / 'runs.db'}").create_experiment("kept")  # made where any MLflow can
+    folder = plain.rename(tmp_path / "a b%20?#c")
+    store = folder / "runs.db"
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    uri = read_only_store.read_only_uri(store)
+    assert "/" not in uri.removeprefix("sqlite:///") and "/" not in make_url(uri).database
+    assert MlflowClient(uri).get_experiment_by_name("kept") is not None
+    assert [p.name for p in work.iterdir()] in ([], ["mlruns"])  # MLflow 2.x makes its artifact folder, never file:
+    with pytest.raises(Exception, match="readonly"):
+        MlflowClient(uri).create_experiment("refused")
+    assert MlflowClient(uri).get_experiment_by_name("refused") is None

@@ -302,6 +302,17 @@ def test_sigint_inherited_ignored_still_stops_the_suite_and_no_cell_starts_after
     assert "suite tiny-offline stopped" in captured.out and "interrupted (SIGINT)" in captured.err
     assert f"`{runner.program_name()} run {suite_file}` again runs them" in captured.err  # the suite as it was named
     assert captured.out.count("NOT-RUN") == 0 or "done" not in captured.out
+    # the cell in flight ends 0.5 s after the stop: the runner waits for it and reports it KILLED
+    assert "[1/3] KILLED" in captured.out and "killed" in table_line(captured.out, suite_file, launcher.calls[0])
+    assert sum(" 1 not-run " in line for line in captured.out.splitlines()) == 2
+
+
+def table_line(out, suite_file, config_name):
+    """The summary table's line of the suite's cell whose config file is ``config_name``."""
+    (cell,) = [c for c in load_suite(str(suite_file)) if f"{runner.cell_file_name(c)}.yaml" == config_name]
+    lines = [line for line in out.splitlines() if line.split()[:1] == [cell.cell]]
+    assert len(lines) == 1, out
+    return lines[0]
 
 
 def test_sighup_stops_the_suite_and_is_passed_on_as_sigterm(suite_file, tmp_path, monkeypatch, capsys):

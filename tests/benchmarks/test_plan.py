@@ -248,3 +248,41 @@ def test_the_shipped_cost_table_gives_the_quickstart_s_fedlf_more_time_than_its_
     cells = [cell for cell in load_suite("quickstart/offline", [0])]
     estimates = dict(zip((cell.cell.split("|")[1] for cell in cells), plan.cell_estimates(cells, {}, {})))
     assert estimates["FedLF"][1] in ("ledger", "costs") and estimates["FedLF"][0] > 2 * estimates["FedAvg"][0]
+
+
+def test_the_stores_run_times_are_every_finished_runs_of_each_cell_read_page_by_page(tmp_path, monkeypatch):
+    """``run_durations``: end minus start of the suite's finished runs, per cell, in seconds, through
+    MLflow's pages (of 1,000 runs; here of 2) to the last; failed runs, runs without a cell and a
+    suite the store lacks give none."""
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.plan import run_durations
+    from fl_lightning.records.vocabulary import Tag
+
+    uri = f"sqlite:///{tmp_path / 'runs.db'}"
+    client = MlflowClient(uri)
+    suite = client.create_experiment("tiny")
+    start = 1_700_000_000_000
+
+    def run(cell, seconds, status="FINISHED"):
+        made = client.create_run(suite, start_time=start, tags={Tag.CELL: cell} if cell else {})
+        client.set_terminated(made.info.run_id, status, end_time=start + int(seconds * 1000))
+
+    for seconds in (10, 20, 30.5, 40, 50):
+        run("a", seconds)
+    run("b", 7)
+    run("a", 99, "FAILED")
+    run("", 5)
+    client.create_run(suite, start_time=start, tags={Tag.CELL: "c"})  # still running: no end
+    search, calls = MlflowClient.search_runs, []
+
+    def small_pages(self, *args, **kwargs):
+        calls.append(kwargs.get("page_token"))
+        assert len(calls) <= 10, "the pages never end"
+        return search(self, *args, **{**kwargs, "max_results": 2})
+
+    monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
+    durations = run_durations(uri, "tiny")
+    assert {cell: sorted(values) for cell, values in durations.items()} == {"a": [10, 20, 30.5, 40, 50], "b": [7]}
+    assert len(calls) == 4 and calls[0] is None
+    assert run_durations(uri, "another suite") == {}

@@ -258,6 +258,7 @@ def test_the_stores_run_times_are_every_finished_runs_of_each_cell_read_page_by_
 
     from benchmarks.plan import run_durations
     from fl_lightning.records.vocabulary import Tag
+    from tests.benchmarks.test_suite_store import pages_of_two
 
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
     client = MlflowClient(uri)
@@ -274,14 +275,7 @@ def test_the_stores_run_times_are_every_finished_runs_of_each_cell_read_page_by_
     run("a", 99, "FAILED")
     run("", 5)
     client.create_run(suite, start_time=start, tags={Tag.CELL: "c"})  # still running: no end
-    search, calls = MlflowClient.search_runs, []
-
-    def small_pages(self, *args, **kwargs):
-        calls.append(kwargs.get("page_token"))
-        assert len(calls) <= 10, "the pages never end"
-        return search(self, *args, **{**kwargs, "max_results": 2})
-
-    monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
+    calls = pages_of_two(monkeypatch)
     durations = run_durations(uri, "tiny")
     assert {cell: sorted(values) for cell, values in durations.items()} == {"a": [10, 20, 30.5, 40, 50], "b": [7]}
     assert len(calls) == 4 and calls[0] is None

@@ -132,6 +132,20 @@ def test_a_store_that_cannot_be_set_up_or_loses_its_experiment_is_refused_in_one
                                   "run again")
 
 
+def pages_of_two(monkeypatch):
+    """MLflow's run searches answered in pages of 2 runs (MLflow's are of up to 1,000); the page
+    tokens asked with, one per page read, are recorded in the list returned."""
+    search, calls = MlflowClient.search_runs, []
+
+    def small_pages(self, *args, **kwargs):
+        calls.append(kwargs.get("page_token"))
+        assert len(calls) <= 10, "the pages never end"
+        return search(self, *args, **{**kwargs, "max_results": 2})
+
+    monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
+    return calls
+
+
 def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
     """``finished_runs`` follows MLflow's pages (of 1,000 runs; here of 2) to the last one."""
     from benchmarks.suite_store import finished_runs
@@ -144,14 +158,7 @@ def test_the_finished_runs_are_read_page_by_page(tmp_path, monkeypatch):
         client.set_terminated(run.info.run_id, "FINISHED")
     for tags in ({Tag.CELL: "b", Tag.CELL_CONFIG: "c"}, {Tag.CELL: "a fit by hand"}):  # no seed tag; no cell config
         client.set_terminated(client.create_run(suite, tags=tags).info.run_id, "FINISHED")
-    search, calls = MlflowClient.search_runs, []
-
-    def small_pages(self, *args, **kwargs):
-        calls.append(kwargs.get("page_token"))
-        assert len(calls) <= 10, "the pages never end"
-        return search(self, *args, **{**kwargs, "max_results": 2})
-
-    monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
+    calls = pages_of_two(monkeypatch)
     assert finished_runs(uri, "tiny") == {*{("a", str(seed), "c") for seed in range(5)}, ("b", "", "c")}
     assert len(calls) == 4
 

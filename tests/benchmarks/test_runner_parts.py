@@ -241,3 +241,64 @@ def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(tm
     assert sorted(launcher.calls) == sorted(f"{runner.cell_file_name(c)}.yaml" for c in cells[1:])
     assert sorted(p.name for p in logs.iterdir()) == sorted(launcher.calls)
     assert [line.split()[0] for line in out.splitlines() if line.startswith("[")] == [f"[{n}/5]" for n in range(1, 6)]
+
+
+def two_benchmarks(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(dict(SUITE, benchmarks=[
+        {"name": "digits/iid/full/fl_logreg"},
+        {"name": "longer", "config": {"model": {"init_args": {"num_rounds": 3}}}}])))
+    return path
+
+
+def test_a_dry_run_counts_the_selected_runs_with_one_job_by_default_and_reads_the_suites_published_times(
+        tmp_path, monkeypatch, capsys):
+    from benchmarks import plan
+
+    monkeypatch.chdir(tmp_path)
+    path = two_benchmarks(tmp_path)
+    asked = []
+    monkeypatch.setattr(plan, "published_durations", lambda suite: asked.append(suite) or {})
+    code = runner.run_suite(str(path), seeds=[0, 1], benchmarks=["longer"], configs=["FedAvg"], dry_run=True,
+                            tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}")
+    out = capsys.readouterr().out
+    assert code == 0 and asked == ["tiny-offline"]
+    assert out.startswith("suite tiny-offline: 2 runs (1 cells x seeds), 0 already finished, 2 to run with 1 job(s)\n")
+    assert out.count("would run longer|FedAvg seed") == 2 and "would run digits" not in out
+
+
+def test_a_suites_algorithms_are_checked_naming_the_suite_as_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(dict(SUITE, algorithms=[{"class_path": "fl_lightning.algorithms.FedAvgg"}])))
+    with pytest.raises(SystemExit, match=rf"^suite '{path}', FedAvgg: no algorithm class"):
+        runner.run_suite(str(path), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["typo.yaml"]
+
+
+def test_a_confirmatory_dry_run_runs_the_registration_it_is_given(tmp_path, monkeypatch, capsys):
+    root, digest = edited_registration(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code = runner.run_suite("cgsv/offline", tracking_uri=f"sqlite:///{tmp_path / 'store.db'}", dry_run=True,
+                            confirmatory=True, root=root, benchmarks=["mnist5k/cla/full/fl_mlp"], configs=["FedAvg"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"seeds 2000..2009, plan hash {digest[:12]}" in out
+    assert out.count("would run mnist5k/cla/full/fl_mlp|FedAvg seed 20") == 10
+
+
+def test_the_suites_first_line_is_out_before_any_cell_starts_even_into_a_pipe(tmp_path, monkeypatch):
+    """Block-buffered output (a pipe, a log file) shows what the suite will run before its cells start."""
+    import io
+    import sys
+
+    from tests.benchmarks.test_runner_claims import FakeLauncher
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SUITE))
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
+    shown = []
+    monkeypatch.setattr(runner, "_launcher", lambda *args: shown.append(raw.getvalue().decode()) or FakeLauncher())
+    assert runner.run_suite(str(path), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}") == 0
+    assert shown == ["suite tiny-offline: 3 runs (3 cells x seeds), 0 already finished, 3 to run with 1 job(s)\n"]

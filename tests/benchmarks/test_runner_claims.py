@@ -251,6 +251,7 @@ def test_the_runner_exits_1_when_a_cell_ended_killed(suite_file, tmp_path, monke
             signal.signal(number, handler)
     out = capsys.readouterr().out
     assert "KILLED" in out and "done in" not in out
+    assert f"`{runner.program_name()} run {suite_file}` again resumes them" in out  # the suite as it was named
 
 
 def test_a_suite_runs_at_most_jobs_cells_at_once_logging_to_its_store_and_may_run_in_a_thread(
@@ -304,7 +305,7 @@ def test_sigint_inherited_ignored_still_stops_the_suite_and_no_cell_starts_after
     assert captured.out.count("NOT-RUN") == 0 or "done" not in captured.out
     # the cell in flight ends 0.5 s after the stop: the runner waits for it and reports it KILLED
     assert "[1/3] KILLED" in captured.out and "killed" in table_line(captured.out, suite_file, launcher.calls[0])
-    assert sum(" 1 not-run " in line for line in captured.out.splitlines()) == 2
+    assert sum(" 1 not-run " in line and line.endswith(" 0s") for line in captured.out.splitlines()) == 2
 
 
 def table_line(out, suite_file, config_name):

@@ -88,9 +88,13 @@ def test_a_cells_config_beside_its_log_is_written_whole_and_resumes_the_checkpoi
     asked = []
     monkeypatch.setattr(runner, "resumable_checkpoint", lambda store, c: asked.append((store, c)) or checkpoint)
     monkeypatch.chdir(tmp_path)
-    path = Path("logs") / "suite" / "cell.yaml"
-    (tmp_path / "logs").mkdir()
+    path = Path("logs") / "suite" / "cell.yaml"  # neither folder exists yet
+    renamed = []
+    real_replace = runner.os.replace
+    monkeypatch.setattr(runner.os, "replace",
+                        lambda source, target: renamed.append(Path(source).parent) or real_replace(source, target))
     written = runner._cell_config_file(cell, uri, path)
+    assert renamed == [(tmp_path / path).parent]  # written in its own folder: the rename cannot cross file systems
     assert written == str((tmp_path / path).resolve()) and asked == [(uri, cell)]
     assert sorted(p.name for p in (tmp_path / path).parent.iterdir()) == ["cell.yaml"]
     config = yaml.safe_load(Path(written).read_text())
@@ -227,6 +231,8 @@ def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(tm
     launcher, options = FakeLauncher(), []
     claimed = []
     monkeypatch.setattr(runner, "_launcher", lambda *args: options.append(args) or launcher)
+    folders, real_folder = [], runner.claims_folder
+    monkeypatch.setattr(runner, "claims_folder", lambda *args: folders.append(args) or real_folder(*args))
     real = runner.run_cell
     monkeypatch.setattr(runner, "run_cell", lambda cell, store, logs, used, claims: claimed.append(
         (store, logs, used, claims)) or real(cell, store, logs, used, claims))
@@ -241,6 +247,8 @@ def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(tm
     assert sorted(launcher.calls) == sorted(f"{runner.cell_file_name(c)}.yaml" for c in cells[1:])
     assert sorted(p.name for p in logs.iterdir()) == sorted(launcher.calls)
     assert [line.split()[0] for line in out.splitlines() if line.startswith("[")] == [f"[{n}/5]" for n in range(1, 6)]
+    assert f"logs in {logs}\n" in out and folders == [(uri, "tiny-offline", logs)]
+    assert runner.run_suite(str(path), seeds=[0, 1], tracking_uri=uri) == 0  # again, in the same folder
 
 
 def two_benchmarks(tmp_path):
@@ -302,3 +310,26 @@ def test_the_suites_first_line_is_out_before_any_cell_starts_even_into_a_pipe(tm
     monkeypatch.setattr(runner, "_launcher", lambda *args: shown.append(raw.getvalue().decode()) or FakeLauncher())
     assert runner.run_suite(str(path), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}") == 0
     assert shown == ["suite tiny-offline: 3 runs (3 cells x seeds), 0 already finished, 3 to run with 1 job(s)\n"]
+
+
+def test_a_confirmatory_suite_runs_its_cells_as_the_confirmatory_pass(tmp_path, monkeypatch):
+    """The pass's cells go to the scheduler marked as the pass (a stop then names ``--confirmatory``)."""
+    root, digest = edited_registration(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    scheduled = []
+    monkeypatch.setattr(runner, "_run_cells", lambda todo, launcher, progress, **options: scheduled.append(
+        (todo, options["name"], options["confirmatory"])) or 2)
+    monkeypatch.setattr(runner, "_launcher", lambda *args: None)
+    code = runner.run_suite("cgsv/offline", tracking_uri=f"sqlite:///{tmp_path / 'store.db'}", confirmatory=True,
+                            root=root, benchmarks=["mnist5k/cla/full/fl_mlp"], configs=["FedAvg"])
+    ((todo, name, confirmatory),) = scheduled
+    assert (name, confirmatory) == ("cgsv/offline", True) and {c.plan_hash for c in todo} == {digest}
+    assert code == 1  # none of them ran
+
+
+def test_an_exploratory_suites_selection_reaches_its_cells_and_a_wrong_name_is_refused_naming_the_suite(tmp_path):
+    path = two_benchmarks(tmp_path)
+    cells, _ = runner._suite_cells(str(path), None, ["longer"], None, False, None)
+    assert {c.benchmark for c in cells} == {"longer"} and len(cells) == 3
+    with pytest.raises(SystemExit, match=rf"^suite '{path}' has no benchmark 'nope'"):
+        runner._suite_cells(str(path), None, ["nope"], None, False, None)

@@ -125,7 +125,9 @@ def edited_registration(tmp_path):
     suite = yaml.safe_load((root / "cgsv" / "offline.yaml").read_text())
     (root / "cgsv" / "offline.yaml").write_text(yaml.safe_dump(dict(suite, description="the registered copy")))
     (tmp_path / "given.yaml").write_text(yaml.safe_dump(dict(suite, description="the file given")))
-    (root / "given.yaml.yaml").write_text(yaml.safe_dump(dict(suite, description="a decoy")))
+    (tmp_path / "given.yml").write_text(yaml.safe_dump(dict(suite, description="the .yml file given")))
+    for given in ("given.yaml", "given.yml"):
+        (root / f"{given}.yaml").write_text(yaml.safe_dump(dict(suite, description="a decoy")))
     plan = root / PLAN_FILE
     plan.write_text(with_recorded_hash(plan.read_text(), registration_hash(root)))
     return root, registration_hash(root)
@@ -151,6 +153,8 @@ def test_a_confirmatory_pass_reads_its_hash_seeds_and_suite_from_the_registratio
     assert [c.seed for c in every] == list(range(2000, 2010))
     _, given = runner._confirmatory_cells("given.yaml", [2000], *chosen, root)
     assert [(c.description, c.seed) for c in given] == [("the file given", 2000)]
+    _, given = runner._confirmatory_cells("given.yml", [2001], *chosen, root)
+    assert [(c.description, c.seed) for c in given] == [("the .yml file given", 2001)]
     with pytest.raises(SystemExit, match=r"suite 'cgsv/offline' has no benchmark 'nope'"):
         runner._confirmatory_cells("cgsv/offline", None, ["nope"], None, root)
 
@@ -236,12 +240,12 @@ def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(tm
     real = runner.run_cell
     monkeypatch.setattr(runner, "run_cell", lambda cell, store, logs, used, claims: claimed.append(
         (store, logs, used, claims)) or real(cell, store, logs, used, claims))
-    code = runner.run_suite(str(path), seeds=[0, 1], jobs=2, tracking_uri=uri, isolate=True, job_folder="jobs",
-                            slurm_partition="part", timeout_min=7, cpus_per_job=3)
+    code = runner.run_suite(str(path), seeds=[0, 1], jobs=2, tracking_uri=uri, isolate=True, cluster="local",
+                            job_folder="jobs", slurm_partition="part", timeout_min=7, cpus_per_job=3)
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("suite tiny-offline: 6 runs (3 cells x seeds), 1 already finished, 5 to run with 2 job(s)\n")
-    assert options == [("tiny-offline", 2, runner.threads_per_job(2), True, None, "jobs", "part", 7, 3)]
+    assert options == [("tiny-offline", 2, runner.threads_per_job(2), True, "local", "jobs", "part", 7, 3)]
     logs = Path("benchmark_logs") / "tiny-offline"
     assert claimed == [(uri, logs, launcher, tmp_path / "runs.db.claims" / "tiny-offline")] * 5
     assert sorted(launcher.calls) == sorted(f"{runner.cell_file_name(c)}.yaml" for c in cells[1:])

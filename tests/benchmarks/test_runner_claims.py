@@ -55,17 +55,14 @@ class FakeLauncher:
         pass
 
 
-@pytest.fixture
-def suite_file(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))  # three cells: FedAvg, FedProx(mu=0.0), FedProx(mu=0.1)
-    return path
-
-
 def fake(monkeypatch, launcher):
     monkeypatch.setattr(runner, "WarmWorkers", lambda jobs, threads: launcher)
     return launcher
+
+
+def logged_store(config_path):
+    """The MLflow store the cell's config file at ``config_path`` logs its fit to."""
+    return yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"]["tracking_uri"]
 
 
 def test_a_cell_claimed_by_a_live_runner_is_waited_for_then_run_here_once_its_claim_is_gone(suite_file, tmp_path,
@@ -83,7 +80,7 @@ def test_a_cell_claimed_by_a_live_runner_is_waited_for_then_run_here_once_its_cl
 
     class StoreReading(FakeLauncher):
         def run(self, config_path, log_path):
-            stores.append(yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"]["tracking_uri"])
+            stores.append(logged_store(config_path))
             return super().run(config_path, log_path)
 
     launcher = fake(monkeypatch, StoreReading())
@@ -113,8 +110,7 @@ def test_a_cell_is_claimed_while_it_runs_left_alone_when_another_holds_it_and_sk
     class Looking(FakeLauncher):
         def run(self, config_path, log_path):
             held.update(read_lock(claims / f"{runner.cell_file_name(cell)}.claim"))
-            held["store"] = yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"][
-                "tracking_uri"]
+            held["store"] = logged_store(config_path)
             return super().run(config_path, log_path)
 
     ensure_experiment(uri, cell.suite)
@@ -150,7 +146,6 @@ def test_each_way_a_cell_can_end_without_running_is_one_exact_outcome(suite_file
     claims folder that cannot be made, a cell another live runner holds (named, or "another
     process" when its claim cannot be read yet), a suite stopped meanwhile: each its status, no
     seconds, and the words the summary shows."""
-    import yaml
 
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
     cell = load_suite(str(suite_file))[0]
@@ -159,8 +154,7 @@ def test_each_way_a_cell_can_end_without_running_is_one_exact_outcome(suite_file
     launcher = FakeLauncher()
     ran, status, seconds, error = runner.run_cell(cell, uri, logs, launcher)  # no claims folder
     assert (ran, status, error) == (cell, "FINISHED", "") and seconds >= 0
-    config = yaml.safe_load((logs / f"{runner.cell_file_name(cell)}.yaml").read_text())
-    assert config["trainer"]["logger"]["init_args"]["tracking_uri"] == uri and launcher.calls
+    assert logged_store(logs / f"{runner.cell_file_name(cell)}.yaml") == uri and launcher.calls
     (tmp_path / "a-file").write_text("")
     assert runner.run_cell(cell, uri, logs, launcher, tmp_path / "a-file" / "claims")[1:] == (
         "NOT-RUN", 0.0, f"cannot claim the cell in {tmp_path / 'a-file' / 'claims'} (Not a directory)")
@@ -266,7 +260,7 @@ def test_a_suite_runs_at_most_jobs_cells_at_once_logging_to_its_store_and_may_ru
         def run(self, config_path, log_path):
             running.append(config_path)
             most.append(len(running))
-            stores.add(yaml.safe_load(Path(config_path).read_text())["trainer"]["logger"]["init_args"]["tracking_uri"])
+            stores.add(logged_store(config_path))
             time.sleep(0.05)
             running.remove(config_path)
             return super().run(config_path, log_path)

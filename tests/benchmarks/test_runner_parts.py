@@ -1,6 +1,9 @@
-"""The runner's parts, each without a fit: the launcher its options choose and the config file a
-cell's fit reads (the suite's store and experiment, its tags as text, the checkpoint it resumes)."""
+"""The runner's parts, each without a fit: the launcher its options choose, the config file a
+cell's fit reads (the suite's store and experiment, its tags as text, the checkpoint it resumes),
+the cells of a suite and of a confirmatory pass (read from the registration given), the dry run's
+plan, and what ``run_suite`` hands each of them."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ import yaml
 from benchmarks import runner
 from benchmarks.suites import literal_text, load_suite
 from tests.benchmarks.test_runner import SUITE
+from tests.benchmarks.test_runner_claims import FakeLauncher
 
 
 class Made:
@@ -117,11 +121,10 @@ def edited_registration(tmp_path):
     root = tmp_path / "registered"
     shutil.copytree(SUITES_DIR, root, ignore=shutil.ignore_patterns("perf", "__pycache__", "*.py", "ledger_runs"))
     confirmatory = root / "ledger_confirmatory.yaml"
-    text = confirmatory.read_text()
-    assert text.count("first: 1000") == 1 and text.count("[1000, 1001,") == 1
-    values = ", ".join(str(seed) for seed in range(2000, 2010))
-    confirmatory.write_text(text.replace("first: 1000", "first: 2000").replace(
-        text[text.index("[1000, 1001,"):text.index("]", text.index("[1000, 1001,")) + 1], f"[{values}]"))
+    text, edits = re.subn(r"first: 1000\n(.*\n)*?  values: \[[^]]*\]",
+                          f"first: 2000\n  count: 10\n  values: {list(range(2000, 2010))}", confirmatory.read_text())
+    assert edits == 1
+    confirmatory.write_text(text)
     suite = yaml.safe_load((root / "cgsv" / "offline.yaml").read_text())
     (root / "cgsv" / "offline.yaml").write_text(yaml.safe_dump(dict(suite, description="the registered copy")))
     (tmp_path / "given.yaml").write_text(yaml.safe_dump(dict(suite, description="the file given")))
@@ -159,9 +162,8 @@ def test_a_confirmatory_pass_reads_its_hash_seeds_and_suite_from_the_registratio
         runner._confirmatory_cells("cgsv/offline", None, ["nope"], None, root)
 
 
-def test_an_exploratory_suite_is_its_selected_cells_with_nothing_to_rescale(tmp_path):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))
+def test_an_exploratory_suite_is_its_selected_cells_with_nothing_to_rescale(suite_file, tmp_path):
+    path = suite_file
     cells, rescale = runner._suite_cells(str(path), [4, 5], None, ["FedAvg"], False, None)
     assert rescale is None and [(c.algorithm_config, c.seed) for c in cells] == [("FedAvg", 4), ("FedAvg", 5)]
     assert runner._suite_cells(str(path), None, None, None, False, tmp_path / "unused")[0] == load_suite(str(path))
@@ -183,24 +185,20 @@ def plan_calls(monkeypatch):
 
 
 def test_a_dry_run_plan_lists_the_runs_to_run_then_the_estimate_from_the_store_and_published_times(
-        tmp_path, plan_calls, capsys):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))
-    cells = load_suite(str(path), [0, 1])
+        suite_file, plan_calls, capsys):
+    cells = load_suite(str(suite_file), [0, 1])
     runner._print_plan("tiny-offline", cells, cells[1:3], {"measured": [3.0]}, 2, None)
     assert capsys.readouterr().out == (f"  would run {cells[1].cell} seed 1\n  would run {cells[2].cell} seed 0\n"
                                        "estimate one\nestimate two\n")
     assert plan_calls == {"published": "tiny-offline", "plan": (cells[1:3], {"measured": [3.0]}, 2, {"p": [1.0]})}
 
 
-def test_a_confirmatory_dry_run_says_its_seeds_hash_and_each_runs_registered_length(tmp_path, plan_calls, capsys):
+def test_a_confirmatory_dry_run_says_its_seeds_hash_and_each_runs_registered_length(suite_file, plan_calls, capsys):
     """The times measured at the exploratory lengths are rescaled to the registered ones (the store's
     times are not used); a cell without a length of its own says so by an empty one."""
     from dataclasses import replace
 
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))
-    exploratory = load_suite(str(path), [7, 9])[:2]
+    exploratory = load_suite(str(suite_file), [7, 9])[:2]
     cells = [replace(exploratory[0], plan_hash="0123456789abcdef"),
              replace(exploratory[1], plan_hash="0123456789abcdef", config={"model": {"class_path": "FedAvg"}})]
     runner._print_plan("tiny-offline", cells, cells, {"measured": [3.0]}, 1, (exploratory, cells))
@@ -216,17 +214,14 @@ def test_a_confirmatory_dry_run_says_its_seeds_hash_and_each_runs_registered_len
     assert capsys.readouterr().out.startswith("  (confirmatory pass: seeds .., plan hash , the rounds")
 
 
-def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(tmp_path, monkeypatch, capsys):
+def test_a_suite_runs_what_the_store_lacks_on_the_launcher_its_options_choose(suite_file, tmp_path, monkeypatch,
+                                                                              capsys):
     """The header counts the runs, cells, finished runs, runs to run and jobs; the launcher gets the
     options and each job's share of the cores; each cell claims beside the store and writes its config
     and log under ``benchmark_logs/<suite>``; every run to run runs once, the finished one not again."""
     from mlflow.tracking import MlflowClient
 
-    from tests.benchmarks.test_runner_claims import FakeLauncher
-
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))
+    path = suite_file
     uri = f"sqlite:///{tmp_path / 'runs.db'}"
     cells = load_suite(str(path), [0, 1])
     client = MlflowClient(uri)
@@ -283,7 +278,7 @@ def test_a_suites_algorithms_are_checked_naming_the_suite_as_given(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(dict(SUITE, algorithms=[{"class_path": "fl_lightning.algorithms.FedAvgg"}])))
-    with pytest.raises(SystemExit, match=rf"^suite '{path}', FedAvgg: no algorithm class"):
+    with pytest.raises(SystemExit, match=rf"^suite '{re.escape(str(path))}', FedAvgg: no algorithm class"):
         runner.run_suite(str(path), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["typo.yaml"]
 
@@ -298,21 +293,16 @@ def test_a_confirmatory_dry_run_runs_the_registration_it_is_given(tmp_path, monk
     assert out.count("would run mnist5k/cla/full/fl_mlp|FedAvg seed 20") == 10
 
 
-def test_the_suites_first_line_is_out_before_any_cell_starts_even_into_a_pipe(tmp_path, monkeypatch):
+def test_the_suites_first_line_is_out_before_any_cell_starts_even_into_a_pipe(suite_file, tmp_path, monkeypatch):
     """Block-buffered output (a pipe, a log file) shows what the suite will run before its cells start."""
     import io
     import sys
 
-    from tests.benchmarks.test_runner_claims import FakeLauncher
-
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SUITE))
     raw = io.BytesIO()
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
     shown = []
     monkeypatch.setattr(runner, "_launcher", lambda *args: shown.append(raw.getvalue().decode()) or FakeLauncher())
-    assert runner.run_suite(str(path), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}") == 0
+    assert runner.run_suite(str(suite_file), tracking_uri=f"sqlite:///{tmp_path / 'runs.db'}") == 0
     assert shown == ["suite tiny-offline: 3 runs (3 cells x seeds), 0 already finished, 3 to run with 1 job(s)\n"]
 
 
@@ -335,5 +325,5 @@ def test_an_exploratory_suites_selection_reaches_its_cells_and_a_wrong_name_is_r
     path = two_benchmarks(tmp_path)
     cells, _ = runner._suite_cells(str(path), None, ["longer"], None, False, None)
     assert {c.benchmark for c in cells} == {"longer"} and len(cells) == 3
-    with pytest.raises(SystemExit, match=rf"^suite '{path}' has no benchmark 'nope'"):
+    with pytest.raises(SystemExit, match=rf"^suite '{re.escape(str(path))}' has no benchmark 'nope'"):
         runner._suite_cells(str(path), None, ["nope"], None, False, None)

@@ -1,5 +1,6 @@
 """``fl_lightning.records.read_only_store``: a SQLite store another process holds locked is a store
-in use, not "a file that cannot be read"."""
+in use, not "a file that cannot be read"; a store is read through a read-only URI that leaves nothing
+behind, whatever its path holds."""
 
 import sqlite3
 
